@@ -1,0 +1,44 @@
+#include "harness/cli.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "harness/errors.hpp"
+
+namespace attnbench::cli {
+
+int main_entry(int argc, char** argv) {
+  CLI::App app{"attnbench: benchmark and check attention kernels against a float64 reference"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("attnbench ") + ATTNBENCH_GIT_REV);
+  Action action;
+  add_list_command(app, action);
+  add_describe_command(app, action);
+  add_run_command(app, action);
+  add_reference_command(app, action);
+  add_report_commands(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and usage
+    return kExitBadInput;
+  }
+  try {
+    return action ? action() : kExitBadInput;
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "attnbench: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnbench: internal error: %s\n", e.what());
+    return kExitInternal;
+  }
+}
+
+}  // namespace attnbench::cli

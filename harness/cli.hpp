@@ -1,0 +1,24 @@
+// Subcommands of the attnbench CLI (CLI11). Each add_*_command registers one
+// subcommand on `app` and stores in `action` what to run when it is selected;
+// the action returns the process exit code (errors.hpp).
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace attnbench::cli {
+
+using Action = std::function<int()>;
+
+void add_list_command(CLI::App& app, Action& action);       ///< list backends | scenarios
+void add_describe_command(CLI::App& app, Action& action);   ///< describe SCENARIO
+void add_run_command(CLI::App& app, Action& action);        ///< run SCENARIO
+void add_reference_command(CLI::App& app, Action& action);  ///< reference --problem P --out DIR
+void add_report_commands(CLI::App& app, Action& action);    ///< report, compare, merge
+
+/// Parse argv and run the selected subcommand; maps InputError and CLI usage
+/// errors to exit code 2, other exceptions to 3.
+int main_entry(int argc, char** argv);
+
+}  // namespace attnbench::cli
