@@ -8,7 +8,14 @@
 
 namespace attnbench::cli {
 
+namespace {
+std::string g_command_line;
+}
+
+const std::string& command_line() { return g_command_line; }
+
 int main_entry(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(argv[i]);
   CLI::App app{"attnbench: benchmark and check attention kernels against a float64 reference"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("attnbench ") + ATTNBENCH_GIT_REV);

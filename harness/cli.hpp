@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -16,6 +17,9 @@ void add_describe_command(CLI::App& app, Action& action);   ///< describe SCENAR
 void add_run_command(CLI::App& app, Action& action);        ///< run SCENARIO
 void add_reference_command(CLI::App& app, Action& action);  ///< reference --problem P --out DIR
 void add_report_commands(CLI::App& app, Action& action);    ///< report, compare, merge
+
+/// The full command line of this process (argv joined by spaces), for reports.
+const std::string& command_line();
 
 /// Parse argv and run the selected subcommand; maps InputError and CLI usage
 /// errors to exit code 2, other exceptions to 3.

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install the Debian packages attnbench builds against, idempotently: nothing is
+# downloaded when everything is already present. CUDA (nvcc, cuBLAS, cuDNN) is
+# expected from the CUDA install under /usr/local/cuda and is optional: without it
+# the CPU parts build and the GPU backends are left out.
+set -euo pipefail
+
+packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "bootstrap: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "bootstrap: build dependencies present"
+fi

@@ -1,0 +1,246 @@
+#include "harness/runner.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "harness/backend.hpp"
+#include "harness/block_mask.hpp"
+#include "harness/errors.hpp"
+#include "harness/mask.hpp"
+#include "harness/report.hpp"
+#include "reference/reference.hpp"
+
+#if defined(ATTNBENCH_HAVE_CUDA)
+#include "harness/device/device.hpp"
+#endif
+
+namespace attnbench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+/// Reference outputs of one case, computed once and shared by every backend.
+struct GoldCache {
+  bool ready = false;
+  reference::SliceSet slices;
+  std::string mode, scope;
+  AttentionOutputs gold, lp;
+  double ms = 0;
+};
+
+/// Full when the float64 reference is cheap, else a deterministic sample of
+/// (batch, kv-head) slices (DESIGN.md section 2; issue "reference" item 4).
+constexpr double kFullCheckMaxFlops = 4e9;
+constexpr int64_t kSampleSlices = 4;
+
+void compute_gold(const Problem& p, const ProblemData& in, CheckMode mode, bool grads, GoldCache& g) {
+  auto t0 = Clock::now();
+  const int64_t slices_total = p.batch * p.heads_kv;
+  bool full = mode == CheckMode::full ||
+              (mode == CheckMode::automatic && reference::estimated_flops(p, grads) <= kFullCheckMaxFlops);
+  if (full || slices_total <= kSampleSlices) {
+    g.slices = reference::SliceSet::every();
+    g.mode = "full";
+    g.scope = "all " + std::to_string(slices_total) + " (batch, kv-head) slices";
+  } else {
+    g.slices = sample_slices(p, kSampleSlices, p.seed);
+    g.mode = "sample";
+    std::string list;
+    int64_t n = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads_kv; ++h)
+        if (g.slices.contains(b, h, p.heads_kv)) {
+          ++n;
+          list += (list.empty() ? "" : " ") + std::string("(") + std::to_string(b) + "," + std::to_string(h) + ")";
+        }
+    g.scope = std::to_string(n) + " of " + std::to_string(slices_total) +
+              " (batch, kv-head) slices, all query heads of each: " + list + "; dBias not checked";
+  }
+  g.gold = reference::gold(p, in, grads, g.slices);
+  g.lp = reference::lp(p, in, grads, g.slices);
+  g.ms = ms_since(t0);
+  g.ready = true;
+}
+
+nlohmann::json work_json(const Problem& p, int64_t useful_pairs, int64_t executed_pairs) {
+  const double per_pair = 2.0 * static_cast<double>(p.head_dim + p.head_dim_v);
+  nlohmann::json w;
+  w["useful_pairs"] = useful_pairs;
+  w["executed_pairs"] = executed_pairs;
+  w["useful_flops_fwd"] = per_pair * static_cast<double>(useful_pairs);
+  w["executed_flops_fwd"] = per_pair * static_cast<double>(executed_pairs);
+  w["useful_flops_bwd"] = 2.5 * per_pair * static_cast<double>(useful_pairs);
+  w["executed_flops_bwd"] = 2.5 * per_pair * static_cast<double>(executed_pairs);
+  w["tile_efficiency"] = executed_pairs > 0 ? static_cast<double>(useful_pairs) / static_cast<double>(executed_pairs) : 0.0;
+  w["flop_convention"] = "fwd = 2 * pairs * (Dqk + Dv) summed over batch and query heads; bwd = 2.5 * fwd (FlashAttention)";
+  return w;
+}
+
+nlohmann::json packing_json(const std::optional<PackingStats>& s) {
+  if (!s) return nullptr;
+  nlohmann::json j;
+  j["source"] = s->source;
+  j["strategy"] = s->strategy;
+  j["pad_to"] = s->pad_to;
+  j["target_fill"] = s->target_fill;
+  j["real_tokens"] = s->real_tokens;
+  j["padded_tokens"] = s->padded_tokens;
+  j["packing_ratio"] = s->packing_ratio;
+  j["docs_per_pack"] = s->docs_per_pack;
+  j["truncated_docs"] = s->truncated_docs;
+  return j;
+}
+
+bool is_oom(const std::exception& e) {
+  std::string w = e.what();
+  return w.find("out of memory") != std::string::npos || w.find("OutOfMemory") != std::string::npos ||
+         w.find("ALLOC_FAILED") != std::string::npos || w.find("cudaErrorMemoryAllocation") != std::string::npos;
+}
+
+}  // namespace
+
+std::pair<int, int> parse_shard(const std::string& s) {
+  auto slash = s.find('/');
+  try {
+    if (slash != std::string::npos) {
+      int i = std::stoi(s.substr(0, slash)), n = std::stoi(s.substr(slash + 1));
+      if (n >= 1 && i >= 0 && i < n) return {i, n};
+    }
+  } catch (const std::exception&) {
+  }
+  throw InputError("<command line>", "--shard", "expected i/n with 0 <= i < n, got \"" + s + "\"");
+}
+
+RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
+  // Resolve backends before anything runs: unknown names are usage errors.
+  std::vector<std::string> names = opts.backends.empty() ? BackendRegistry::names() : opts.backends;
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (const auto& n : names) {
+    auto b = BackendRegistry::create(n);
+    if (!b) {
+      std::string known;
+      for (const auto& k : BackendRegistry::names()) known += (known.empty() ? "" : ", ") + k;
+      throw InputError("<command line>", "--backends", "unknown backend \"" + n + "\" (registered: " + known + ")");
+    }
+    backends.push_back(std::move(b));
+  }
+#if defined(ATTNBENCH_HAVE_CUDA)
+  if (device::cuda_device_available()) device::select_device(opts.device);
+#endif
+
+  std::filesystem::create_directories(opts.out_dir);
+  nlohmann::json header;
+  header["schema_version"] = 1;
+  header["tool"] = "attnbench";
+  header["git_revision"] = ATTNBENCH_GIT_REV;
+  header["command"] = opts.command_line;
+  header["scenario"] = {{"name", scenario.name}, {"description", scenario.description}, {"file", scenario.file},
+                        {"cases", scenario.cases.size()}};
+  header["shard"] = std::to_string(opts.shard_index) + "/" + std::to_string(opts.shard_count);
+  header["backends"] = names;
+  ReportWriter writer((std::filesystem::path(opts.out_dir) / "report.json").string(), header);
+
+  RunSummary summary;
+  summary.report_path = writer.path();
+  const auto run_t0 = Clock::now();
+  size_t case_no = 0;
+  for (size_t ci = 0; ci < scenario.cases.size(); ++ci) {
+    if (static_cast<int>(ci % static_cast<size_t>(opts.shard_count)) != opts.shard_index) continue;
+    ++case_no;
+    Case c = scenario.cases[ci];
+    if (opts.seed) c.problem.seed = *opts.seed;
+    const Problem& p = c.problem;
+    std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", case_no, scenario.cases.size(), c.id.c_str(),
+                 ms_since(run_t0) / 1000.0);
+    const int64_t useful_pairs = count_allowed_pairs(p) * p.heads_q;
+    std::unique_ptr<ProblemData> inputs;  // generated lazily, untimed
+    GoldCache gold;
+
+    for (auto& backend : backends) {
+      ReportRow row;
+      row.case_id = c.id;
+      row.backend = backend->name();
+      row.problem = to_json(p, true);
+      row.packing = packing_json(c.packing);
+      row.work = work_json(p, useful_pairs, 0);
+      std::string why;
+      if (!backend->available(&why)) {
+        row.status = RowStatus::unsupported;
+        row.reason = "backend not available on this machine: " + why;
+      } else if (Support s = backend->supports(p); !s) {
+        row.status = RowStatus::unsupported;
+        row.reason = s.reason;
+      } else {
+        try {
+          if (!inputs) inputs = std::make_unique<ProblemData>(make_inputs(p));
+          auto t0 = Clock::now();
+          auto inst = backend->prepare(p, *inputs);
+          const double prepare_ms = ms_since(t0);
+          row.work = work_json(p, useful_pairs, inst->executed_pairs());
+          inst->poison_outputs();
+          inst->forward();
+          if (opts.backward) inst->backward();
+          inst->synchronize();
+          AttentionOutputs got = inst->read_outputs(opts.backward);
+          if (opts.check != CheckMode::off) {
+            if (!gold.ready) compute_gold(p, *inputs, opts.check, opts.backward, gold);
+            CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend->rule(), gold.slices);
+            cr.mode = gold.mode;
+            cr.scope = gold.scope;
+            row.check = cr.to_json();
+            row.check["reference_ms"] = gold.ms;
+            row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
+          } else {
+            row.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}};
+            row.status = RowStatus::pass;
+          }
+          if (opts.determinism) {
+            inst->poison_outputs();
+            inst->forward();
+            if (opts.backward) inst->backward();
+            inst->synchronize();
+            AttentionOutputs again = inst->read_outputs(opts.backward);
+            row.extra["deterministic"] = bitwise_equal(got, again);
+            row.extra["expected_deterministic"] = backend->deterministic();
+          }
+          if (opts.timing) {
+            std::vector<Pass> passes = {Pass::forward};
+            if (opts.backward) {
+              passes.push_back(Pass::backward);
+              passes.push_back(Pass::forward_backward);
+            }
+            for (Pass pass : passes) row.timing[to_string(pass)] = time_pass(*backend, *inst, pass, opts.policy).to_json();
+          }
+          row.extra["prepare_ms"] = prepare_ms;
+          row.extra["setup_ms"] = inst->setup_ms();
+          row.memory = {{"allocated_bytes", inst->allocated_bytes()},
+                        {"workspace_bytes", backend->workspace_bytes(p)}};
+        } catch (const std::exception& e) {
+          row.status = is_oom(e) ? RowStatus::oom : RowStatus::error;
+          row.message = e.what();
+        }
+      }
+      switch (row.status) {
+        case RowStatus::pass: ++summary.pass; break;
+        case RowStatus::fail: ++summary.fail; break;
+        case RowStatus::unsupported: ++summary.unsupported; break;
+        case RowStatus::oom: ++summary.oom; break;
+        default: ++summary.error; break;
+      }
+      ++summary.rows;
+      std::fprintf(stderr, "    %-8s %-11s %s\n", row.backend.c_str(), to_string(row.status),
+                   !row.reason.empty() ? row.reason.c_str() : row.message.c_str());
+      writer.add_row(row);
+    }
+  }
+  writer.set_field("finished", true);
+  return summary;
+}
+
+}  // namespace attnbench
