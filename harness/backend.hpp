@@ -13,8 +13,11 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/problem.hpp"
 #include "harness/tensors.hpp"
@@ -70,6 +73,19 @@ class BackendInstance {
   virtual size_t allocated_bytes() const { return 0; }
   /// The cudaStream_t the passes run on (GPU backends), else nullptr.
   virtual void* stream() const { return nullptr; }
+
+  /// Out-of-process peers (backends/peers/) time inside their own process: they
+  /// return their raw samples in milliseconds for pass 0 = forward, 1 = backward,
+  /// 2 = forward+backward, and the runner reports those instead of timing calls.
+  virtual std::optional<std::vector<double>> external_samples_ms(int pass) const {
+    (void)pass;
+    return std::nullopt;
+  }
+  /// Out-of-process peers run twice themselves and report bitwise determinism.
+  virtual std::optional<bool> external_deterministic() const { return std::nullopt; }
+  /// Extra backend-specific facts for the report row (e.g. compile time of a
+  /// peer, cuDNN engine name); null when none.
+  virtual nlohmann::json extra() const { return nullptr; }
 };
 
 /// A backend plugin.

@@ -1,0 +1,117 @@
+// Runner: rows for unsupported / failing backends, the sweep goes on, report.json
+// is written, unknown backends are usage errors.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "harness/backend.hpp"
+#include "harness/errors.hpp"
+#include "harness/runner.hpp"
+
+using namespace attnbench;
+
+namespace {
+
+/// A backend that refuses head_dim 96, throws in forward for head_dim 32 and
+/// otherwise "computes" zeros (check is off in these tests).
+class FakeInstance : public BackendInstance {
+ public:
+  explicit FakeInstance(const Problem& p) : p_(p) {}
+  void forward() override {
+    if (p_.head_dim == 32) throw std::runtime_error("fake kernel launch failed");
+  }
+  void backward() override {}
+  void poison_outputs() override {}
+  AttentionOutputs read_outputs(bool) override {
+    AttentionOutputs o;
+    o.o = HostTensor({p_.batch, p_.heads_q, p_.seq_q, p_.head_dim_v});
+    o.lse = HostTensor({p_.batch, p_.heads_q, p_.seq_q});
+    return o;
+  }
+  int64_t executed_pairs() const override { return p_.batch * p_.heads_q * p_.seq_q * p_.seq_k; }
+  std::optional<std::vector<double>> external_samples_ms(int pass) const override {
+    return std::vector<double>{1.0 + pass, 1.5 + pass, 2.0 + pass};
+  }
+
+ private:
+  Problem p_;
+};
+
+class FakeBackend : public Backend {
+ public:
+  std::string name() const override { return "fake-runner-test"; }
+  std::string description() const override { return "test double"; }
+  Device device() const override { return Device::cpu; }
+  Support supports(const Problem& p) const override {
+    return p.head_dim == 96 ? Support::no("head_dim 96 not supported by fake") : Support::yes();
+  }
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData&) override {
+    return std::make_unique<FakeInstance>(p);
+  }
+};
+ATTNBENCH_REGISTER_BACKEND(FakeBackend);
+
+Scenario three_cases() {
+  Scenario s;
+  s.name = "runner-test";
+  for (int64_t d : {64, 96, 32}) {
+    Case c;
+    c.id = "d" + std::to_string(d);
+    c.problem.batch = 1;
+    c.problem.heads_q = c.problem.heads_kv = 1;
+    c.problem.seq_q = c.problem.seq_k = 8;
+    c.problem.head_dim = c.problem.head_dim_v = d;
+    c.problem.mask.push_back(CausalTerm{});
+    s.cases.push_back(c);
+  }
+  return s;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("every case becomes a row; failures do not stop the sweep") {
+  auto dir = std::filesystem::temp_directory_path() / "attnbench_runner_test";
+  std::filesystem::remove_all(dir);
+  RunOptions o;
+  o.backends = {"fake-runner-test"};
+  o.out_dir = dir.string();
+  o.check = CheckMode::off;
+  RunSummary sum = run_scenario(three_cases(), o);
+  CHECK(sum.rows == 3);
+  CHECK(sum.pass == 1);
+  CHECK(sum.unsupported == 1);
+  CHECK(sum.error == 1);
+  CHECK(sum.exit_code() == 1);
+  auto j = read_json(sum.report_path);
+  REQUIRE(j["results"].size() == 3);
+  CHECK(j["results"][0]["case_id"] == "d64");
+  CHECK(j["results"][0]["status"] == "pass");
+  CHECK(j["results"][0]["work"]["useful_pairs"] == 36);  // causal 8x8
+  CHECK(j["results"][0]["work"]["executed_pairs"] == 64);
+  CHECK(j["results"][0]["work"]["tile_efficiency"].get<double>() == doctest::Approx(36.0 / 64.0));
+  CHECK(j["results"][1]["status"] == "unsupported");
+  CHECK(j["results"][1]["reason"] == "head_dim 96 not supported by fake");
+  CHECK(j["results"][2]["status"] == "error");
+  CHECK(j["results"][2]["message"].get<std::string>().find("fake kernel launch failed") != std::string::npos);
+  CHECK(j["finished"] == true);
+}
+
+TEST_CASE("unknown backend names are usage errors before anything runs") {
+  RunOptions o;
+  o.backends = {"no-such-backend"};
+  o.out_dir = (std::filesystem::temp_directory_path() / "attnbench_runner_test2").string();
+  CHECK_THROWS_AS(run_scenario(three_cases(), o), InputError);
+}
+
+TEST_CASE("shard parsing") {
+  CHECK(parse_shard("1/3") == std::pair<int, int>(1, 3));
+  CHECK_THROWS_AS(parse_shard("3/3"), InputError);
+  CHECK_THROWS_AS(parse_shard("x"), InputError);
+}
