@@ -21,7 +21,7 @@ endif()
 find_path(CUDNN_INCLUDE_DIR cudnn_version.h
           HINTS ${_cudnn_hints} PATH_SUFFIXES include
           ${CUDAToolkit_INCLUDE_DIRS})
-find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9
+find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR
              HINTS ${_cudnn_hints} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
 
 if(CUDNN_INCLUDE_DIR AND EXISTS "${CUDNN_INCLUDE_DIR}/cudnn_version.h")
