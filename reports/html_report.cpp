@@ -1,0 +1,609 @@
+// The HTML report: see html_report.hpp. The page skeleton, CSS and the small
+// script that draws the charts are in html_template.cpp.
+#include "reports/html_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "harness/errors.hpp"
+
+namespace attnbench::html {
+
+extern const char* const kReportTemplate;  // html_template.cpp
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kBundles[] = {"vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js",
+                                    "vega-embed/build/vega-embed.min.js"};
+constexpr size_t kMaxNoteChars = 300;
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+double num(const json& j, const char* key, double fallback = NAN) {
+  if (j.is_object() && j.contains(key) && j[key].is_number()) return j[key].get<double>();
+  return fallback;
+}
+
+std::string str(const json& j, const char* key, const std::string& fallback = "") {
+  if (j.is_object() && j.contains(key) && j[key].is_string()) return j[key].get<std::string>();
+  return fallback;
+}
+
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Short mask label from a problem's mask list, e.g. "causal+window(64,0)".
+std::string mask_label(const json& problem) {
+  if (!problem.is_object() || !problem.contains("mask") || !problem["mask"].is_array()) return "?";
+  std::string out;
+  for (const auto& m : problem["mask"]) {
+    const std::string kind = str(m, "kind", "?");
+    std::string part = kind;
+    if (kind == "sliding_window")
+      part = "window(" + fmt("%.0f", num(m, "left", -1)) + "," + fmt("%.0f", num(m, "right", -1)) + ")";
+    else if (kind == "block_sparse")
+      part = "block_sparse(" + fmt("%.2g", num(m, "density", 1)) + ")";
+    else if (kind == "prefix_lm")
+      part = "prefix_lm(" + fmt("%.0f", num(m, "prefix_len", 0)) + ")";
+    out += (out.empty() ? "" : "+") + part;
+  }
+  if (out.empty()) out = "full";
+  if (problem.contains("score_mod") && problem["score_mod"].is_object()) {
+    const std::string sm = str(problem["score_mod"], "kind", "none");
+    if (sm != "none") out += " [" + sm + "]";
+  }
+  return out;
+}
+
+int dtype_bytes_of(const std::string& d) { return d == "fp32" ? 4 : 2; }
+
+/// Fewest bytes a pass must move (each input read once, each output written once).
+double min_bytes(const json& p, bool backward) {
+  if (!p.is_object()) return NAN;
+  const double b = num(p, "batch"), hq = num(p, "heads_q"), hkv = num(p, "heads_kv"), sq = num(p, "seq_q"),
+               sk = num(p, "seq_k"), d = num(p, "head_dim"), dv = num(p, "head_dim_v", num(p, "head_dim"));
+  if (!std::isfinite(b * hq * hkv * sq * sk * d * dv)) return NAN;
+  const double e = dtype_bytes_of(str(p, "dtype", "bf16"));
+  const double q = b * hq * sq * d, k = b * hkv * sk * d, v = b * hkv * sk * dv, o = b * hq * sq * dv, lse = b * hq * sq;
+  if (!backward) return e * (q + k + v + o) + 4 * lse;
+  return e * 2 * (q + k + v + o) + 4 * lse;  // read q k v o dO, write dq dk dv; read lse
+}
+
+double median_of(const json& row, const char* pass) {
+  if (!row.contains("timing") || !row["timing"].is_object() || !row["timing"].contains(pass)) return NAN;
+  return num(row["timing"][pass], "median_ms");
+}
+
+std::string status_class(const std::string& s) {
+  if (s == "pass") return "st-pass";
+  if (s == "fail") return "st-fail";
+  if (s == "unsupported") return "st-unsup";
+  return "st-error";
+}
+
+std::string cell_num(const json& v, const char* f) {
+  if (!v.is_number()) return "<td class=\"na\">&ndash;</td>";
+  return "<td data-v=\"" + fmt("%.9g", v.get<double>()) + "\">" + fmt(f, v.get<double>()) + "</td>";
+}
+
+/// Replace {{NAME}} markers of `tpl` in one pass (inserted text is never rescanned).
+std::string fill(const std::string& tpl, const std::map<std::string, std::string>& values) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    size_t a = tpl.find("{{", pos);
+    if (a == std::string::npos) break;
+    size_t b = tpl.find("}}", a + 2);
+    if (b == std::string::npos) break;
+    const std::string key = tpl.substr(a + 2, b - a - 2);
+    auto it = values.find(key);
+    if (it == values.end()) {
+      out += tpl.substr(pos, b + 2 - pos);
+    } else {
+      out += tpl.substr(pos, a - pos);
+      out += it->second;
+    }
+    pos = b + 2;
+  }
+  out += tpl.substr(pos);
+  return out;
+}
+
+void flatten(const json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+  } else if (j.is_array() && !j.empty() && (j.front().is_object() || j.front().is_array())) {
+    for (size_t i = 0; i < j.size(); ++i) flatten(j[i], prefix + "[" + std::to_string(i) + "]", out);
+  } else if (j.is_string()) {
+    out.emplace_back(prefix, j.get<std::string>());
+  } else {
+    out.emplace_back(prefix, j.dump());
+  }
+}
+
+std::string kv_table(const json& j) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  flatten(j, "", rows);
+  std::string out = "<table class=\"kv\"><tbody>";
+  for (const auto& [k, v] : rows)
+    out += "<tr><th>" + escape_html(k) + "</th><td>" + escape_html(v) + "</td></tr>";
+  return out + "</tbody></table>";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ escaping
+
+std::string escape_html(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + s.size() / 8);
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string json_for_script(const json& j) {
+  const std::string text = j.dump(-1, ' ', true, json::error_handler_t::replace);  // ASCII only
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    // <, > and & occur only inside JSON strings, where \uXXXX is equivalent.
+    if (c == '<') out += "\\u003c";
+    else if (c == '>') out += "\\u003e";
+    else if (c == '&') out += "\\u0026";
+    else out += c;
+  }
+  return out;
+}
+
+std::string script_safe(std::string js) {
+  auto lower_at = [&](size_t i) { return static_cast<char>(std::tolower(static_cast<unsigned char>(js[i]))); };
+  std::string out;
+  out.reserve(js.size());
+  for (size_t i = 0; i < js.size(); ++i) {
+    if (js[i] == '<' && i + 1 < js.size()) {
+      bool script_close = js[i + 1] == '/' && i + 8 <= js.size();
+      for (size_t k = 0; script_close && k < 6; ++k) script_close = lower_at(i + 2 + k) == "script"[k];
+      if (script_close) {  // "</script" -> "<\/script"
+        out += "<\\/";
+        ++i;
+        continue;
+      }
+      if (js.compare(i + 1, 3, "!--") == 0) {  // "<!--" -> "<\!--"
+        out += "<\\!";
+        ++i;
+        continue;
+      }
+    }
+    out += js[i];
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ assets
+
+std::string find_chart_assets(std::string* why) {
+  std::vector<std::string> candidates;
+  if (const char* e = std::getenv("ATTNBENCH_NODE_MODULES"); e && *e) candidates.emplace_back(e);
+  candidates.push_back(std::string(ATTNBENCH_SOURCE_DIR) + "/reports/node_modules");
+  std::string reasons;
+  for (const auto& dir : candidates) {
+    bool all = true;
+    for (const char* b : kBundles) {
+      if (!std::filesystem::exists(std::filesystem::path(dir) / b)) {
+        reasons += (reasons.empty() ? "" : "; ") + (std::filesystem::path(dir) / b).string() + " missing";
+        all = false;
+        break;
+      }
+    }
+    if (all) return dir;
+  }
+  if (why) *why = reasons;
+  return "";
+}
+
+// ------------------------------------------------------------------ figures
+
+nlohmann::json derive_rows(const json& report, const std::string& baseline) {
+  const json ceilings = report.value("ceilings", json());
+  const double gemm = num(ceilings, "gemm_bf16_tflops"), copy = num(ceilings, "copy_gbps");
+  std::map<std::string, const json*> base_rows;
+  if (!baseline.empty())
+    for (const auto& r : report.at("results"))
+      if (str(r, "backend") == baseline) base_rows[str(r, "case_id")] = &r;
+
+  json out = json::array();
+  for (const auto& r : report.at("results")) {
+    json d;
+    const json problem = r.value("problem", json());
+    const json work = r.value("work", json());
+    d["case_id"] = str(r, "case_id");
+    d["backend"] = str(r, "backend");
+    d["status"] = str(r, "status");
+    d["mask"] = mask_label(problem);
+    d["seq_q"] = finite_or_null(num(problem, "seq_q"));
+    d["seq_k"] = finite_or_null(num(problem, "seq_k"));
+    d["config"] = "B" + fmt("%.0f", num(problem, "batch", 0)) + " H" + fmt("%.0f", num(problem, "heads_q", 0)) + "/" +
+                  fmt("%.0f", num(problem, "heads_kv", 0)) + " D" + fmt("%.0f", num(problem, "head_dim", 0)) + " " +
+                  str(problem, "dtype", "?") + " " + str(problem, "layout", "");
+    const double fwd = median_of(r, "fwd"), bwd = median_of(r, "bwd"), fb = median_of(r, "fwd_bwd");
+    d["fwd_ms"] = finite_or_null(fwd);
+    d["bwd_ms"] = finite_or_null(bwd);
+    d["fwd_bwd_ms"] = finite_or_null(fb);
+    const double uf = num(work, "useful_flops_fwd"), ef = num(work, "executed_flops_fwd");
+    const double ub = num(work, "useful_flops_bwd", 2.5 * uf), eb = num(work, "executed_flops_bwd", 2.5 * ef);
+    auto tflops = [](double flops, double ms) { return (ms > 0) ? flops / (ms * 1e-3) / 1e12 : NAN; };
+    d["useful_tflops_fwd"] = finite_or_null(tflops(uf, fwd));
+    d["executed_tflops_fwd"] = finite_or_null(tflops(ef, fwd));
+    d["useful_tflops_bwd"] = finite_or_null(tflops(ub, bwd));
+    d["executed_tflops_bwd"] = finite_or_null(tflops(eb, bwd));
+    d["useful_tflops_fwd_bwd"] = finite_or_null(tflops(uf + ub, fb));
+    d["executed_tflops_fwd_bwd"] = finite_or_null(tflops(ef + eb, fb));
+    d["pct_gemm_fwd"] = finite_or_null(100.0 * tflops(uf, fwd) / gemm);
+    d["pct_gemm_fwd_bwd"] = finite_or_null(100.0 * tflops(uf + ub, fb) / gemm);
+    const double bytes_fwd = num(work, "min_bytes_fwd", min_bytes(problem, false));
+    d["pct_bw_fwd"] = finite_or_null(100.0 * (fwd > 0 ? bytes_fwd / (fwd * 1e-3) / 1e9 : NAN) / copy);
+    d["tile_efficiency"] = finite_or_null(num(work, "tile_efficiency"));
+    d["packing_ratio"] = (r.contains("packing") && r["packing"].is_object())
+                             ? finite_or_null(num(r["packing"], "packing_ratio"))
+                             : json(nullptr);
+    const json check = r.value("check", json());
+    d["worst_ratio"] = finite_or_null(num(check, "worst_ratio"));
+    json tensors = json::array();
+    if (check.is_object() && check.contains("tensors") && check["tensors"].is_array())
+      for (const auto& t : check["tensors"])
+        if (t.is_object() && t.contains("ratio") && t["ratio"].is_number())
+          tensors.push_back({{"tensor", str(t, "name")}, {"ratio", t["ratio"]}, {"pass", t.value("pass", false)}});
+    d["tensors"] = tensors;
+    d["speedup_fwd"] = nullptr;
+    d["speedup_fwd_bwd"] = nullptr;
+    if (auto it = base_rows.find(str(r, "case_id")); it != base_rows.end()) {
+      d["speedup_fwd"] = finite_or_null(median_of(*it->second, "fwd") / fwd);
+      d["speedup_fwd_bwd"] = finite_or_null(median_of(*it->second, "fwd_bwd") / fb);
+    }
+    std::string note = str(r, "reason");
+    if (note.empty()) note = str(r, "message");
+    d["note"] = note;
+    out.push_back(d);
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ mask thumbnails
+
+std::string mask_svg(const json& thumb, int px) {
+  if (!thumb.is_object() || !thumb.contains("rows") || !thumb["rows"].is_array() || thumb["rows"].empty()) return "";
+  std::vector<std::string> rows;
+  for (const auto& r : thumb["rows"]) {
+    if (!r.is_string()) return "";
+    rows.push_back(r.get<std::string>());
+  }
+  const size_t w = rows.front().size();
+  if (w == 0) return "";
+  for (const auto& r : rows)
+    if (r.size() != w || r.find_first_not_of("#+.") != std::string::npos) return "";
+  const size_t h = rows.size();
+  const double scale = static_cast<double>(px) / static_cast<double>(std::max(w, h));
+  std::ostringstream os;
+  os << "<svg class=\"mask\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt("%.0f", w * scale) << "\" height=\""
+     << fmt("%.0f", h * scale) << "\" viewBox=\"0 0 " << w << " " << h
+     << "\" shape-rendering=\"crispEdges\" role=\"img\"><title>BlockMask: dark = full tile, grey = partial, light = "
+        "skipped</title><rect width=\""
+     << w << "\" height=\"" << h << "\" fill=\"#f1f3f5\"/>";
+  for (size_t y = 0; y < h; ++y) {
+    for (size_t x = 0; x < w;) {
+      const char c = rows[y][x];
+      size_t e = x;
+      while (e < w && rows[y][e] == c) ++e;
+      if (c != '.')
+        os << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << (e - x) << "\" height=\"1\" fill=\""
+           << (c == '#' ? "#1f4e79" : "#8fb3d9") << "\"/>";
+      x = e;
+    }
+  }
+  os << "</svg>";
+  return os.str();
+}
+
+// ------------------------------------------------------------------ the page
+
+std::string render_report(const json& report, const HtmlOptions& opt) {
+  const json& results = report.at("results");
+  std::set<std::string> backends;
+  for (const auto& r : results) backends.insert(str(r, "backend"));
+  if (!opt.baseline_backend.empty() && !backends.count(opt.baseline_backend)) {
+    std::string known;
+    for (const auto& b : backends) known += (known.empty() ? "" : ", ") + b;
+    throw InputError("<command line>", "--baseline",
+                     "backend \"" + opt.baseline_backend + "\" has no rows in the report (backends: " + known + ")");
+  }
+  const json rows = derive_rows(report, opt.baseline_backend);
+  const json scenario = report.value("scenario", json::object());
+  const std::string title =
+      !opt.title.empty() ? opt.title : "attnbench report: " + str(scenario, "name", "unnamed scenario");
+
+  // ---- summary counts
+  std::map<std::string, int> counts;
+  for (const auto& r : rows) counts[r["status"].get<std::string>()]++;
+  std::ostringstream summary;
+  summary << "<p class=\"counts\">" << rows.size() << " rows:";
+  for (const auto& [s, n] : counts)
+    summary << " <span class=\"badge " << status_class(s) << "\">" << escape_html(s) << " " << n << "</span>";
+  summary << "</p>";
+
+  // ---- the table
+  const bool have_baseline = !opt.baseline_backend.empty();
+  std::ostringstream table;
+  table << "<table id=\"summary\" class=\"sortable\"><thead><tr>"
+        << "<th>case</th><th>backend</th><th>status</th><th>mask</th>"
+        << "<th title=\"median, ms\">fwd ms</th><th title=\"median, ms\">bwd ms</th><th title=\"median, ms\">fwd+bwd ms</th>"
+        << "<th title=\"useful FLOPs / fwd time\">useful TFLOP/s fwd</th>"
+        << "<th title=\"executed FLOPs (computed tiles) / fwd time\">executed TFLOP/s fwd</th>"
+        << "<th title=\"useful FLOPs / bwd time\">useful TFLOP/s bwd</th>"
+        << "<th title=\"useful fwd+bwd FLOPs / fwd+bwd time\">useful TFLOP/s fwd+bwd</th>"
+        << "<th title=\"useful fwd TFLOP/s / measured bf16 GEMM ceiling\">% GEMM peak fwd</th>"
+        << "<th title=\"fewest fwd bytes / fwd time / measured copy bandwidth\">% copy BW fwd</th>"
+        << "<th title=\"useful pairs / executed pairs\">tile eff.</th>";
+  if (have_baseline)
+    table << "<th title=\"baseline time / this time\">speed-up fwd vs " << escape_html(opt.baseline_backend)
+          << "</th><th>speed-up fwd+bwd vs " << escape_html(opt.baseline_backend) << "</th>";
+  table << "<th title=\"largest e / max(e_lp, ulp) over the checked tensors\">worst error ratio</th>"
+        << "<th>note</th></tr></thead><tbody>";
+  for (const auto& r : rows) {
+    const std::string st = r["status"].get<std::string>();
+    std::string note = r["note"].get<std::string>();
+    const std::string short_note = note.size() > kMaxNoteChars ? note.substr(0, kMaxNoteChars) + "..." : note;
+    table << "<tr><td>" << escape_html(r["case_id"].get<std::string>()) << "</td><td>"
+          << escape_html(r["backend"].get<std::string>()) << "</td><td><span class=\"badge " << status_class(st)
+          << "\">" << escape_html(st) << "</span></td><td>" << escape_html(r["mask"].get<std::string>()) << "</td>"
+          << cell_num(r["fwd_ms"], "%.4g") << cell_num(r["bwd_ms"], "%.4g") << cell_num(r["fwd_bwd_ms"], "%.4g")
+          << cell_num(r["useful_tflops_fwd"], "%.3g") << cell_num(r["executed_tflops_fwd"], "%.3g")
+          << cell_num(r["useful_tflops_bwd"], "%.3g") << cell_num(r["useful_tflops_fwd_bwd"], "%.3g")
+          << cell_num(r["pct_gemm_fwd"], "%.1f%%") << cell_num(r["pct_bw_fwd"], "%.1f%%")
+          << cell_num(r["tile_efficiency"], "%.3f");
+    if (have_baseline) table << cell_num(r["speedup_fwd"], "%.2fx") << cell_num(r["speedup_fwd_bwd"], "%.2fx");
+    table << cell_num(r["worst_ratio"], "%.3g") << "<td class=\"note\" title=\"" << escape_html(note) << "\">"
+          << escape_html(short_note) << "</td></tr>";
+  }
+  table << "</tbody></table>";
+
+  // ---- cases with thumbnails (one per case id, first row that has a thumbnail)
+  std::ostringstream cases;
+  std::set<std::string> seen;
+  std::map<std::string, const json*> first_row;
+  for (const auto& r : results) {
+    const std::string id = str(r, "case_id");
+    if (!first_row.count(id) || (!first_row[id]->contains("mask_thumbnail") && r.contains("mask_thumbnail")))
+      first_row[id] = &r;
+  }
+  cases << "<div class=\"cases\">";
+  for (const auto& r : results) {
+    const std::string id = str(r, "case_id");
+    if (!seen.insert(id).second) continue;
+    const json& row = *first_row[id];
+    const json problem = row.value("problem", json());
+    std::string svg = mask_svg(row.value("mask_thumbnail", json()));
+    cases << "<figure class=\"case\">" << (svg.empty() ? "<div class=\"nomask\">no mask picture</div>" : svg)
+          << "<figcaption><b>" << escape_html(id) << "</b><br>" << escape_html(mask_label(problem)) << "<br>"
+          << "Sq " << fmt("%.0f", num(problem, "seq_q", 0)) << ", Sk " << fmt("%.0f", num(problem, "seq_k", 0))
+          << ", " << escape_html(str(problem, "dtype")) << " " << escape_html(str(problem, "layout"));
+    if (row.contains("packing") && row["packing"].is_object())
+      cases << "<br>packing ratio " << fmt("%.3f", num(row["packing"], "packing_ratio", 0));
+    cases << "</figcaption></figure>";
+  }
+  cases << "</div>";
+
+  // ---- charts: Vega-Lite specs with inline data; only charts that have data
+  json charts = json::array();
+  auto add_chart = [&](const std::string& name, const std::string& heading, json spec) {
+    spec["$schema"] = "https://vega.github.io/schema/vega-lite/v6.json";
+    charts.push_back({{"name", name}, {"title", heading}, {"spec", spec}});
+  };
+  {
+    json pts = json::array();
+    for (const auto& r : rows)
+      for (const char* pass : {"fwd", "fwd_bwd"}) {
+        const auto& t = r[std::string("useful_tflops_") + pass];
+        if (!t.is_number() || !r["seq_q"].is_number()) continue;
+        pts.push_back({{"backend", r["backend"]}, {"mask", r["mask"]}, {"seq_q", r["seq_q"]}, {"tflops", t},
+                       {"pass", pass}, {"config", r["config"]}, {"case_id", r["case_id"]}});
+      }
+    json seqs = json::array();  // axis ticks at the measured lengths only
+    for (const auto& p : pts)
+      if (std::find(seqs.begin(), seqs.end(), p["seq_q"]) == seqs.end()) seqs.push_back(p["seq_q"]);
+    if (!pts.empty())
+      add_chart("throughput_vs_seq", "Useful TFLOP/s against sequence length, per backend and mask",
+                {{"data", {{"values", pts}}},
+                 {"facet", {{"row", {{"field", "pass"}, {"type", "nominal"}, {"title", "pass"}}},
+                            {"column", {{"field", "mask"}, {"type", "nominal"}, {"title", "mask"}}}}},
+                 {"spec",
+                  {{"width", 260},
+                   {"height", 180},
+                   {"mark", {{"type", "line"}, {"point", true}}},
+                   {"encoding",
+                    {{"x", {{"field", "seq_q"}, {"type", "quantitative"}, {"scale", {{"type", "log"}, {"base", 2}}},
+                            {"axis", {{"values", seqs}, {"format", "d"}, {"labelAngle", 0}}},
+                            {"title", "sequence length (Sq)"}}},
+                     {"y", {{"field", "tflops"}, {"type", "quantitative"}, {"title", "useful TFLOP/s"}}},
+                     {"color", {{"field", "backend"}, {"type", "nominal"}}},
+                     {"detail", {{"field", "config"}, {"type", "nominal"}}},
+                     {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}},
+                                              {{"field", "tflops"}, {"format", ".1f"}}, {{"field", "config"}}})}}}}},
+                 {"resolve", {{"scale", {{"y", "independent"}}}}}});
+  }
+  {
+    json bars = json::array();
+    for (const auto& r : rows) {
+      if (!r["fwd_ms"].is_number() || !r["bwd_ms"].is_number()) continue;
+      const std::string label = r["case_id"].get<std::string>() + " | " + r["backend"].get<std::string>();
+      bars.push_back({{"row", label}, {"part", "forward"}, {"ms", r["fwd_ms"]}, {"order", 0}});
+      bars.push_back({{"row", label}, {"part", "backward"}, {"ms", r["bwd_ms"]}, {"order", 1}});
+    }
+    if (!bars.empty())
+      add_chart("fwd_bwd_split", "Forward and backward time (medians, ms)",
+                {{"data", {{"values", bars}}},
+                 {"width", 520},
+                 {"mark", "bar"},
+                 {"encoding",
+                  {{"y", {{"field", "row"}, {"type", "nominal"}, {"title", nullptr}, {"sort", nullptr}}},
+                   {"x", {{"field", "ms"}, {"type", "quantitative"}, {"stack", "zero"}, {"title", "ms"}}},
+                   {"color", {{"field", "part"}, {"type", "nominal"}, {"sort", json::array({"forward", "backward"})}}},
+                   {"order", {{"field", "order"}, {"type", "ordinal"}}},
+                   {"tooltip", json::array({{{"field", "row"}}, {{"field", "part"}}, {{"field", "ms"}, {"format", ".4g"}}})}}}});
+  }
+  {
+    json pts = json::array();
+    for (const auto& r : rows) {
+      if (!r["packing_ratio"].is_number()) continue;
+      const json& t = r["useful_tflops_fwd_bwd"].is_number() ? r["useful_tflops_fwd_bwd"] : r["useful_tflops_fwd"];
+      if (!t.is_number()) continue;
+      pts.push_back({{"backend", r["backend"]}, {"packing_ratio", r["packing_ratio"]}, {"tflops", t},
+                     {"case_id", r["case_id"]}, {"mask", r["mask"]}});
+    }
+    if (!pts.empty())
+      add_chart("packing_vs_throughput", "Packing ratio against useful TFLOP/s (fwd+bwd where timed, else fwd)",
+                {{"data", {{"values", pts}}},
+                 {"width", 420},
+                 {"height", 260},
+                 {"mark", {{"type", "point"}, {"filled", true}, {"size", 60}}},
+                 {"encoding",
+                  {{"x", {{"field", "packing_ratio"}, {"type", "quantitative"}, {"title", "packing ratio (real / padded tokens)"},
+                          {"scale", {{"zero", false}}}}},
+                   {"y", {{"field", "tflops"}, {"type", "quantitative"}, {"title", "useful TFLOP/s"}}},
+                   {"color", {{"field", "backend"}, {"type", "nominal"}}},
+                   {"shape", {{"field", "mask"}, {"type", "nominal"}}},
+                   {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}},
+                                            {{"field", "packing_ratio"}, {"format", ".3f"}},
+                                            {{"field", "tflops"}, {"format", ".1f"}}})}}}});
+  }
+  {
+    json pts = json::array();
+    for (const auto& r : rows)
+      for (const auto& t : r["tensors"])
+        pts.push_back({{"backend", r["backend"]}, {"tensor", t["tensor"]}, {"ratio", t["ratio"]}, {"pass", t["pass"]},
+                       {"case_id", r["case_id"]}});
+    if (!pts.empty()) {
+      const json order = json::array({"O", "LSE", "dQ", "dK", "dV", "dBias"});
+      add_chart("error_ratios", "Error ratio e / max(e_lp, ulp) per tensor (rule: r = 2 for O and LSE, 3 for gradients)",
+                {{"width", 420},
+                 {"height", 260},
+                 {"layer",
+                  json::array(
+                      {{{"data", {{"values", pts}}},
+                        {"mark", {{"type", "point"}, {"filled", true}, {"size", 50}}},
+                        {"encoding",
+                         {{"x", {{"field", "tensor"}, {"type", "nominal"}, {"sort", order}, {"title", "tensor"}}},
+                          {"xOffset", {{"field", "backend"}, {"type", "nominal"}}},
+                          {"y", {{"field", "ratio"}, {"type", "quantitative"}, {"title", "error ratio"}}},
+                          {"color", {{"field", "backend"}, {"type", "nominal"}}},
+                          {"shape", {{"field", "pass"}, {"type", "nominal"}, {"title", "tensor passed"}}},
+                          {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}}, {{"field", "tensor"}},
+                                                   {{"field", "ratio"}, {"format", ".3g"}}})}}}},
+                       {{"data", {{"values", json::array({{{"y", 2}, {"label", "r = 2"}}, {{"y", 3}, {"label", "r = 3"}}})}}},
+                        {"mark", {{"type", "rule"}, {"strokeDash", json::array({4, 4})}, {"color", "#888"}}},
+                        {"encoding", {{"y", {{"field", "y"}, {"type", "quantitative"}}}}}}})}});
+    }
+  }
+
+  std::string charts_html;
+  std::string bundles;
+  std::string why;
+  const std::string assets = !opt.inline_charts ? std::string()
+                             : !opt.node_modules.empty() ? opt.node_modules
+                                                         : find_chart_assets(&why);
+  if (opt.inline_charts && !opt.node_modules.empty()) {
+    for (const char* b : kBundles)
+      if (!std::filesystem::exists(std::filesystem::path(opt.node_modules) / b))
+        why = (std::filesystem::path(opt.node_modules) / b).string() + " missing";
+  }
+  const bool have_assets = opt.inline_charts && !assets.empty() && why.empty();
+  if (charts.empty()) {
+    charts_html = "<p class=\"notice\">No chart has data: no row was timed.</p>";
+  } else if (!have_assets) {
+    charts_html = "<p class=\"notice\" id=\"charts-missing\">The charts need the Vega bundles: run <code>npm ci</code> in "
+                  "<code>reports/</code> (or <code>ci/install_browser.sh</code>) and render the report again" +
+                  (why.empty() ? std::string() : " (" + escape_html(why) + ")") + ".</p>";
+    charts = json::array();
+  } else {
+    for (size_t i = 0; i < charts.size(); ++i)
+      charts_html += "<section class=\"chart-box\"><h3>" + escape_html(charts[i]["title"].get<std::string>()) +
+                     "</h3><div class=\"chart\" id=\"chart-" + std::to_string(i) + "\" data-chart=\"" +
+                     escape_html(charts[i]["name"].get<std::string>()) + "\"></div></section>";
+    for (const char* b : kBundles)
+      bundles += "<script>" + script_safe(read_file((std::filesystem::path(assets) / b).string())) + "</script>\n";
+  }
+
+  // ---- environment
+  std::ostringstream envs;
+  json run = {{"command", report.value("command", json())},
+              {"git_revision", report.value("git_revision", json())},
+              {"started", report.value("started", json())},
+              {"finished", report.value("finished", json())},
+              {"scenario", scenario}};
+  if (report.contains("merged_from")) run["merged_from"] = report["merged_from"];
+  envs << "<h3>Run</h3>" << kv_table(run);
+  envs << "<h3>Ceilings</h3>"
+       << (report.contains("ceilings") && report["ceilings"].is_object() ? kv_table(report["ceilings"])
+                                                                         : "<p>not measured</p>");
+  if (report.contains("measurement")) envs << "<h3>Measurement policy</h3>" << kv_table(report["measurement"]);
+  envs << "<h3>Environment</h3>" << kv_table(report.value("environment", json::object()));
+
+  const json environment = report.value("environment", json::object());
+  const json gpu = environment.value("gpu", json::object());
+  // each part escaped; the separators are ours
+  std::string subtitle = "GPU: " + escape_html(str(gpu, "name", "unknown")) + " &middot; git " +
+             escape_html(str(report, "git_revision", "unknown")) + " &middot; started " +
+             escape_html(str(report, "started", "?"));
+  if (!opt.source_file.empty()) subtitle += " &middot; " + escape_html(opt.source_file);
+  if (!report.contains("finished") || report["finished"].is_null())
+    subtitle += " &middot; <b>run not finished (partial report)</b>";
+
+  const json ceil = report.value("ceilings", json());
+  std::string ceiling_line = "Ceilings not measured: fractions of peak are blank.";
+  if (ceil.is_object() && ceil.value("measured", false))
+    ceiling_line = "Measured ceilings: bf16 GEMM " + fmt("%.0f", num(ceil, "gemm_bf16_tflops", 0)) +
+                   " TFLOP/s, device copy " + fmt("%.0f", num(ceil, "copy_gbps", 0)) + " GB/s.";
+
+  return fill(kReportTemplate,
+              {{"TITLE", escape_html(title)},
+               {"SUBTITLE", subtitle},
+               {"SUMMARY", summary.str()},
+               {"CEILINGS", escape_html(ceiling_line)},
+               {"TABLE", table.str()},
+               {"CASES", cases.str()},
+               {"CHARTS", charts_html},
+               {"ENVIRONMENT", envs.str()},
+               {"CHART_SPECS", json_for_script(charts)},
+               {"BUNDLES", bundles}});
+}
+
+}  // namespace attnbench::html

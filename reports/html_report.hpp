@@ -1,0 +1,68 @@
+// The self-contained HTML report behind `attnbench report report.json -o report.html`.
+//
+// One file that opens offline: a summary table (status, times, useful and
+// executed TFLOP/s, fraction of the measured ceilings, speed-up against a
+// baseline backend, worst error ratio), Vega-Lite charts (throughput against
+// sequence length per backend and mask, the forward/backward split, packing ratio
+// against throughput, error ratios per tensor), a thumbnail of each case's
+// BlockMask, and the environment.
+//
+// The Vega, Vega-Lite and vega-embed bundles are read from reports/node_modules
+// (installed by `npm ci`, see ci/install_browser.sh) and inlined; without them the
+// tables still render and the chart section says how to get the charts.
+//
+// Every string that comes from the input file is escaped: escape_html() for
+// markup, json_for_script() for JSON inside <script> (no "</script", "<!--",
+// U+2028 or U+2029 can survive).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace attnbench::html {
+
+/// Options of render_report().
+struct HtmlOptions {
+  std::string baseline_backend;  ///< speed-ups are relative to this backend ("" = none)
+  std::string title;             ///< page title ("" = from the scenario name)
+  std::string source_file;       ///< shown in the header
+  /// node_modules folder holding vega, vega-lite and vega-embed; "" = look up with
+  /// find_chart_assets().
+  std::string node_modules;
+  bool inline_charts = true;     ///< false: never inline the bundles (tables only)
+};
+
+/// The node_modules folder with the three minified bundles: $ATTNBENCH_NODE_MODULES
+/// if set, else ATTNBENCH_SOURCE_DIR/reports/node_modules. Returns "" (and the
+/// reason in `why`) when a bundle is missing.
+std::string find_chart_assets(std::string* why = nullptr);
+
+/// Render the whole page. `report` is a loaded report.json (load_report()).
+/// Throws InputError when the baseline backend does not occur in the report, and
+/// std::runtime_error when a bundle cannot be read.
+std::string render_report(const nlohmann::json& report, const HtmlOptions& options);
+
+/// Escape & < > " ' for HTML text and attribute values.
+std::string escape_html(std::string_view s);
+/// JSON text safe inside a <script> element: ASCII only (U+2028/U+2029 and all
+/// non-ASCII as \uXXXX) with <, > and & as \u003c, \u003e, \u0026.
+std::string json_for_script(const nlohmann::json& j);
+/// A JavaScript bundle made safe for inlining: "</script" and "<!--" (which can
+/// only occur inside string literals) become "<\/script" and "<\!--".
+std::string script_safe(std::string js);
+
+/// Per-row figures the table and charts show (one object per report row):
+/// case_id, backend, status, mask, seq_q, seq_k, config, {fwd,bwd,fwd_bwd}_ms,
+/// useful_/executed_tflops_{fwd,bwd,fwd_bwd}, pct_gemm_fwd, pct_bw_fwd,
+/// speedup_{fwd,fwd_bwd} (vs the baseline), worst_ratio, tile_efficiency,
+/// packing_ratio; absent figures are null.
+nlohmann::json derive_rows(const nlohmann::json& report, const std::string& baseline_backend);
+
+/// Inline SVG of a mask thumbnail (report row "mask_thumbnail"): full cells dark,
+/// partial cells mid-grey, empty cells light; each row drawn as runs of equal cells.
+/// `px` is the larger side in CSS pixels. "" for a null or malformed thumbnail.
+std::string mask_svg(const nlohmann::json& thumbnail, int px = 96);
+
+}  // namespace attnbench::html

@@ -1,0 +1,408 @@
+// report.json: rows, the atomic writer, the reader's guard, merge, mask
+// thumbnails, the environment fingerprint, the progress line, and validation of
+// written reports against reports/report.schema.json (Ajv, through node).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "harness/environment.hpp"
+#include "harness/errors.hpp"
+#include "harness/json_util.hpp"
+#include "harness/measure.hpp"
+#include "harness/problem.hpp"
+#include "harness/progress.hpp"
+#include "harness/report.hpp"
+
+using namespace attnbench;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSource = ATTNBENCH_SOURCE_DIR;
+const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
+const std::string kRerun = kSource + "/ci/baselines/example-h100-rerun.json";
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("attnbench_test_report_" + std::to_string(getpid()));
+  fs::create_directories(d);
+  return d / name;
+}
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+std::string input_error_path(const std::string& file) {
+  try {
+    load_report(file);
+  } catch (const InputError& e) {
+    return e.json_path();
+  }
+  return "<no error>";
+}
+
+/// Run a shell command; returns (exit status, stdout).
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+bool skip_allowed() {
+  const char* v = std::getenv("ATTNBENCH_ALLOW_BROWSER_SKIP");
+  return v && std::string(v) == "1";
+}
+
+/// A report written the way the runner writes one: real environment, real
+/// TimingStats, every row field.
+json write_sample_report(const fs::path& path) {
+  TimingPolicy pol;
+  ReportWriter w(path.string(), make_report_header("attnbench run x.json", {{"name", "unit"}, {"cases", 2}},
+                                                   pol.to_json(), env::collect("attnbench run x.json")));
+  ReportRow r;
+  r.case_id = "causal-s256";
+  r.backend = "cpu";
+  r.status = RowStatus::pass;
+  r.problem = {{"batch", 1}, {"heads_q", 2}, {"heads_kv", 1}, {"seq_q", 256}, {"seq_k", 256}, {"head_dim", 64},
+               {"head_dim_v", 64}, {"dtype", "bf16"}, {"layout", "bshd"}, {"mask", json::array()}};
+  r.work = {{"useful_pairs", 65792}, {"executed_pairs", 98304}, {"useful_flops_fwd", 1.68e7},
+            {"executed_flops_fwd", 2.5e7}, {"useful_flops_bwd", 4.2e7}, {"executed_flops_bwd", 6.3e7},
+            {"tile_efficiency", 0.669}};
+  r.check = {{"pass", true}, {"mode", "full"}, {"scope", "all"}, {"worst_ratio", 1.1},
+             {"tensors", json::array({{{"name", "O"}, {"pass", true}, {"ratio", 1.1}}})}};
+  TimingStats t;
+  t.samples_ms = {1.0, 1.1, 0.95};
+  t.summarize();
+  t.stop_reason = "time_cap";
+  t.timer = "steady_clock";
+  r.timing = {{"fwd", t.to_json()}, {"fwd_bwd", t.to_json()}};
+  r.memory = {{"allocated_bytes", 1024}, {"workspace_bytes", 0}};
+  r.extra = {{"setup_ms", 0.5}};
+  r.clocks = {{"start", env::sample_clocks(0).to_json()}, {"end", env::sample_clocks(0).to_json()}};
+  r.mask_thumbnail = mask_thumbnail("+.\n#+\n", 128, 128);
+  w.add_row(r);
+  ReportRow u;
+  u.case_id = "causal-s256";
+  u.backend = "naive";
+  u.status = RowStatus::unsupported;
+  u.reason = "needs a GPU";
+  w.add_row(u);
+  ReportRow e;
+  e.case_id = "doc-s512";
+  e.backend = "cpu";
+  e.status = RowStatus::oom;
+  e.message = "out of memory allocating 8 GiB";
+  w.add_row(e);
+  w.set_field("ceilings", {{"measured", false}, {"reason", "no GPU"}});
+  w.finish();
+  return w.document();
+}
+
+}  // namespace
+
+TEST_CASE("row statuses round-trip") {
+  for (RowStatus s : {RowStatus::pass, RowStatus::fail, RowStatus::unsupported, RowStatus::error, RowStatus::oom,
+                      RowStatus::timeout, RowStatus::crashed})
+    CHECK(parse_row_status(to_string(s)) == s);
+  CHECK_FALSE(parse_row_status("passed").has_value());
+}
+
+TEST_CASE("rows serialise with optional parts") {
+  ReportRow r;
+  r.case_id = "c";
+  r.backend = "b";
+  r.status = RowStatus::unsupported;
+  r.reason = "why";
+  json j = r.to_json();
+  CHECK(j["status"] == "unsupported");
+  CHECK(j["reason"] == "why");
+  CHECK_FALSE(j.contains("message"));
+  CHECK(j["timing"].is_null());
+  CHECK_FALSE(j.contains("clocks"));
+  CHECK_FALSE(j.contains("mask_thumbnail"));
+  r.clocks = {{"start", {{"available", false}}}};
+  CHECK(r.to_json().contains("clocks"));
+}
+
+TEST_CASE("the writer fills the header, rewrites after every row and finishes") {
+  fs::path p = scratch("writer.json");
+  ReportWriter w(p.string(), {{"command", "x"}});
+  json on_disk = jsonu::load_file(p.string());
+  CHECK(on_disk["schema_version"] == kReportSchemaVersion);
+  CHECK(on_disk["tool"] == "attnbench");
+  CHECK(on_disk["started"].is_string());
+  CHECK(on_disk["finished"].is_null());
+  CHECK(on_disk["results"].empty());
+  ReportRow r;
+  r.case_id = "a";
+  r.backend = "cpu";
+  r.status = RowStatus::error;
+  r.message = "boom";
+  w.add_row(r);
+  CHECK(jsonu::load_file(p.string())["results"].size() == 1);
+  w.add_row(r);
+  CHECK(jsonu::load_file(p.string())["results"].size() == 2);
+  w.finish();
+  on_disk = jsonu::load_file(p.string());
+  CHECK(on_disk["finished"].is_string());
+  CHECK(on_disk["finished"].get<std::string>().back() == 'Z');
+  // no temp file left behind
+  int others = 0;
+  for (const auto& e : fs::directory_iterator(p.parent_path()))
+    if (e.path().filename().string().rfind("writer.json.tmp", 0) == 0) ++others;
+  CHECK(others == 0);
+  CHECK_THROWS_AS(write_json_atomic("/nonexistent-dir/x/report.json", json::object()), std::runtime_error);
+}
+
+TEST_CASE("load_report accepts the example baselines") {
+  json doc = load_report(kBaseline);
+  CHECK(doc["results"].size() == 10);
+  CHECK(row_key(doc["results"][0]) == "full-s1024|naive");
+}
+
+TEST_CASE("load_report names file, JSON path and value of bad input") {
+  json good = jsonu::load_file(kBaseline);
+  fs::path p = scratch("bad.json");
+
+  json bad = good;
+  bad["results"][3]["status"] = "passed";
+  write(p, bad.dump());
+  CHECK(input_error_path(p.string()) == "/results/3/status");
+
+  bad = good;
+  bad["schema_version"] = 2;
+  write(p, bad.dump());
+  CHECK(input_error_path(p.string()) == "/schema_version");
+
+  bad = good;
+  bad["results"][0]["timing"]["fwd"]["samples_ms"][4] = "x";
+  write(p, bad.dump());
+  CHECK(input_error_path(p.string()) == "/results/0/timing/fwd/samples_ms/4");
+
+  bad = good;
+  bad["results"][1]["timing"]["both"] = bad["results"][1]["timing"]["fwd"];
+  write(p, bad.dump());
+  CHECK(input_error_path(p.string()) == "/results/1/timing/both");
+
+  bad = good;
+  bad["results"][2].erase("backend");
+  write(p, bad.dump());
+  CHECK(input_error_path(p.string()) == "/results/2/backend");
+
+  write(p, "{\"schema_version\": 1, \"results\": [");
+  CHECK(input_error_path(p.string()) == "");
+  CHECK(input_error_path((fs::path(p).parent_path() / "missing.json").string()) == "");
+}
+
+TEST_CASE("merge concatenates shards and guards environments and duplicates") {
+  json a = load_report(kBaseline), b = load_report(kRerun);
+  json shard0 = a, shard1 = b;
+  shard0["results"] = json::array();
+  shard1["results"] = json::array();
+  for (size_t i = 0; i < a["results"].size(); ++i) (i % 2 ? shard1 : shard0)["results"].push_back(a["results"][i]);
+  json m = merge_reports({{"s0.json", shard0}, {"s1.json", shard1}});
+  CHECK(m["results"].size() == a["results"].size());
+  CHECK(m["merged_from"].size() == 2);
+  CHECK(m["merged_from"][1]["file"] == "s1.json");
+  CHECK(m["started"] == a["started"]);   // the earlier start
+  CHECK(m["finished"] == b["finished"]);  // the later finish
+  CHECK_FALSE(m.contains("shard"));
+
+  // the same row twice
+  CHECK_THROWS_AS(merge_reports({{"a.json", a}, {"b.json", b}}), InputError);
+  json r = merge_reports({{"a.json", a}, {"b.json", b}}, {false, true});
+  CHECK(r["results"].size() == a["results"].size());
+  CHECK(r["results"][0]["timing"] == b["results"][0]["timing"]);
+
+  // another GPU
+  json other = shard1;
+  other["environment"]["gpu"]["name"] = "NVIDIA H200";
+  try {
+    merge_reports({{"s0.json", shard0}, {"h200.json", other}});
+    FAIL("expected InputError");
+  } catch (const InputError& e) {
+    CHECK(e.file() == "h200.json");
+    CHECK(e.json_path() == "/environment");
+    CHECK(std::string(e.what()).find("H200") != std::string::npos);
+  }
+  CHECK(merge_reports({{"s0.json", shard0}, {"h200.json", other}}, {true, false})["results"].size() ==
+        a["results"].size());
+
+  // an unfinished input leaves the merge unfinished
+  json running = shard1;
+  running["finished"] = nullptr;
+  CHECK(merge_reports({{"s0.json", shard0}, {"s1.json", running}})["finished"].is_null());
+  CHECK_THROWS_AS(merge_reports({}), InputError);
+}
+
+TEST_CASE("mask thumbnails keep small renderings and downsample large ones") {
+  json t = mask_thumbnail("+..\n#+.\n##+\n", 128, 128);
+  CHECK(t["rows"] == json::array({"+..", "#+.", "##+"}));
+  CHECK(t["cell_q_blocks"] == 1);
+
+  // 4x4 causal pattern into 2x2 cells
+  json d = mask_thumbnail("+...\n#+..\n##+.\n###+\n", 64, 64, 2);
+  CHECK(d["rows"] == json::array({"+.", "#+"}));
+  CHECK(d["cell_q_blocks"] == 2);
+  CHECK(d["cell_kv_blocks"] == 2);
+  CHECK(d["q_block"] == 64);
+
+  // a 100-block rendering fits in 48 cells per side
+  std::string big;
+  for (int i = 0; i < 100; ++i) big += std::string(100, i % 2 ? '#' : '.') + "\n";
+  json b = mask_thumbnail(big, 128, 128);
+  CHECK(b["rows"].size() <= 48);
+  CHECK(b["rows"][0].get<std::string>().size() <= 48);
+  CHECK(b["rows"][0].get<std::string>().find_first_not_of('+') == std::string::npos);  // mixed cells
+
+  CHECK(mask_thumbnail("", 128, 128).is_null());
+  CHECK_THROWS_AS(mask_thumbnail("#+\n#\n", 128, 128), std::invalid_argument);
+  CHECK_THROWS_AS(mask_thumbnail("#x\n", 128, 128), std::invalid_argument);
+}
+
+TEST_CASE("mask_thumbnail_for draws batch row 0 of a problem at 128 x 128 tiles") {
+  json pj = {{"batch", 2}, {"heads_q", 2}, {"heads_kv", 1}, {"seq_q", 512}, {"seq_k", 512}, {"head_dim", 64},
+             {"dtype", "bf16"}, {"mask", json::array({{{"kind", "causal"}}})}};
+  json t = mask_thumbnail_for(problem_from_json(pj, "p.json"));
+  CHECK(t["rows"] == json::array({"+...", "#+..", "##+.", "###+"}));
+  CHECK(t["q_block"] == 128);
+  // documents differ per batch row: row 0 is drawn
+  pj["mask"] = json::array({{{"kind", "document"}, {"doc_lengths", {{256, 256}, {512}}}}});
+  json d = mask_thumbnail_for(problem_from_json(pj, "p.json"));
+  CHECK(d["rows"] == json::array({"##..", "##..", "..##", "..##"}));
+}
+
+TEST_CASE("environment fingerprint without a GPU and the version hook") {
+  CHECK(env::register_library_version("unit-test-lib", [] { return std::string("1.2.3"); }));
+  CHECK(env::register_library_version("unit-test-throws", []() -> std::string { throw std::runtime_error("nope"); }));
+  json e = env::collect("attnbench unit", 0);
+  CHECK(e["versions"]["unit-test-lib"] == "1.2.3");
+  CHECK(e["versions"]["unit-test-throws"].get<std::string>().find("nope") != std::string::npos);
+  CHECK(e["gpu"].contains("available"));
+  CHECK(e["gpu"]["name"].is_string());
+  if (!e["gpu"]["available"].get<bool>()) {
+    CHECK(e["gpu"]["name"] == "none");
+    CHECK(e["gpu"]["reason"].get<std::string>().size() > 0);
+  }
+  for (const char* k : {"driver", "cuda_runtime", "cudnn", "cublas"}) CHECK(e["versions"][k].is_string());
+  CHECK(e["host"]["cpu_model"].is_string());
+  CHECK(e["host"]["hostname"].get<std::string>().size() > 0);
+  CHECK(e["harness"]["git_revision"] == ATTNBENCH_GIT_REV);
+  CHECK(e["harness"]["command_line"] == "attnbench unit");
+  CHECK(e["time"].get<std::string>().size() == 20);  // YYYY-MM-DDTHH:MM:SSZ
+
+  env::ClockSample s = env::sample_clocks(0);
+  json sj = s.to_json();
+  CHECK(sj["available"] == s.available);
+  if (!s.available) CHECK(sj["reason"].get<std::string>().size() > 0);
+
+  json id = env::comparable_identity(e);
+  CHECK(id["gpu"] == e["gpu"]["name"]);
+  CHECK(env::comparable_identity(json::object())["gpu"] == "unknown");
+}
+
+TEST_CASE("throttle reason bits are named") {
+  CHECK(env::throttle_reason_names(0).empty());
+  CHECK(env::throttle_reason_names(0x4) == std::vector<std::string>{"sw_power_cap"});
+  CHECK(env::throttle_reason_names(0x1 | 0x40) == std::vector<std::string>{"gpu_idle", "hw_thermal_slowdown"});
+  CHECK(env::throttle_reason_names(uint64_t{1} << 20) == std::vector<std::string>{"bit_20"});
+  CHECK(env::host_cpu_model().size() > 0);
+}
+
+TEST_CASE("progress: quiet off a terminal, status line and ETA") {
+  FILE* f = std::tmpfile();
+  REQUIRE(f != nullptr);
+  {
+    Progress quiet(10, 2, f);  // a file is not a terminal
+    CHECK_FALSE(quiet.active());
+    quiet.start_case(0, "a");
+    quiet.message("hello");
+  }
+  std::fseek(f, 0, SEEK_END);
+  CHECK(std::ftell(f) == 0);
+
+  double now = 100.0;
+  Progress p(4, 2, f, true, [&] { return now; });
+  CHECK(p.active());
+  p.start_case(0, "causal-s1024");
+  p.set_backend("cudnn");
+  CHECK(p.status_line() == "[1/4] causal-s1024 | cudnn | 0s elapsed");
+  now += 30;
+  p.finish_unit();  // 1 of 8 units in 30 s -> 7 more at 30 s each
+  CHECK(p.status_line() == "[1/4] causal-s1024 | cudnn | 30s elapsed | ETA 3m30s");
+  p.message("a line above");
+  p.done();
+  std::fflush(f);
+  std::fseek(f, 0, SEEK_SET);
+  std::string written(4096, '\0');
+  written.resize(std::fread(written.data(), 1, written.size(), f));
+  std::fclose(f);
+  CHECK(written.find("a line above\n") != std::string::npos);
+  CHECK(written.find("\r\x1b[2K") != std::string::npos);
+
+  CHECK(Progress::format_duration(59.4) == "59s");
+  CHECK(Progress::format_duration(187) == "3m07s");
+  CHECK(Progress::format_duration(7500) == "2h05m");
+  CHECK(Progress::format_duration(-1) == "?");
+}
+
+TEST_CASE("written reports and the baselines validate against reports/report.schema.json") {
+  const char* node_env = std::getenv("ATTNBENCH_NODE");  // node binary (default: node on PATH)
+  const std::string node_cmd = node_env && *node_env ? node_env : "node";
+  const std::string node = run("command -v '" + node_cmd + "'").second;
+  const std::string validator = kSource + "/tests/html/validate_report.mjs";
+  const std::string schema = kSource + "/reports/report.schema.json";
+  const bool have_ajv = fs::exists(kSource + "/reports/node_modules/ajv/dist/2020.js");
+  if (node.empty() || !have_ajv) {
+    const std::string why = node.empty() ? "node not found" : "reports/node_modules/ajv missing (npm ci in reports/)";
+    if (skip_allowed()) {
+      std::fprintf(stderr, "\n*** SKIPPED: schema validation (%s); ATTNBENCH_ALLOW_BROWSER_SKIP=1 ***\n\n", why.c_str());
+      return;
+    }
+    FAIL("schema validation cannot run: " << why << " (run ci/install_browser.sh, or set ATTNBENCH_ALLOW_BROWSER_SKIP=1)");
+  }
+  fs::path written = scratch("written.json");
+  write_sample_report(written);
+  auto [rc, out] = run("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + written.string() + "' '" + kBaseline + "' '" +
+                       kRerun + "' 2>&1");
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("\"valid\":false") == std::string::npos);
+
+  // the validator really validates: broken reports are rejected
+  json bad = jsonu::load_file(kBaseline);
+  bad["results"][0]["status"] = "passed";
+  bad["results"][1].erase("check");
+  bad["results"][2]["timing"]["fwd"].erase("samples_ms");
+  fs::path bad_path = scratch("invalid.json");
+  write(bad_path, bad.dump());
+  auto [rc2, out2] = run("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + bad_path.string() + "' 2>&1");
+  INFO(out2);
+  CHECK(rc2 == 1);
+  CHECK(out2.find("/results/0/status") != std::string::npos);
+  CHECK(out2.find("/results/1") != std::string::npos);
+  CHECK(out2.find("/results/2/timing/fwd") != std::string::npos);
+
+  // an unsupported row without its reason is rejected
+  json unsup = jsonu::load_file(kBaseline);
+  for (auto& r : unsup["results"])
+    if (r["status"] == "unsupported") r.erase("reason");
+  write(bad_path, unsup.dump());
+  CHECK(run("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + bad_path.string() + "' >/dev/null 2>&1").first == 1);
+}

@@ -1,0 +1,286 @@
+// The HTML report: escaping of everything that comes from the input file, the
+// derived figures, the page without chart bundles, `attnbench report`, and a real
+// rendering in headless Chromium (no console errors, every chart drawn, no
+// network request, a screenshot saved).
+//
+// The browser part needs node, reports/node_modules (npm ci) and Debian's
+// chromium, which ci/install_browser.sh installs. Without them the test FAILS,
+// unless ATTNBENCH_ALLOW_BROWSER_SKIP=1: then it prints a loud SKIPPED line and
+// the executable exits with 77 (ctest: SKIP_RETURN_CODE 77) provided every other
+// test case passed. ATTNBENCH_NODE names the node binary (default: node on PATH),
+// ATTNBENCH_CHROMIUM the browser (default: /usr/bin/chromium).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "harness/errors.hpp"
+#include "harness/json_util.hpp"
+#include "harness/report.hpp"
+#include "reports/html_report.hpp"
+
+using namespace attnbench;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSource = ATTNBENCH_SOURCE_DIR;
+const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
+
+// ---- exit code 77 for an allowed skip, only when everything else passed
+bool g_browser_skipped = false;
+bool g_all_passed = false;
+
+struct SkipListener : public doctest::IReporter {
+  explicit SkipListener(const doctest::ContextOptions&) {}
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats& s) override {
+    g_all_passed = s.numTestCasesFailed == 0 && s.numAssertsFailed == 0;
+    if (g_browser_skipped && g_all_passed)
+      std::atexit([] {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(77);
+      });
+  }
+  void test_case_start(const doctest::TestCaseData&) override {}
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+REGISTER_LISTENER("attnbench_skip77", 1, SkipListener);
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("attnbench_test_html_" + std::to_string(getpid()));
+  fs::create_directories(d);
+  return d / name;
+}
+
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// The JSON inside <script type="application/json" id="attnbench-charts">.
+std::string chart_json_of(const std::string& page) {
+  const std::string open = "<script type=\"application/json\" id=\"attnbench-charts\">";
+  size_t a = page.find(open);
+  if (a == std::string::npos) return "";
+  a += open.size();
+  return page.substr(a, page.find("</script>", a) - a);
+}
+
+const std::string kHostile = "</script><script>alert(\"x\")</script><!-- \xE2\x80\xA8 \xE2\x80\xA9 <b>bold</b> '&";
+
+}  // namespace
+
+TEST_CASE("escape_html escapes markup and attribute quotes") {
+  CHECK(html::escape_html("a<b>&\"c'") == "a&lt;b&gt;&amp;&quot;c&#39;");
+  CHECK(html::escape_html("plain \xC3\xA9") == "plain \xC3\xA9");
+}
+
+TEST_CASE("json_for_script leaves nothing that ends a script or confuses JS") {
+  json j = {{"s", kHostile}, {"n", 1.5}};
+  const std::string out = html::json_for_script(j);
+  CHECK(out.find('<') == std::string::npos);
+  CHECK(out.find('>') == std::string::npos);
+  CHECK(out.find('&') == std::string::npos);
+  CHECK(out.find("\xE2\x80\xA8") == std::string::npos);
+  CHECK(out.find("\xE2\x80\xA9") == std::string::npos);
+  for (unsigned char c : out) CHECK(c < 0x80);
+  CHECK(json::parse(out) == j);  // still the same JSON
+}
+
+TEST_CASE("script_safe neutralises </script and <!-- in bundles") {
+  CHECK(html::script_safe("var a='</SCRIPT>';var b=\"<!--\";x<y") == "var a='<\\/SCRIPT>';var b=\"<\\!--\";x<y");
+  CHECK(html::script_safe("</scrip") == "</scrip");
+}
+
+TEST_CASE("mask thumbnails become run-length SVG") {
+  json t = mask_thumbnail("+..\n#+.\n##+\n", 128, 128);
+  const std::string svg = html::mask_svg(t, 96);
+  CHECK(svg.rfind("<svg class=\"mask\"", 0) == 0);
+  CHECK(count(svg, "<rect") == 1 + 5);  // background + runs "+", "#", "+", "##", "+"
+  CHECK(svg.find("viewBox=\"0 0 3 3\"") != std::string::npos);
+  CHECK(html::mask_svg(json()) == "");
+  CHECK(html::mask_svg(json{{"rows", {"#<script>"}}}) == "");
+}
+
+TEST_CASE("derived figures: TFLOP/s, fractions of the ceilings, speed-ups") {
+  json doc = load_report(kBaseline);
+  json rows = html::derive_rows(doc, "naive");
+  REQUIRE(rows.size() == doc["results"].size());
+  const json& src = doc["results"][3];  // causal-s1024 on cudnn
+  const json& d = rows[3];
+  REQUIRE(d["backend"] == "cudnn");
+  const double fwd = src["timing"]["fwd"]["median_ms"].get<double>();
+  const double tflops = src["work"]["useful_flops_fwd"].get<double>() / (fwd * 1e-3) / 1e12;
+  CHECK(d["useful_tflops_fwd"].get<double>() == doctest::Approx(tflops));
+  CHECK(d["pct_gemm_fwd"].get<double>() == doctest::Approx(100.0 * tflops / 745.0));
+  CHECK(d["executed_tflops_fwd"].get<double>() >= d["useful_tflops_fwd"].get<double>());
+  const double naive_fwd = doc["results"][2]["timing"]["fwd"]["median_ms"].get<double>();
+  CHECK(d["speedup_fwd"].get<double>() == doctest::Approx(naive_fwd / fwd));
+  CHECK(rows[2]["speedup_fwd"].get<double>() == doctest::Approx(1.0));
+  CHECK(d["mask"] == "causal");
+  CHECK(d["pct_bw_fwd"].is_number());
+  CHECK(d["tensors"].size() == 5);
+  // the unsupported row has no figures
+  const json& u = rows[8];
+  CHECK(u["status"] == "unsupported");
+  CHECK(u["fwd_ms"].is_null());
+  CHECK(u["useful_tflops_fwd"].is_null());
+  CHECK(u["note"].get<std::string>().find("THD") != std::string::npos);
+}
+
+TEST_CASE("every string from the report is escaped in the page") {
+  json doc = load_report(kBaseline);
+  doc["results"][0]["status"] = "error";
+  doc["results"][0]["message"] = kHostile;
+  doc["results"][1]["case_id"] = kHostile;
+  doc["scenario"]["name"] = "<i>scenario</i>";
+  doc["environment"]["host"]["hostname"] = kHostile;
+  html::HtmlOptions o;
+  o.node_modules = scratch("no_modules").string();  // no bundles: count our own scripts only
+  const std::string page = html::render_report(doc, o);
+  CHECK(page.find("alert(\"x\")</script>") == std::string::npos);
+  CHECK(page.find("<b>bold</b>") == std::string::npos);
+  CHECK(page.find("<i>scenario</i>") == std::string::npos);
+  CHECK(page.find("&lt;i&gt;scenario&lt;/i&gt;") != std::string::npos);
+  CHECK(count(page, "<script") == 2);  // the chart JSON and the page script
+  CHECK(count(page, "</script") == 2);
+  CHECK(count(page, "<!--") == 0);
+  const std::string charts = chart_json_of(page);
+  CHECK(charts == "[]");  // no bundles, no charts
+  CHECK(page.find("id=\"charts-missing\"") != std::string::npos);
+  CHECK(page.find("npm ci") != std::string::npos);
+}
+
+TEST_CASE("chart specs are embedded safely when the bundles are there") {
+  std::string why;
+  const std::string assets = html::find_chart_assets(&why);
+  if (assets.empty()) {
+    MESSAGE("bundles missing (" << why << "); covered by the browser test's own check");
+    return;
+  }
+  json doc = load_report(kBaseline);
+  doc["results"][1]["case_id"] = kHostile;
+  const std::string page = html::render_report(doc, {"naive", "", "", "", true});
+  CHECK(count(page, "<script") == 2 + 3);
+  CHECK(count(page, "</script") == 2 + 3);
+  const std::string charts = chart_json_of(page);
+  CHECK(charts.find('<') == std::string::npos);
+  json parsed = json::parse(charts);
+  REQUIRE(parsed.size() == 4);
+  CHECK(parsed[0]["name"] == "throughput_vs_seq");
+  CHECK(parsed[1]["name"] == "fwd_bwd_split");
+  CHECK(parsed[2]["name"] == "packing_vs_throughput");
+  CHECK(parsed[3]["name"] == "error_ratios");
+  CHECK(count(page, "class=\"chart\"") == 4);
+}
+
+TEST_CASE("an unknown baseline backend is bad input") {
+  json doc = load_report(kBaseline);
+  try {
+    html::render_report(doc, {"flash", "", "", "", false});
+    FAIL("expected InputError");
+  } catch (const InputError& e) {
+    CHECK(e.json_path() == "--baseline");
+    CHECK(std::string(e.what()).find("naive") != std::string::npos);
+  }
+}
+
+TEST_CASE("attnbench report: writes the page; bad input exits 2") {
+  const std::string bin = ATTNBENCH_BINARY;
+  const fs::path out = scratch("cli.html");
+  CHECK(run(bin + " report " + kBaseline + " -o " + out.string() + " --baseline naive 2>&1").first == 0);
+  const std::string page = read(out);
+  CHECK(page.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(page.find("example-smoke") != std::string::npos);
+  CHECK(page.find("NVIDIA H100 80GB HBM3") != std::string::npos);
+  CHECK(run(bin + " report " + kBaseline + " -o " + out.string() + " --baseline nope 2>&1").first == 2);
+  CHECK(run(bin + " report /nonexistent/report.json -o " + out.string() + " 2>&1").first == 2);
+}
+
+TEST_CASE("headless Chromium renders the report: no errors, every chart drawn") {
+  std::string missing;
+  const char* node_env = std::getenv("ATTNBENCH_NODE");  // node binary (default: node on PATH)
+  const std::string node = node_env && *node_env ? node_env : "node";
+  if (run("command -v '" + node + "'").second.empty()) missing += node + "; ";
+  if (!fs::exists("/usr/bin/chromium") && !std::getenv("ATTNBENCH_CHROMIUM")) missing += "/usr/bin/chromium; ";
+  if (!fs::exists(kSource + "/reports/node_modules/playwright-core/package.json")) missing += "reports/node_modules/playwright-core; ";
+  std::string why;
+  if (html::find_chart_assets(&why).empty()) missing += "vega bundles (" + why + "); ";
+  if (!missing.empty()) {
+    const char* allow = std::getenv("ATTNBENCH_ALLOW_BROWSER_SKIP");
+    if (allow && std::string(allow) == "1") {
+      std::fprintf(stderr,
+                   "\n**********************************************************************\n"
+                   "*** SKIPPED: HTML report browser test: missing %s\n"
+                   "*** (ATTNBENCH_ALLOW_BROWSER_SKIP=1; run ci/install_browser.sh to test)\n"
+                   "**********************************************************************\n\n",
+                   missing.c_str());
+      g_browser_skipped = true;
+      return;
+    }
+    FAIL("the browser test cannot run, missing: " << missing
+                                                  << "(run ci/install_browser.sh, or set ATTNBENCH_ALLOW_BROWSER_SKIP=1)");
+  }
+  json doc = load_report(kBaseline);
+  doc["results"][0]["status"] = "error";
+  doc["results"][0]["message"] = kHostile;  // hostile text must not break the page
+  const fs::path page = fs::absolute("report_html_test.html");
+  const fs::path png = fs::absolute("report_html_test.png");
+  {
+    std::ofstream out(page, std::ios::binary);
+    out << html::render_report(doc, {"naive", "", kBaseline, "", true});
+  }
+  fs::remove(png);
+  auto [rc, out] = run("'" + node + "' '" + kSource + "/tests/html/render_check.mjs' '" + page.string() + "' '" + png.string() +
+                       "' 2>&1");
+  INFO("render_check output: " << out);
+  REQUIRE(rc == 0);
+  const std::string last = out.substr(out.rfind('{'));
+  json r = json::parse(last.substr(0, last.find('\n')));
+  CHECK(r["errors"].empty());
+  CHECK(r["requests"].empty());
+  CHECK(r["expected"] == 4);
+  CHECK(r["drawn"] == 4);
+  CHECK(r["chart_divs"] == 4);
+  CHECK(r["svgs"].get<int>() + r["canvases"].get<int>() >= 4);
+  CHECK(r["table_rows"] == doc["results"].size());
+  CHECK(r["mask_svgs"] == 5);  // one per case
+  REQUIRE(fs::exists(png));
+  CHECK(fs::file_size(png) > 10000);
+  std::fprintf(stderr, "report_html: screenshot saved to %s\n", png.string().c_str());
+}
