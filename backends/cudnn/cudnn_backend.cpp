@@ -1,0 +1,409 @@
+// The "cudnn" backend (see cudnn_backend.hpp).
+#include "backends/cudnn/cudnn_backend.hpp"
+
+#if defined(ATTNBENCH_HAVE_CUDNN)
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <stdexcept>
+#include <variant>
+
+#include "backends/cudnn/cudnn_fixup.hpp"
+#include "backends/cudnn/cudnn_graph.hpp"
+#include "harness/device/buffer.hpp"
+#include "harness/device/check.hpp"
+#include "harness/device/device.hpp"
+#include "harness/errors.hpp"
+#include "harness/layout.hpp"
+
+namespace attnbench::cudnn_sdpa {
+
+namespace {
+
+using device::DeviceBuffer;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+/// Upload int64 values to a new device buffer (synchronous).
+DeviceBuffer upload_i64(const std::vector<int64_t>& v, cudaStream_t stream) {
+  DeviceBuffer b(v.size(), sizeof(int64_t));
+  if (!v.empty()) {
+    ATTNBENCH_CHECK(cudaMemcpyAsync(b.data(), v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+    ATTNBENCH_CHECK(cudaStreamSynchronize(stream));
+  }
+  return b;
+}
+
+void expect_shape(const HostTensor& t, const std::vector<int64_t>& shape, const char* name) {
+  if (t.shape != shape) {
+    std::string want, got;
+    for (auto s : shape) want += (want.empty() ? "" : ",") + std::to_string(s);
+    for (auto s : t.shape) got += (got.empty() ? "" : ",") + std::to_string(s);
+    throw std::invalid_argument(std::string("cudnn backend: input ") + name + " has shape [" + got +
+                                "], the problem needs [" + want + "]");
+  }
+}
+
+/// Owns a CUDA stream (destroyed after its work finished), so that a throwing
+/// instance constructor does not leak it.
+struct StreamHolder {
+  cudaStream_t s = nullptr;
+  StreamHolder() { ATTNBENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~StreamHolder() {
+    if (s) {
+      (void)cudaStreamSynchronize(s);
+      (void)cudaStreamDestroy(s);
+      (void)cudaGetLastError();
+    }
+  }
+  StreamHolder(const StreamHolder&) = delete;
+  StreamHolder& operator=(const StreamHolder&) = delete;
+};
+
+const char* storage_name(Storage s) {
+  switch (s) {
+    case Storage::bshd: return "bshd";
+    case Storage::bhsd: return "bhsd";
+    case Storage::tokens: return "tokens (THD, ragged offsets)";
+  }
+  return "?";
+}
+
+class Instance final : public CudnnInstanceApi {
+ public:
+  Instance(const Problem& p, const ProblemData& in, CasePlan plan, const Env& env, double analysis_ms)
+      : p_(p), plan_(std::move(plan)), env_(env), analysis_ms_(analysis_ms) {
+    if (plan_.has_graph) {
+      handle_ = shared_handle(env_.device);
+      fwd_ = get_plan(plan_.fwd, &fwd_hit_);
+      bwd_ = get_plan(plan_.bwd, &bwd_hit_);
+    }
+    const int64_t B = p_.batch, Hq = p_.heads_q, Sq = p_.seq_q;
+    const DType t = p_.dtype;
+    q_ = device::upload(to_storage(in.q, TensorRole::q), t, stream_);
+    k_ = device::upload(to_storage(in.k, TensorRole::k), t, stream_);
+    v_ = device::upload(to_storage(in.v, TensorRole::v), t, stream_);
+    if (in.d_o.data.empty()) {
+      HostTensor zeros({B, Hq, Sq, p_.head_dim_v}, 0.0);
+      do_ = device::upload(to_storage(zeros, TensorRole::o), t, stream_);
+    } else {
+      do_ = device::upload(to_storage(in.d_o, TensorRole::o), t, stream_);
+    }
+    const size_t eb = static_cast<size_t>(dtype_bytes(t));
+    o_ = DeviceBuffer(static_cast<size_t>(storage_numel(TensorRole::o)), eb);
+    dq_ = DeviceBuffer(q_.count(), eb);
+    dk_ = DeviceBuffer(k_.count(), eb);
+    dv_ = DeviceBuffer(v_.count(), eb);
+    stats_ = DeviceBuffer(static_cast<size_t>(plan_.stats_elems), sizeof(float));
+    if (!plan_.lse_src.empty()) lse_ = DeviceBuffer(static_cast<size_t>(B * Hq * Sq), sizeof(float));
+    if (!plan_.seq_len_q.empty()) {
+      seq_q_ = device::upload_i32(plan_.seq_len_q, stream_);
+      seq_kv_ = device::upload_i32(plan_.seq_len_kv, stream_);
+    }
+    if (plan_.has_graph && plan_.fwd.ragged) {
+      rag_q_ = upload_i64(plan_.rag_q, stream_);
+      rag_k_ = upload_i64(plan_.rag_k, stream_);
+      rag_v_ = upload_i64(plan_.rag_v, stream_);
+      rag_o_ = upload_i64(plan_.rag_o, stream_);
+      rag_stats_ = upload_i64(plan_.rag_stats, stream_);
+    }
+    if (plan_.has_graph) {
+      const GraphSpec& g = plan_.bwd;
+      const int64_t rows = g.ragged ? plan_.q_rows : g.n * g.sq;  // token rows or n * s_q
+      dsum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq), sizeof(float));
+      dq_accum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq * g.dqk), sizeof(float));
+      const int64_t ws = std::max(fwd_->workspace_bytes, bwd_->workspace_bytes);
+      if (ws > 0) workspace_ = DeviceBuffer(static_cast<size_t>(ws), 1);
+    }
+    if (!plan_.alibi_slopes.empty())
+      alibi_ = device::upload_f32(std::vector<double>(plan_.alibi_slopes.begin(), plan_.alibi_slopes.end()), stream_);
+    dead_q_ = upload_i64(plan_.dead_q.unit, stream_);
+    dead_k_ = upload_i64(plan_.dead_k.unit, stream_);
+    stats_dead_ = upload_i64(plan_.stats_dead.unit, stream_);
+    lse_src_ = upload_i64(plan_.lse_src, stream_);
+
+    if (plan_.has_graph) {
+      const std::map<int64_t, void*> ptrs = {
+          {kUidQ, q_.data()},           {kUidK, k_.data()},
+          {kUidV, v_.data()},           {kUidO, o_.data()},
+          {kUidStats, stats_.data()},   {kUidDO, do_.data()},
+          {kUidDQ, dq_.data()},         {kUidDK, dk_.data()},
+          {kUidDV, dv_.data()},         {kUidSeqQ, seq_q_.data()},
+          {kUidSeqKV, seq_kv_.data()},  {kUidRagQ, rag_q_.data()},
+          {kUidRagK, rag_k_.data()},    {kUidRagV, rag_v_.data()},
+          {kUidRagO, rag_o_.data()},    {kUidRagStats, rag_stats_.data()},
+          {kUidSoftmaxSum, dsum_.data()}, {kUidDQAccum, dq_accum_.data()},
+          {kUidAlibi, alibi_.data()},
+      };
+      fwd_pack_ = make_variant_pack(*fwd_, ptrs, workspace_.data());
+      bwd_pack_ = make_variant_pack(*bwd_, ptrs, workspace_.data());
+    }
+    ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  ~Instance() override {
+    if (stream_) (void)cudaStreamSynchronize(stream_);  // before the buffers are freed
+  }
+
+  void forward() override {
+    if (plan_.has_graph) {
+      ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
+      ATTNBENCH_CHECK(cudnnBackendExecute(handle_, fwd_->plan.get(), fwd_pack_.get()));
+    }
+    zero_rows(o_.data(), 2, dead_q_.as<int64_t>(), static_cast<int64_t>(plan_.dead_q.unit.size()),
+              plan_.dead_q.heads, plan_.dead_q.head_stride, p_.head_dim_v, stream_);
+    zero_rows(stats_.data(), 4, stats_dead_.as<int64_t>(), static_cast<int64_t>(plan_.stats_dead.unit.size()),
+              plan_.stats_dead.heads, plan_.stats_dead.head_stride, 1, stream_);
+    if (!plan_.lse_src.empty())
+      gather_lse(lse_.as<float>(), stats_.as<float>(), lse_src_.as<int64_t>(), p_.batch, p_.heads_q, p_.seq_q,
+                 plan_.lse_head_stride, stream_);
+  }
+
+  void backward() override {
+    if (plan_.has_graph) {
+      ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
+      if (env_.version < 90600)  // cuDNN < 9.6 expects a zeroed dQ accumulator
+        ATTNBENCH_CHECK(cudaMemsetAsync(dq_accum_.data(), 0, dq_accum_.bytes(), stream_));
+      ATTNBENCH_CHECK(cudnnBackendExecute(handle_, bwd_->plan.get(), bwd_pack_.get()));
+    }
+    const auto nq = static_cast<int64_t>(plan_.dead_q.unit.size());
+    const auto nk = static_cast<int64_t>(plan_.dead_k.unit.size());
+    zero_rows(dq_.data(), 2, dead_q_.as<int64_t>(), nq, plan_.dead_q.heads, plan_.dead_q.head_stride, p_.head_dim,
+              stream_);
+    zero_rows(dk_.data(), 2, dead_k_.as<int64_t>(), nk, plan_.dead_k.heads, plan_.dead_k.head_stride, p_.head_dim,
+              stream_);
+    zero_rows(dv_.data(), 2, dead_k_.as<int64_t>(), nk, plan_.dead_k.heads, plan_.dead_k.head_stride, p_.head_dim_v,
+              stream_);
+  }
+
+  void poison_outputs() override {
+    for (const DeviceBuffer* b : {&o_, &dq_, &dk_, &dv_}) device::poison_nan(*b, p_.dtype, stream_);
+    device::poison_nan(stats_, DType::fp32, stream_);
+    if (!lse_.empty()) device::poison_nan(lse_, DType::fp32, stream_);
+  }
+
+  void synchronize() override { ATTNBENCH_CHECK(cudaStreamSynchronize(stream_)); }
+
+  AttentionOutputs read_outputs(bool with_grads) override {
+    synchronize();
+    AttentionOutputs r;
+    r.o = from_storage(device::download(o_, p_.dtype, stream_), TensorRole::o);
+    r.lse = HostTensor({p_.batch, p_.heads_q, p_.seq_q});
+    const DeviceBuffer& lse = plan_.lse_src.empty() ? stats_ : lse_;
+    std::vector<double> l = device::download(lse, DType::fp32, stream_);
+    l.resize(static_cast<size_t>(p_.batch * p_.heads_q * p_.seq_q));
+    r.lse.data = std::move(l);
+    if (with_grads) {
+      r.dq = from_storage(device::download(dq_, p_.dtype, stream_), TensorRole::q);
+      r.dk = from_storage(device::download(dk_, p_.dtype, stream_), TensorRole::k);
+      r.dv = from_storage(device::download(dv_, p_.dtype, stream_), TensorRole::v);
+    }
+    return r;
+  }
+
+  int64_t executed_pairs() const override { return plan_.executed_pairs; }
+
+  double setup_ms() const override {
+    return analysis_ms_ + (fwd_ ? fwd_->build_ms : 0.0) + (bwd_ ? bwd_->build_ms : 0.0);
+  }
+
+  size_t allocated_bytes() const override {
+    size_t total = 0;
+    for (const DeviceBuffer* b : buffers()) total += b->allocated_bytes();
+    return total;
+  }
+
+  void* stream() const override { return stream_; }
+
+  nlohmann::json extra() const override {
+    nlohmann::json j;
+    j["cudnn_version"] = env_.version;
+    j["storage"] = storage_name(plan_.storage);
+    j["sequences"] = plan_.has_graph ? plan_.fwd.n : 0;
+    j["plan_cache_hit"] = plan_cache_hit();
+    j["analysis_ms"] = analysis_ms_;
+    auto graph = [](const std::shared_ptr<const BuiltGraph>& g) -> nlohmann::json {
+      if (!g) return nullptr;
+      return {{"graph", g->description},   {"engine_global_index", g->engine_index},
+              {"heuristics", g->heuristic_mode + "[" + std::to_string(g->heuristic_rank) + "]"},
+              {"workspace_bytes", g->workspace_bytes}, {"operations", g->ops}, {"build_ms", g->build_ms}};
+    };
+    j["forward"] = graph(fwd_);
+    j["backward"] = graph(bwd_);
+    j["fixup_rows"] = {{"dead_query_rows", plan_.dead_q.unit.size()}, {"unattended_key_rows", plan_.dead_k.unit.size()}};
+    j["notes"] = plan_.notes;
+    return j;
+  }
+
+  const CasePlan& plan() const override { return plan_; }
+  bool plan_cache_hit() const override { return plan_.has_graph && fwd_hit_ && bwd_hit_; }
+  int64_t plan_workspace_bytes() const override {
+    return plan_.has_graph ? std::max(fwd_->workspace_bytes, bwd_->workspace_bytes) : 0;
+  }
+  bool guards_intact() const override {
+    for (const DeviceBuffer* b : buffers())
+      if (!b->empty() && !b->guards_intact()) return false;
+    return true;
+  }
+
+ private:
+  std::vector<const DeviceBuffer*> buffers() const {
+    return {&q_,     &k_,      &v_,      &o_,      &do_,        &dq_,   &dk_,       &dv_,     &stats_,
+            &lse_,   &seq_q_,  &seq_kv_, &rag_q_,  &rag_k_,     &rag_v_, &rag_o_,   &rag_stats_,
+            &dsum_,  &dq_accum_, &alibi_, &workspace_, &dead_q_, &dead_k_, &stats_dead_, &lse_src_};
+  }
+
+  bool q_side(TensorRole r) const { return r == TensorRole::q || r == TensorRole::o; }
+
+  int64_t storage_numel(TensorRole role) const {
+    if (plan_.storage != Storage::tokens) return physical_layout(p_, role).numel();
+    const bool qs = q_side(role);
+    const int64_t H = qs ? p_.heads_q : p_.heads_kv;
+    const int64_t D = (role == TensorRole::q || role == TensorRole::k) ? p_.head_dim : p_.head_dim_v;
+    return (qs ? plan_.q_rows : plan_.k_rows) * H * D;
+  }
+
+  /// Logical [B, H, S, D] -> the instance's storage (zeros where nothing is stored).
+  std::vector<double> to_storage(const HostTensor& t, TensorRole role) const {
+    if (plan_.storage != Storage::tokens) return to_physical(t, physical_layout(p_, role));
+    const bool qs = q_side(role);
+    const auto& rows = qs ? plan_.q_row_of : plan_.k_row_of;
+    const int64_t B = t.shape[0], H = t.shape[1], S = t.shape[2], D = t.shape[3];
+    std::vector<double> out(static_cast<size_t>(storage_numel(role)), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t r = rows[static_cast<size_t>(b * S + s)];
+        if (r < 0) continue;
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < D; ++d) out[static_cast<size_t>((r * H + h) * D + d)] = t.at4(b, h, s, d);
+      }
+    return out;
+  }
+
+  /// The instance's storage -> logical [B, H, S, D]; positions not stored read 0.
+  HostTensor from_storage(const std::vector<double>& buf, TensorRole role) const {
+    if (plan_.storage != Storage::tokens) return from_physical(buf, physical_layout(p_, role), 0.0);
+    const bool qs = q_side(role);
+    const auto& rows = qs ? plan_.q_row_of : plan_.k_row_of;
+    const int64_t B = p_.batch, H = qs ? p_.heads_q : p_.heads_kv, S = qs ? p_.seq_q : p_.seq_k;
+    const int64_t D = (role == TensorRole::q || role == TensorRole::k) ? p_.head_dim : p_.head_dim_v;
+    HostTensor t({B, H, S, D}, 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t r = rows[static_cast<size_t>(b * S + s)];
+        if (r < 0) continue;
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < D; ++d) t.at4(b, h, s, d) = buf[static_cast<size_t>((r * H + h) * D + d)];
+      }
+    return t;
+  }
+
+  Problem p_;
+  CasePlan plan_;
+  Env env_;
+  double analysis_ms_ = 0.0;
+  StreamHolder stream_holder_;  // declared before the buffers: destroyed after them
+  cudaStream_t stream_ = stream_holder_.s;
+  cudnnHandle_t handle_ = nullptr;
+  std::shared_ptr<const BuiltGraph> fwd_, bwd_;
+  bool fwd_hit_ = false, bwd_hit_ = false;
+  DeviceBuffer q_, k_, v_, o_, do_, dq_, dk_, dv_, stats_, lse_;
+  DeviceBuffer seq_q_, seq_kv_, rag_q_, rag_k_, rag_v_, rag_o_, rag_stats_;
+  DeviceBuffer dsum_, dq_accum_, alibi_, workspace_;
+  DeviceBuffer dead_q_, dead_k_, stats_dead_, lse_src_;
+  Descriptor fwd_pack_, bwd_pack_;
+};
+
+}  // namespace
+
+Env current_env() {
+  Env e;
+  e.version = static_cast<int64_t>(cudnnGetVersion());
+  e.device = device::selected_device();
+  int major = 0, minor = 0;
+  ATTNBENCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, e.device));
+  ATTNBENCH_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, e.device));
+  e.sm = major * 10 + minor;
+  return e;
+}
+
+std::string CudnnBackend::description() const {
+  return "cuDNN fused SDPA (flash fwd/bwd) via the cuDNN backend graph API; fp16/bf16, BSHD/BHSD/THD, causal, "
+         "window, padding, documents (ragged), GQA, softcap, alibi";
+}
+
+bool CudnnBackend::available(std::string* why) const {
+  if (!device::cuda_device_available(why)) return false;
+  const size_t v = cudnnGetVersion();
+  if (v < 90000) {
+    if (why) *why = "cuDNN runtime " + std::to_string(v) + " is older than 9.0";
+    return false;
+  }
+  return true;
+}
+
+Support CudnnBackend::supports(const Problem& p) const {
+  CasePlan plan;
+  try {
+    auto r = plan_case(p, current_env());
+    if (auto* why = std::get_if<std::string>(&r)) return Support::no(*why);
+    plan = std::move(std::get<CasePlan>(r));
+  } catch (const std::exception& e) {
+    return Support::no(std::string("cuDNN backend cannot analyse this problem: ") + e.what());
+  }
+  if (!plan.has_graph) return Support::yes();
+  try {
+    (void)get_plan(plan.fwd);
+    (void)get_plan(plan.bwd);
+  } catch (const GraphUnsupported& e) {
+    return Support::no(std::string("cuDNN rejects the graph: ") + e.what());
+  } catch (const std::exception&) {
+    // Any other failure is an error, not a support question: prepare() will
+    // rebuild the plan and report it as an error row.
+  }
+  return Support::yes();
+}
+
+size_t CudnnBackend::workspace_bytes(const Problem& p) const {
+  try {
+    auto r = plan_case(p, current_env());
+    auto* plan = std::get_if<CasePlan>(&r);
+    if (!plan || !plan->has_graph) return 0;
+    const GraphSpec& g = plan->bwd;
+    const int64_t rows = g.ragged ? plan->q_rows : g.n * g.sq;
+    size_t bytes = static_cast<size_t>(rows * g.hq * (1 + g.dqk)) * sizeof(float);
+    try {
+      bytes += static_cast<size_t>(std::max(get_plan(plan->fwd)->workspace_bytes, get_plan(plan->bwd)->workspace_bytes));
+    } catch (const std::exception&) {
+    }
+    return bytes;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+std::unique_ptr<BackendInstance> CudnnBackend::prepare(const Problem& p, const ProblemData& inputs) {
+  const auto t0 = Clock::now();
+  expect_shape(inputs.q, {p.batch, p.heads_q, p.seq_q, p.head_dim}, "q");
+  expect_shape(inputs.k, {p.batch, p.heads_kv, p.seq_k, p.head_dim}, "k");
+  expect_shape(inputs.v, {p.batch, p.heads_kv, p.seq_k, p.head_dim_v}, "v");
+  if (!inputs.d_o.data.empty()) expect_shape(inputs.d_o, {p.batch, p.heads_q, p.seq_q, p.head_dim_v}, "d_o");
+  const Env env = current_env();
+  auto r = plan_case(p, env);
+  if (auto* why = std::get_if<std::string>(&r)) throw Unsupported("cudnn: " + *why);
+  const double analysis_ms = ms_since(t0);
+  return std::make_unique<Instance>(p, inputs, std::move(std::get<CasePlan>(r)), env, analysis_ms);
+}
+
+ATTNBENCH_REGISTER_BACKEND(CudnnBackend);
+
+}  // namespace attnbench::cudnn_sdpa
+
+#endif  // ATTNBENCH_HAVE_CUDNN

@@ -1,0 +1,143 @@
+// The cuDNN SDPA operation graphs, built directly with the cuDNN backend API
+// (cudnnBackendCreateDescriptor / SetAttribute / Finalize), their execution plans
+// (engine heuristics, mode A then fallback), a process-wide plan cache and
+// variant packs.
+//
+// Forward graph (the composite lowering cudnn-frontend uses for fp16/bf16 SDPA;
+// every tensor not marked [dev] or [val] is virtual, float32 unless noted):
+//
+//   S  = matmul(Q[dev], K^T[dev])            (M/N overridden by seq_len_q / seq_len_kv when padded)
+//   S  = S * scale[val]
+//   S  = cap * tanh(S / cap)                 (softcap; cap[val])
+//   S  = S + slope[dev][h] * (col - row)     (alibi; GEN_INDEX rows/cols, int32)
+//   S  = select(row < seq_q && col < seq_kv, S, -inf)            (padded)
+//   S  = select(row [+ seq_kv - seq_q] [+ R] >= col, S, -inf)     (right bound, causal)
+//   S  = select(col + L [- seq_kv + seq_q] > row, S, -inf)        (left bound = window left + 1)
+//   M  = max_j S;  E = exp(S - M);  Z = sum_j E
+//   Stats[dev] = M + log Z                   (natural-log LSE, float32)
+//   P  = E / Z                               (in the I/O dtype)
+//   O[dev] = matmul(P, V[dev])               (M overridden by seq_len_q, K by seq_len_kv)
+//
+// Backward graph (recomputes P from Stats):
+//
+//   Dsum[dev, float32] = sum_d (dO * O) * 1   ("softmax_sum", a workspace tensor)
+//   S  = matmul(Q, K^T) * scale, score mods and padding as above
+//   S  = S - Stats;  bands as above;  P = exp(S)
+//   dV = matmul(reshape(P)^T, dO)            (GQA: into [n, Hq, Sk, Dv], then reduce over the group)
+//   dS = (matmul(dO, V^T) - Dsum) * P        (softcap: dS = dS * (1 - tanh^2(S / cap)))
+//   dS = dS * scale
+//   dK = matmul(reshape(dS)^T, Q)            (GQA reduce as for dV)
+//   dQ_accum[dev, float32] = matmul(dS, reshape(K^T)); dQ = identity(dQ_accum)
+//
+// Ragged (THD) graphs put ragged offsets on Q, K, V, O, dO, dQ, dK, dV, Stats, and
+// on the float32 workspaces dQ_accum and Dsum, which are then sized by tokens.
+#pragma once
+
+#if defined(ATTNBENCH_HAVE_CUDNN)
+
+#include <cudnn.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cudnn/cudnn_plan.hpp"
+#include "harness/device/check.hpp"
+
+namespace attnbench::cudnn_sdpa {
+
+/// Unique ids of the graphs' device tensors (the variant-pack keys).
+enum Uid : int64_t {
+  kUidQ = 1,
+  kUidK = 2,
+  kUidV = 3,
+  kUidO = 4,
+  kUidStats = 5,
+  kUidDO = 6,
+  kUidDQ = 7,
+  kUidDK = 8,
+  kUidDV = 9,
+  kUidSeqQ = 10,
+  kUidSeqKV = 11,
+  kUidRagQ = 12,
+  kUidRagK = 13,
+  kUidRagV = 14,
+  kUidRagO = 15,
+  kUidRagStats = 16,
+  kUidSoftmaxSum = 17,
+  kUidDQAccum = 18,
+  kUidAlibi = 19,
+};
+/// By-value scalars get UIDs from here on, virtual tensors from kFirstVirtualUid.
+constexpr int64_t kFirstScalarUid = 100;
+constexpr int64_t kFirstVirtualUid = 1000;
+
+/// cuDNN cannot run a graph: the operation graph was rejected or no engine config
+/// of the heuristics finalized into a plan. The message names the graph and the
+/// statuses cuDNN returned.
+class GraphUnsupported : public device::DeviceError {
+ public:
+  using device::DeviceError::DeviceError;
+};
+
+/// Owning handle of one cudnnBackendDescriptor_t (destroyed with the object).
+class Descriptor {
+ public:
+  Descriptor() = default;
+  /// cudnnBackendCreateDescriptor(type); `what` labels a failure.
+  Descriptor(cudnnBackendDescriptorType_t type, const std::string& what);
+  ~Descriptor();
+  Descriptor(Descriptor&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  Descriptor& operator=(Descriptor&& o) noexcept;
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  cudnnBackendDescriptor_t get() const { return d_; }
+  cudnnBackendDescriptor_t* ptr() { return &d_; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+/// A finalized execution plan and what executing it needs.
+struct BuiltGraph {
+  std::vector<Descriptor> keep;  ///< every descriptor the plan refers to (tensors, ops, graph, config)
+  Descriptor plan;
+  int64_t workspace_bytes = 0;
+  int64_t engine_index = -1;     ///< CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the chosen engine (-1 if unknown)
+  int heuristic_rank = -1;       ///< position of the chosen config in the heuristics list
+  std::string heuristic_mode;    ///< "A" or "FALLBACK"
+  std::vector<int64_t> device_uids;        ///< device tensors the variant pack must bind
+  std::map<int64_t, std::string> names;    ///< uid -> tensor name (messages)
+  struct Scalar {
+    int64_t uid = 0;
+    alignas(8) unsigned char bytes[8] = {0};
+  };
+  std::vector<Scalar> scalars;   ///< by-value tensors (host values bound in the variant pack)
+  int ops = 0;                   ///< operations in the graph
+  double build_ms = 0.0;         ///< wall time of descriptor construction + heuristics + plan finalize
+  std::string description;       ///< GraphSpec::describe()
+};
+
+/// Process-wide cuDNN handle of CUDA device `device`, created on first use and
+/// intentionally never destroyed (plans in the cache refer to it).
+cudnnHandle_t shared_handle(int device);
+
+/// The plan of `spec`, from the process-wide cache or built now (`cache_hit`
+/// tells which). Thread-safe. Throws GraphUnsupported when cuDNN rejects the
+/// graph (such failures are cached too) and device::DeviceError for other cuDNN
+/// failures, naming the descriptor and attribute that failed.
+std::shared_ptr<const BuiltGraph> get_plan(const GraphSpec& spec, bool* cache_hit = nullptr);
+
+/// Number of plans (and cached rejections) in the cache.
+size_t plan_cache_size();
+
+/// Bind device pointers (uid -> pointer; extra entries are ignored) and the
+/// workspace to `g`, returning a finalized variant pack. Throws
+/// std::invalid_argument naming the tensor when a required pointer is missing.
+Descriptor make_variant_pack(const BuiltGraph& g, const std::map<int64_t, void*>& device_ptrs, void* workspace);
+
+}  // namespace attnbench::cudnn_sdpa
+
+#endif  // ATTNBENCH_HAVE_CUDNN

@@ -1,0 +1,461 @@
+// Host-side analysis for the cuDNN SDPA backend (see cudnn_plan.hpp).
+#include "backends/cudnn/cudnn_plan.hpp"
+
+#if defined(ATTNBENCH_HAVE_CUDNN)
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "harness/mask.hpp"
+#include "harness/mask_desc.hpp"
+
+namespace attnbench::cudnn_sdpa {
+
+namespace {
+
+std::string version_string(int64_t v) {
+  return std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
+}
+
+void set_strides(int64_t (&st)[4], int64_t a, int64_t b, int64_t c, int64_t d) {
+  st[0] = a;
+  st[1] = b;
+  st[2] = c;
+  st[3] = d;
+}
+
+/// Strides of a logical [n, h, s, d] tensor stored token-major (BSHD / THD).
+void token_major(int64_t (&st)[4], int64_t s, int64_t h, int64_t d) { set_strides(st, s * h * d, d, h * d, 1); }
+/// Strides of a logical [n, h, s, d] tensor stored BHSD.
+void head_major(int64_t (&st)[4], int64_t s, int64_t h, int64_t d) { set_strides(st, h * s * d, s * d, d, 1); }
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+/// Head-dimension limits of cuDNN's fp16/bf16 SDPA forward and backward by
+/// architecture (cudnn-frontend's support surface): empty when supported.
+std::string head_dim_reason(int64_t dqk, int64_t dv, int sm, int64_t v) {
+  if (dqk % 8 != 0 || dv % 8 != 0)
+    return "head dims must be multiples of 8 for cuDNN SDPA (16-byte aligned rows); got Dqk=" +
+           std::to_string(dqk) + ", Dv=" + std::to_string(dv);
+  const int major = sm / 10;
+  if (major == 9) {
+    if (dqk > 256 || dv > 256)
+      return "cuDNN SDPA on Hopper supports head dims up to 256; got Dqk=" + std::to_string(dqk) +
+             ", Dv=" + std::to_string(dv);
+    if (v >= 91100 && v < 91300 && dqk > 128 && dqk <= 192 && dv > 64 && dv <= 128 && dv != 128 && dqk != 192)
+      return "cuDNN 9.11-9.12 backward on Hopper has a known bug for 128 < Dqk <= 192 with 64 < Dv < 128 "
+             "(fixed in 9.13)";
+    return {};
+  }
+  if (major == 10 && v >= 91100) {
+    if ((dqk <= 128 && dv <= 128) || (dqk == 192 && dv == 128)) return {};
+    return "cuDNN SDPA backward on Blackwell supports head dims up to 128 (or Dqk=192 with Dv=128); got Dqk=" +
+           std::to_string(dqk) + ", Dv=" + std::to_string(dv);
+  }
+  if (dqk > 128 || dv > 128)
+    return "cuDNN SDPA backward on compute capability " + std::to_string(sm) +
+           " supports head dims up to 128; got Dqk=" + std::to_string(dqk) + ", Dv=" + std::to_string(dv);
+  return {};
+}
+
+/// Executed pairs of one sequence: for each 128-row query tile, the 128-wide key
+/// tiles between the smallest allowed key and the largest allowed key of its rows
+/// (rows and columns clipped to the sequence), as the tile-skipping kernels do.
+int64_t sequence_tiles_pairs(const Problem& p, const MaskDesc& m, const Sequence& s) {
+  int64_t pairs = 0;
+  for (int64_t t0 = 0; t0 < s.q_len; t0 += kTile) {
+    const int64_t t1 = std::min(s.q_len, t0 + kTile);
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t r = t0; r < t1; ++r) {
+      auto iv = row_interval(p, m, s.b, s.q_pos + r);
+      if (!iv || iv->first > iv->second) continue;
+      lo = std::min(lo, std::max<int64_t>(iv->first - s.k_pos, 0));
+      hi = std::max(hi, std::min<int64_t>(iv->second - s.k_pos, s.k_len - 1));
+    }
+    if (lo > hi) continue;
+    const int64_t k0 = (lo / kTile) * kTile;
+    const int64_t k1 = std::min(s.k_len, (hi / kTile + 1) * kTile);
+    pairs += (t1 - t0) * (k1 - k0);
+  }
+  return pairs;
+}
+
+}  // namespace
+
+std::string GraphSpec::key() const {
+  std::ostringstream o;
+  o << (backward ? "bwd" : "fwd") << '|' << static_cast<int>(dtype) << '|' << n << ',' << hq << ',' << hkv << ','
+    << sq << ',' << sk << ',' << dqk << ',' << dv << '|';
+  for (const auto* st : {q_stride, k_stride, v_stride, o_stride, stats_stride})
+    o << st[0] << ',' << st[1] << ',' << st[2] << ',' << st[3] << ';';
+  o << '|' << static_cast<int>(storage) << ragged << padded << '|' << band.has_right << ',' << band.right << ',' << band.has_left << ','
+    << band.left_bound << ',' << static_cast<int>(band.align) << '|' << float_bits(scale) << '|'
+    << static_cast<int>(mod) << ',' << float_bits(cap) << '|' << neg_inf_lowest << '|' << version << '|' << device;
+  return o.str();
+}
+
+std::string GraphSpec::describe() const {
+  std::ostringstream o;
+  o << (backward ? "bwd " : "fwd ") << to_string(dtype) << " n=" << n << " hq=" << hq << " hkv=" << hkv
+    << " s=" << sq << "x" << sk << " d=" << dqk << "/" << dv;
+  o << (storage == Storage::tokens ? " thd-ragged" : (storage == Storage::bhsd ? " bhsd" : " bshd"));
+  if (padded) o << " seqlens";
+  if (band.any()) {
+    o << " band(" << (band.align == Align::top_left ? "tl" : "br");
+    if (band.has_right) o << ",R=" << band.right;
+    if (band.has_left) o << ",L=" << band.left_bound;
+    o << ")";
+  }
+  if (mod == ScoreMod::Kind::softcap) o << " softcap(" << cap << ")";
+  if (mod == ScoreMod::Kind::alibi) o << " alibi";
+  return o.str();
+}
+
+std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) {
+  const int64_t v = env.version;
+  // ---------------------------------------------------------------- library gates
+  if (v < 90000)
+    return "requires cuDNN >= 9.0 (the runtime library reports " + version_string(v) + ")";
+  if (v == 91000 || v == 91001)
+    return "cuDNN 9.10.0 and 9.10.1 have known SDPA fp16/bf16 forward and backward bugs (cudnn-frontend refuses "
+           "them); use 9.10.2 or newer";
+  if (env.sm > 0 && env.sm < 80) return "cuDNN SDPA fp16/bf16 needs compute capability >= 8.0";
+  if (p.dtype == DType::fp32)
+    return "fp32 is not supported: cuDNN's fused SDPA engines take fp16 or bf16 Q/K/V/O (float32 only for "
+           "accumulation and softmax statistics)";
+  if (auto why = head_dim_reason(p.head_dim, p.head_dim_v, env.sm, v); !why.empty()) return why;
+
+  // ---------------------------------------------------------------- score mods
+  switch (p.score_mod.kind) {
+    case ScoreMod::Kind::rel_bias:
+      return "rel_bias is not expressible: cuDNN's SDPA bias is a dense [B|1, H, Sq, Sk] tensor (with a dense "
+             "dBias); the [Hq, 2m+1] table would have to be materialised to Sq x Sk";
+    case ScoreMod::Kind::offset_bias:
+      return "offset_bias is not expressible: cuDNN's SDPA bias is a dense [B|1, H, Sq, Sk] tensor (with a dense "
+             "dBias); the gathered bias[offset[j]] and its scatter-add gradient are not SDPA graph operations";
+    default: break;
+  }
+
+  // ---------------------------------------------------------------- mask terms
+  const DocumentTerm* doc = p.find_mask<DocumentTerm>();
+  const PaddingTerm* pad = p.find_mask<PaddingTerm>();
+  if (p.find_mask<PrefixLmTerm>())
+    return "prefix_lm (j < prefix_len or j <= i) is not a diagonal band: cuDNN SDPA masks are sequence lengths "
+           "plus one diagonal band";
+  if (p.find_mask<BlockSparseTerm>())
+    return "block_sparse: cuDNN's tile block masks (9.14+) exist only for the unified forward SDPA operation "
+           "(no backward, 128 x 128 tiles only); not expressed by this backend";
+
+  const int64_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, Hq = p.heads_q, Hkv = p.heads_kv;
+  CasePlan plan;
+  MaskArrays arrays;
+  const MaskDesc m = make_mask_desc(p, arrays);
+
+  // ---------------------------------------------------------------- storage and sequences
+  bool ragged = doc != nullptr || p.layout == Layout::thd;
+  if (!ragged && pad) {
+    for (int64_t b = 0; b < B; ++b)
+      if (p.valid_q(b) == 0 || p.valid_k(b) == 0) ragged = true;
+    if (ragged)
+      plan.notes.push_back("a batch row has a zero valid length: token-major storage with that row dropped "
+                           "from the cuDNN sequences");
+  }
+  plan.storage = ragged ? Storage::tokens : (p.layout == Layout::bhsd ? Storage::bhsd : Storage::bshd);
+
+  if (ragged) {
+    plan.q_row_of.assign(static_cast<size_t>(B * Sq), -1);
+    plan.k_row_of.assign(static_cast<size_t>(B * Sk), -1);
+    int64_t rq = 0, rk = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t nq = p.layout == Layout::thd ? p.valid_q(b) : Sq;
+      const int64_t nk = p.layout == Layout::thd ? p.valid_k(b) : Sk;
+      for (int64_t s = 0; s < nq; ++s) plan.q_row_of[static_cast<size_t>(b * Sq + s)] = rq++;
+      for (int64_t s = 0; s < nk; ++s) plan.k_row_of[static_cast<size_t>(b * Sk + s)] = rk++;
+    }
+    plan.q_rows = rq + kRowSlack;
+    plan.k_rows = rk + kRowSlack;
+  }
+
+  std::vector<Sequence> seqs;
+  if (doc) {
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& ids = doc->doc_ids.at(static_cast<size_t>(b));
+      const int64_t vq = p.valid_q(b), vk = p.valid_k(b);
+      std::set<int32_t> seen;
+      for (int64_t s = 0; s < Sq;) {
+        const int32_t id = ids[static_cast<size_t>(s)];
+        int64_t e = s;
+        while (e < Sq && ids[static_cast<size_t>(e)] == id) ++e;
+        if (id >= 0) {
+          if (!seen.insert(id).second)
+            return "document ids of batch row " + std::to_string(b) + " are not contiguous (id " +
+                   std::to_string(id) + " appears in two runs): a cuDNN sequence is one contiguous token range";
+          Sequence q;
+          q.b = b;
+          q.q_pos = q.k_pos = s;
+          q.q_len = std::max<int64_t>(0, std::min(e, vq) - s);
+          q.k_len = std::max<int64_t>(0, std::min(e, vk) - s);
+          seqs.push_back(q);
+        }
+        s = e;
+      }
+    }
+  } else {
+    for (int64_t b = 0; b < B; ++b) {
+      Sequence q;
+      q.b = b;
+      q.q_len = pad ? p.valid_q(b) : Sq;
+      q.k_len = pad ? p.valid_k(b) : Sk;
+      seqs.push_back(q);
+    }
+  }
+  if (ragged) {
+    std::vector<Sequence> kept;
+    for (auto s : seqs) {
+      if (s.q_len == 0 || s.k_len == 0) continue;  // fully masked rows / keys: fix-ups only
+      s.q_row = plan.q_row_of[static_cast<size_t>(s.b * Sq + s.q_pos)];
+      s.k_row = plan.k_row_of[static_cast<size_t>(s.b * Sk + s.k_pos)];
+      kept.push_back(s);
+    }
+    seqs.swap(kept);
+  }
+
+  // ---------------------------------------------------------------- diagonal band
+  const bool tl = m.upper_tl < kNoBound;
+  const bool br_hi = m.upper_br < kNoBound;
+  const bool br_lo = m.lower_br > -kNoBound;
+  bool zero_off = true;  // s_kv - s_q == 0 for every row that has work
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t vq = pad ? p.valid_q(b) : Sq, vk = pad ? p.valid_k(b) : Sk;
+    if (vq > 0 && vk > 0 && vq != vk) zero_off = false;
+  }
+  if (doc && (tl || br_hi || br_lo) && !zero_off)
+    return "document mask with causal / sliding window and padding lengths seq_lens_q != seq_lens_k: the band "
+           "is aligned to the row's valid lengths, which per-document cuDNN sequences cannot express";
+  Band band;
+  if (tl || br_hi || br_lo) {
+    if (zero_off) {
+      band.align = Align::top_left;  // s_q == s_kv: both alignments coincide
+      int64_t r = kNoBound;
+      if (tl) r = std::min(r, m.upper_tl);
+      if (br_hi) r = std::min(r, m.upper_br);
+      if (r < kNoBound) {
+        band.has_right = true;
+        band.right = r;
+      }
+    } else if (tl && !br_hi && !br_lo) {
+      band.align = Align::top_left;
+      band.has_right = true;
+      band.right = m.upper_tl;
+    } else if (!tl) {
+      band.align = Align::bottom_right;
+      if (br_hi) {
+        band.has_right = true;
+        band.right = m.upper_br;
+      }
+    } else {
+      return "causal top_left combined with bottom-right bounds (a bottom_right causal or a sliding window) when "
+             "Sq != Sk needs two diagonal alignments; a cuDNN SDPA graph has one";
+    }
+    if (br_lo) {
+      band.has_left = true;
+      band.left_bound = -m.lower_br + 1;  // cuDNN's left bound counts the diagonal
+    }
+  }
+
+  bool padded = ragged || pad != nullptr;
+  if (!ragged && !padded && Sq > Sk && (band.has_left || (band.has_right && band.align == Align::bottom_right))) {
+    padded = true;
+    plan.notes.push_back("Sq > Sk with a bottom-right band or a left bound: cuDNN needs sequence-length tensors "
+                         "(set to Sq and Sk)");
+  }
+
+  // ---------------------------------------------------------------- score mod surface
+  if (p.score_mod.kind == ScoreMod::Kind::softcap && (band.any() || padded))
+    return "softcap is a cuDNN score modifier, and cuDNN (cudnn-frontend's support surface) disables causal / "
+           "window bands, padding, THD and document layouts when a score modifier is present";
+  if (p.score_mod.kind == ScoreMod::Kind::alibi) {
+    if (padded)
+      return "alibi with padding, THD or document masks is not expressed (cuDNN applies ALiBi to dense graphs "
+             "with a top-left causal mask only)";
+    if (!(band.has_right && band.right == 0 && !band.has_left && band.align == Align::top_left))
+      return "alibi needs exactly a causal mask aligned top-left (or Sq == Sk): cuDNN's ALiBi adds slope * (j - i), "
+             "which equals DESIGN's -slope * |i - j| only where j <= i, and cuDNN requires right bound 0 without "
+             "bottom-right alignment";
+  }
+
+  // ---------------------------------------------------------------- graph dims
+  int64_t n = B, sq = Sq, sk = Sk;
+  if (ragged) {
+    n = static_cast<int64_t>(seqs.size());
+    sq = sk = 0;
+    for (const auto& s : seqs) {
+      sq = std::max(sq, s.q_len);
+      sk = std::max(sk, s.k_len);
+    }
+  }
+  plan.has_graph = n > 0;
+  if (plan.has_graph) {
+    if (sq == 1 && sk == 1)
+      return "s_q = s_kv = 1: cuDNN SDPA backward rejects it (cudnn-frontend known issue)";
+    if (ragged) {
+      if (v < 90600) return "THD / document layouts need cuDNN >= 9.6.0 (ragged GQA and ragged workspaces)";
+      if (env.sm > 0 && env.sm < 90 && v < 91801)
+        return "ragged (THD) SDPA needs compute capability >= 9.0 before cuDNN 9.18.1";
+      if (p.head_dim % 16 != 0 || p.head_dim_v % 16 != 0)
+        return "THD / document layouts need head dims that are multiples of 16: cuDNN's ragged backward "
+               "workspaces have a known functional issue otherwise (cudnn-frontend disables them)";
+    }
+    if (band.has_left && !band.has_right && v < 91002)
+      return "a sliding window without a right bound needs cuDNN >= 9.10.2";
+    if (v == 91400 && band.has_left && !band.has_right && sk > 1024)
+      return "cuDNN 9.14.0 known bug: sliding window without a causal bound and s_kv > 1024 (fixed in 9.14.1)";
+    if (v <= 90900 && env.sm / 10 == 9 && band.has_left && band.align == Align::bottom_right && sq == sk)
+      return "cuDNN <= 9.9 on Hopper: bottom-right sliding window with s_q == s_kv is not supported";
+    if (v < 90600 && band.align == Align::bottom_right && band.any() && (sq % 64 != 0 || sk % 64 != 0))
+      return "bottom-right bands need s_q and s_kv multiples of 64 before cuDNN 9.6.0";
+    if (v < 90600 && band.align == Align::bottom_right && band.has_left && sq != sk)
+      return "bottom-right sliding windows need s_q == s_kv before cuDNN 9.6.0";
+    if (v <= 90900 && sq == 1 && band.has_right) return "decode (s_q = 1) with a causal bound needs cuDNN >= 9.10";
+  }
+
+  // ---------------------------------------------------------------- graph specs
+  GraphSpec g;
+  g.dtype = p.dtype;
+  g.n = n;
+  g.hq = Hq;
+  g.hkv = Hkv;
+  g.sq = sq;
+  g.sk = sk;
+  g.dqk = p.head_dim;
+  g.dv = p.head_dim_v;
+  if (plan.storage == Storage::bhsd) {
+    head_major(g.q_stride, sq, Hq, g.dqk);
+    head_major(g.k_stride, sk, Hkv, g.dqk);
+    head_major(g.v_stride, sk, Hkv, g.dv);
+    head_major(g.o_stride, sq, Hq, g.dv);
+  } else {
+    token_major(g.q_stride, sq, Hq, g.dqk);
+    token_major(g.k_stride, sk, Hkv, g.dqk);
+    token_major(g.v_stride, sk, Hkv, g.dv);
+    token_major(g.o_stride, sq, Hq, g.dv);
+  }
+  if (ragged) set_strides(g.stats_stride, sq * Hq, 1, Hq, 1);
+  else set_strides(g.stats_stride, Hq * sq, sq, 1, 1);
+  g.storage = plan.storage;
+  g.ragged = ragged;
+  g.band = band;
+  g.scale = static_cast<float>(p.softmax_scale());
+  g.mod = p.score_mod.kind;
+  g.cap = static_cast<float>(p.score_mod.cap);
+  g.neg_inf_lowest = v < 91000;
+  g.version = v;
+  g.device = env.device;
+  plan.fwd = g;
+  plan.fwd.padded = padded;
+  plan.bwd = g;
+  plan.bwd.backward = true;
+  plan.bwd.padded = padded;
+  if (!padded && v <= 91500 && sk % 128 != 0) {
+    plan.bwd.padded = true;
+    plan.notes.push_back("backward uses sequence-length tensors: cuDNN <= 9.15.0 workaround for s_kv % 128 != 0");
+  }
+
+  // ---------------------------------------------------------------- per-sequence tensors
+  plan.seqs = seqs;
+  if (plan.fwd.padded || plan.bwd.padded) {
+    for (const auto& s : seqs) {
+      plan.seq_len_q.push_back(static_cast<int32_t>(s.q_len));
+      plan.seq_len_kv.push_back(static_cast<int32_t>(s.k_len));
+    }
+  }
+  if (ragged) {
+    auto offsets = [&](bool q_side, int64_t per_row) {
+      std::vector<int64_t> off;
+      for (const auto& s : seqs) off.push_back((q_side ? s.q_row : s.k_row) * per_row);
+      const Sequence& last = seqs.empty() ? Sequence{} : seqs.back();
+      off.push_back(q_side ? (last.q_row + last.q_len) * per_row : (last.k_row + last.k_len) * per_row);
+      return off;
+    };
+    plan.rag_q = offsets(true, Hq * p.head_dim);
+    plan.rag_k = offsets(false, Hkv * p.head_dim);
+    plan.rag_v = offsets(false, Hkv * p.head_dim_v);
+    plan.rag_o = offsets(true, Hq * p.head_dim_v);
+    plan.rag_stats = offsets(true, Hq);
+    plan.stats_elems = plan.q_rows * Hq;
+  } else {
+    plan.stats_elems = B * Hq * Sq;
+  }
+
+  // ---------------------------------------------------------------- fix-up lists
+  plan.dead_q.heads = Hq;
+  plan.dead_k.heads = Hkv;
+  plan.stats_dead.heads = Hq;
+  switch (plan.storage) {
+    case Storage::bshd:
+    case Storage::tokens:
+      plan.dead_q.head_stride = 1;
+      plan.dead_k.head_stride = 1;
+      break;
+    case Storage::bhsd:
+      plan.dead_q.head_stride = Sq;
+      plan.dead_k.head_stride = Sk;
+      break;
+  }
+  plan.stats_dead.head_stride = ragged ? 1 : Sq;
+  plan.lse_head_stride = ragged ? 1 : Sq;
+  std::vector<int64_t> lse_src(static_cast<size_t>(B * Sq), -1);
+  bool any_dead = false;
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> cover(static_cast<size_t>(Sk + 1), 0);
+    for (int64_t i = 0; i < Sq; ++i) {
+      const int64_t row = ragged ? plan.q_row_of[static_cast<size_t>(b * Sq + i)] : 0;
+      const bool stored = !ragged || row >= 0;
+      auto iv = row_interval(p, m, b, i);
+      if (!iv) return "internal: a mask row is not one interval";  // excluded above (contiguous documents)
+      const bool dead = iv->first > iv->second;
+      const int64_t q_unit = plan.storage == Storage::bshd   ? (b * Sq + i) * Hq
+                             : plan.storage == Storage::bhsd ? b * Hq * Sq + i
+                                                             : row * Hq;
+      const int64_t stats_unit = ragged ? row * Hq : b * Hq * Sq + i;
+      if (dead) {
+        any_dead = true;
+        if (stored) {
+          plan.dead_q.unit.push_back(q_unit);
+          plan.stats_dead.unit.push_back(stats_unit);
+        }
+      } else {
+        lse_src[static_cast<size_t>(b * Sq + i)] = stats_unit;
+        cover[static_cast<size_t>(iv->first)] += 1;
+        cover[static_cast<size_t>(iv->second + 1)] -= 1;
+      }
+    }
+    int64_t running = 0;
+    for (int64_t j = 0; j < Sk; ++j) {
+      running += cover[static_cast<size_t>(j)];
+      if (running > 0) continue;
+      const int64_t row = ragged ? plan.k_row_of[static_cast<size_t>(b * Sk + j)] : 0;
+      if (ragged && row < 0) continue;  // not stored (THD past the valid length)
+      plan.dead_k.unit.push_back(plan.storage == Storage::bshd   ? (b * Sk + j) * Hkv
+                                 : plan.storage == Storage::bhsd ? b * Hkv * Sk + j
+                                                                 : row * Hkv);
+    }
+  }
+  if (ragged || any_dead) plan.lse_src = std::move(lse_src);
+
+  // ---------------------------------------------------------------- estimates and extras
+  for (const auto& s : seqs) plan.executed_pairs += sequence_tiles_pairs(p, m, s) * Hq;
+  if (p.score_mod.kind == ScoreMod::Kind::alibi)
+    for (int64_t h = 0; h < Hq; ++h) plan.alibi_slopes.push_back(alibi_slope<float>(h, Hq));
+  return plan;
+}
+
+}  // namespace attnbench::cudnn_sdpa
+
+#endif  // ATTNBENCH_HAVE_CUDNN

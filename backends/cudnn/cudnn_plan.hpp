@@ -1,0 +1,154 @@
+// Host-side analysis of a Problem for the cuDNN SDPA backend: which cuDNN graph
+// expresses it (or the reason none does), how the tensors are stored, which
+// sequences cuDNN sees, and which rows the backend must fix up afterwards.
+//
+// Nothing here calls cuDNN or CUDA, so every decision (support surface, version
+// gates, sequence lists, fix-up lists, executed-pair estimate) is a pure function
+// of (Problem, Env) and can be tested with a fake Env.
+//
+// Storage modes
+//   dense  : Q/K/V/O in the problem's BSHD or BHSD layout, cuDNN batch = B,
+//            optional per-batch sequence lengths ("padded": padding mask, or the
+//            frontend's workaround for max_s_q > max_s_kv with bottom-right bands).
+//   ragged : token-major rows [T, H, D] ("THD") addressed by ragged offsets, one
+//            cuDNN sequence per batch row (THD layout) or per document (document
+//            masks), with per-sequence lengths. A document mask therefore never
+//            builds Sq x Sk: cuDNN sees short sequences. Padding tokens (id -1),
+//            positions past a row's valid length and zero-length documents belong
+//            to no sequence; their outputs are written by the fix-up kernels.
+//
+// Diagonal band (causal and sliding window, DESIGN.md section 1). cuDNN's graph has
+// one diagonal alignment per graph: a right bound (keep j <= i + R [+ off]) and a
+// left bound (keep j > i - L [+ off]), off = s_kv - s_q of the sequence for
+// bottom-right alignment. cuDNN's left bound counts the diagonal: L = left + 1.
+#pragma once
+
+#if defined(ATTNBENCH_HAVE_CUDNN)
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "harness/problem.hpp"
+
+namespace attnbench::cudnn_sdpa {
+
+/// The runtime facts a plan depends on.
+struct Env {
+  int64_t version = 0;  ///< cudnnGetVersion(), e.g. 91900 for 9.19.0
+  int sm = 0;           ///< compute capability major * 10 + minor, e.g. 90
+  int device = 0;       ///< CUDA device index (part of the plan-cache key)
+};
+
+/// cuDNN's diagonal alignment of the band mask.
+enum class Align { top_left, bottom_right };
+
+/// The diagonal band of one graph, in cuDNN's terms.
+struct Band {
+  bool has_right = false;  ///< keep j <= i + right (+ off for bottom_right)
+  int64_t right = 0;
+  bool has_left = false;   ///< keep j > i - left_bound (+ off): left_bound = DESIGN left + 1
+  int64_t left_bound = 0;
+  Align align = Align::top_left;
+  bool any() const { return has_right || has_left; }
+};
+
+/// How Q/K/V/O (and their gradients) are stored on the device.
+enum class Storage { bshd, bhsd, tokens };
+
+/// Everything that changes a cuDNN graph (the plan-cache key is built from it).
+struct GraphSpec {
+  bool backward = false;
+  DType dtype = DType::bf16;
+  int64_t n = 0;      ///< cuDNN batch: B (dense) or number of sequences (ragged)
+  int64_t hq = 0, hkv = 0;
+  int64_t sq = 0, sk = 0;  ///< cuDNN sequence dims (max lengths when ragged)
+  int64_t dqk = 0, dv = 0;
+  int64_t q_stride[4] = {0, 0, 0, 0};  ///< logical [n, h, s, d] strides of Q (and dQ)
+  int64_t k_stride[4] = {0, 0, 0, 0};  ///< K and dK
+  int64_t v_stride[4] = {0, 0, 0, 0};  ///< V and dV
+  int64_t o_stride[4] = {0, 0, 0, 0};  ///< O and dO
+  int64_t stats_stride[4] = {0, 0, 0, 0};  ///< stats [n, hq, sq, 1] (float32)
+  Storage storage = Storage::bshd;
+  bool ragged = false;   ///< ragged offsets on every Q/K/V/O-like tensor and on stats
+  bool padded = false;   ///< per-sequence lengths (seq_len_q / seq_len_kv) in the graph
+  Band band;
+  float scale = 1.0f;
+  ScoreMod::Kind mod = ScoreMod::Kind::none;  ///< none, softcap or alibi
+  float cap = 0.0f;
+  bool neg_inf_lowest = false;  ///< use -FLT_MAX instead of -inf as the mask value (cuDNN < 9.10)
+  int64_t version = 0;          ///< runtime cuDNN version (attribute gates)
+  int device = 0;
+
+  /// A string that differs whenever any field differs.
+  std::string key() const;
+  /// One line for reports, e.g. "fwd bf16 n=2 hq=8 hkv=2 s=300x300 d=64/64 bshd causal(tl,R=0)".
+  std::string describe() const;
+};
+
+/// One cuDNN sequence (a batch row in dense/THD mode, a document in document mode).
+struct Sequence {
+  int64_t b = 0;                ///< batch row of the problem
+  int64_t q_pos = 0, k_pos = 0; ///< first position inside the row
+  int64_t q_len = 0, k_len = 0; ///< lengths cuDNN processes
+  int64_t q_row = 0, k_row = 0; ///< first token row in the token-major buffers (ragged only)
+};
+
+/// A list of rows to overwrite after a pass. Row r covers, for every head h,
+/// the D elements starting at element (unit[r] + h * head_stride) * D of a buffer
+/// whose row length is D (so the same list serves O and dQ, or dK and dV).
+struct RowList {
+  std::vector<int64_t> unit;
+  int64_t heads = 0;
+  int64_t head_stride = 0;
+};
+
+/// The complete recipe of one case.
+struct CasePlan {
+  Storage storage = Storage::bshd;
+  bool has_graph = true;  ///< false when no sequence is left (every row fully masked)
+  GraphSpec fwd, bwd;
+  std::vector<Sequence> seqs;
+  std::vector<int32_t> seq_len_q, seq_len_kv;  ///< [n] when fwd.padded || bwd.padded
+  /// Ragged offsets in elements, [n + 1] each (ragged only).
+  std::vector<int64_t> rag_q, rag_k, rag_v, rag_o, rag_stats;
+  /// Token-major storage: buffer row of logical (b, s), or -1 when not stored.
+  std::vector<int64_t> q_row_of, k_row_of;  ///< [B * Sq], [B * Sk]
+  int64_t q_rows = 0, k_rows = 0;           ///< allocated token rows (with slack)
+  int64_t stats_elems = 0;                  ///< floats of the stats buffer
+  /// Fix-ups. dead_q: O and dQ rows to zero (fully masked query rows that are
+  /// stored). dead_k: dK and dV rows to zero (stored keys no query attends).
+  /// stats_dead: stats entries to set to 0 so that a fully masked row can never
+  /// feed a NaN into the backward pass (its scores are all masked, so any finite
+  /// value gives P = 0).
+  RowList dead_q, dead_k, stats_dead;
+  /// When non-empty, LSE [B, Hq, Sq] is gathered from stats: lse_src[b * Sq + i]
+  /// is the stats unit of row (b, i) (head h adds h * lse_head_stride) or -1 for
+  /// a fully masked row (LSE = -inf). Empty: the stats buffer is the LSE.
+  std::vector<int64_t> lse_src;
+  int64_t lse_head_stride = 0;
+  /// ALiBi slopes 2^(-8 (h + 1) / Hq) for the alibi score mod ([Hq]).
+  std::vector<float> alibi_slopes;
+  /// Estimated (i, j) pairs inside the 128 x 128 tiles cuDNN computes, summed
+  /// over sequences and query heads (see estimate_executed_pairs).
+  int64_t executed_pairs = 0;
+  /// Notes for the report (e.g. "bwd uses sequence lengths: cuDNN <= 9.15.0 workaround").
+  std::vector<std::string> notes;
+};
+
+/// Analyse `p` for cuDNN: the plan, or the reason it is unsupported (a string).
+std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env);
+
+/// Tile edge used by the executed-pair estimate (cuDNN's Hopper SDPA kernels
+/// compute 128 x 128 score tiles; other tilings change the estimate only at the
+/// edges of the band).
+constexpr int64_t kTile = 128;
+
+/// Extra token rows allocated after the last sequence of token-major buffers, as
+/// cudnn-frontend's own THD tests do (they round the token count up to a tile).
+constexpr int64_t kRowSlack = 128;
+
+}  // namespace attnbench::cudnn_sdpa
+
+#endif  // ATTNBENCH_HAVE_CUDNN

@@ -1,0 +1,474 @@
+// Tests of the "cudnn" backend (backends/cudnn/): cuDNN SDPA forward and backward
+// against the float64 reference under DESIGN.md section 2's rule, the support
+// surface (every unsupported combination has a reason and never crashes), the
+// host-side plan analysis (bands, sequences, fix-ups, executed pairs, version
+// gates with a fake Env) and instance facts (plan cache, workspace, guards).
+//
+// Runs on a GPU machine (tests/gpu/gpu_test_main.cpp skips without a device).
+// Problems are small so that the whole suite, CPU reference included, stays
+// well under two minutes on an H100. Every failure prints the case label, the
+// cuDNN graph description and the full check verdict.
+#include <doctest/doctest.h>
+
+#if defined(ATTNBENCH_HAVE_CUDNN)
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "backends/cudnn/cudnn_backend.hpp"
+#include "backends/cudnn/cudnn_graph.hpp"
+#include "backends/cudnn/cudnn_plan.hpp"
+#include "harness/check.hpp"
+#include "harness/errors.hpp"
+#include "harness/mask.hpp"
+#include "harness/tensors.hpp"
+#include "reference/reference.hpp"
+
+using namespace attnbench;
+using namespace attnbench::cudnn_sdpa;
+
+namespace {
+
+Problem make_problem(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D, DType t,
+                     Layout layout = Layout::bshd) {
+  Problem p;
+  p.batch = B;
+  p.heads_q = Hq;
+  p.heads_kv = Hkv;
+  p.seq_q = Sq;
+  p.seq_k = Sk;
+  p.head_dim = D;
+  p.head_dim_v = D;
+  p.dtype = t;
+  p.layout = layout;
+  p.seed = 20240611;
+  return p;
+}
+
+Problem with_causal(Problem p, CausalAlign a) {
+  p.mask.push_back(CausalTerm{a});
+  return p;
+}
+Problem with_window(Problem p, int64_t left, int64_t right) {
+  p.mask.push_back(SlidingWindowTerm{left, right});
+  return p;
+}
+Problem with_padding(Problem p, std::vector<int64_t> lq, std::vector<int64_t> lk) {
+  PaddingTerm t;
+  t.seq_lens_q = std::move(lq);
+  t.seq_lens_k = std::move(lk);
+  p.mask.push_back(t);
+  return p;
+}
+Problem with_documents(Problem p, const std::vector<std::vector<int64_t>>& lengths) {
+  DocumentTerm d;
+  d.doc_lengths = lengths;
+  for (const auto& row : lengths) d.doc_ids.push_back(doc_ids_from_lengths(row, p.seq_q));
+  p.mask.push_back(d);
+  return p;
+}
+
+std::string label(const Problem& p) {
+  return std::string(to_string(p.dtype)) + " B=" + std::to_string(p.batch) + " Hq=" + std::to_string(p.heads_q) +
+         " Hkv=" + std::to_string(p.heads_kv) + " S=" + std::to_string(p.seq_q) + "x" + std::to_string(p.seq_k) +
+         " D=" + std::to_string(p.head_dim) + " " + to_string(p.layout) + " mask=" + describe_mask(p) +
+         " mod=" + describe_score_mod(p.score_mod);
+}
+
+/// Run forward + backward on cuDNN and check every output against gold / lp.
+void run_and_check(const Problem& p_in) {
+  Problem p = p_in;
+  validate(p);
+  const std::string what = label(p);
+  INFO("case: " << what);
+  CudnnBackend be;
+  std::string why;
+  REQUIRE_MESSAGE(be.available(&why), "cudnn backend not available: " << why);
+  const Support s = be.supports(p);
+  REQUIRE_MESSAGE(s.ok, "unexpectedly unsupported: " << s.reason);
+
+  const ProblemData in = make_inputs(p);
+  auto inst = be.prepare(p, in);
+  auto* api = dynamic_cast<CudnnInstanceApi*>(inst.get());
+  REQUIRE(api != nullptr);
+  INFO("cuDNN: " << inst->extra().dump());
+  inst->poison_outputs();
+  inst->forward();
+  inst->backward();
+  inst->synchronize();
+  const AttentionOutputs got = inst->read_outputs(true);
+
+  const AttentionOutputs gold = reference::gold(p, in, true);
+  const AttentionOutputs lp = reference::lp(p, in, true);
+  const CheckResult cr = check_outputs(p, got, gold, lp, be.rule(), reference::SliceSet::every());
+  CHECK_MESSAGE(cr.pass, "check verdict: " << cr.to_json().dump(1));
+  CHECK_MESSAGE(api->guards_intact(), "a device buffer was written out of bounds");
+  // The tiles cuDNN computes cover every allowed pair.
+  CHECK(inst->executed_pairs() >= count_allowed_pairs(p) * p.heads_q);
+  CHECK(inst->allocated_bytes() >= static_cast<size_t>(api->plan_workspace_bytes()));
+}
+
+/// The problem must be refused with a reason by supports() and by prepare().
+void expect_unsupported(const Problem& p, const char* reason_part = nullptr) {
+  INFO("case: " << label(p));
+  CudnnBackend be;
+  const Support s = be.supports(p);
+  CHECK_FALSE(s.ok);
+  CHECK_FALSE(s.reason.empty());
+  if (reason_part) CHECK_MESSAGE(s.reason.find(reason_part) != std::string::npos, "reason: " << s.reason);
+  MESSAGE("unsupported as expected: " << s.reason);
+}
+
+Env fake_env(int64_t version, int sm = 90) {
+  Env e;
+  e.version = version;
+  e.sm = sm;
+  e.device = 0;
+  return e;
+}
+
+CasePlan plan_ok(const Problem& p, const Env& env) {
+  auto r = plan_case(p, env);
+  if (auto* why = std::get_if<std::string>(&r)) {
+    FAIL("plan_case refused: " << *why);
+    return {};
+  }
+  return std::get<CasePlan>(r);
+}
+
+std::string plan_reason(const Problem& p, const Env& env) {
+  auto r = plan_case(p, env);
+  if (auto* why = std::get_if<std::string>(&r)) return *why;
+  return {};
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ host-only analysis
+
+TEST_CASE("cudnn plan: bands map DESIGN masks to one cuDNN alignment (left bound = left + 1)") {
+  const Env env = fake_env(91900);
+  SUBCASE("window(64, 0), Sq == Sk: top-left, R = 0, L = 65") {
+    CasePlan c = plan_ok(with_window(make_problem(1, 2, 2, 300, 300, 64, DType::bf16), 64, 0), env);
+    CHECK(c.fwd.band.align == Align::top_left);
+    CHECK(c.fwd.band.has_right);
+    CHECK(c.fwd.band.right == 0);
+    CHECK(c.fwd.band.has_left);
+    CHECK(c.fwd.band.left_bound == 65);
+    CHECK_FALSE(c.fwd.padded);
+  }
+  SUBCASE("causal bottom_right, Sq < Sk: bottom-right, no sequence lengths") {
+    CasePlan c = plan_ok(with_causal(make_problem(1, 2, 2, 100, 300, 64, DType::bf16), CausalAlign::bottom_right), env);
+    CHECK(c.fwd.band.align == Align::bottom_right);
+    CHECK(c.fwd.band.right == 0);
+    CHECK_FALSE(c.fwd.band.has_left);
+    CHECK_FALSE(c.fwd.padded);
+    CHECK(c.dead_q.unit.empty());
+  }
+  SUBCASE("causal bottom_right, Sq > Sk: sequence lengths, and the first Sq - Sk rows are fixed up") {
+    CasePlan c = plan_ok(with_causal(make_problem(2, 2, 2, 300, 100, 64, DType::bf16), CausalAlign::bottom_right), env);
+    CHECK(c.fwd.band.align == Align::bottom_right);
+    CHECK(c.fwd.padded);
+    CHECK(c.dead_q.unit.size() == 2 * 200);
+    CHECK(c.stats_dead.unit.size() == 2 * 200);
+    CHECK(c.lse_src.size() == 2 * 300);
+  }
+  SUBCASE("causal top_left with Sq != Sk stays top-left") {
+    CasePlan c = plan_ok(with_causal(make_problem(1, 2, 2, 300, 100, 64, DType::fp16), CausalAlign::top_left), env);
+    CHECK(c.fwd.band.align == Align::top_left);
+    CHECK_FALSE(c.fwd.padded);
+  }
+  SUBCASE("window wider than Sk keeps its (inactive) left bound") {
+    CasePlan c = plan_ok(with_window(make_problem(1, 2, 2, 300, 300, 64, DType::bf16), 5000, 0), env);
+    CHECK(c.fwd.band.left_bound == 5001);
+  }
+  SUBCASE("causal top_left + window with Sq != Sk needs two alignments: refused") {
+    Problem p = with_window(with_causal(make_problem(1, 2, 2, 200, 300, 64, DType::bf16), CausalAlign::top_left), 32, 0);
+    CHECK(plan_reason(p, env).find("two diagonal alignments") != std::string::npos);
+  }
+}
+
+TEST_CASE("cudnn plan: executed pairs estimate 128 x 128 tiles") {
+  const Env env = fake_env(91900);
+  // Causal 256 x 256: tiles (0,0), (1,0), (1,1) of 128 x 128, two heads.
+  CasePlan c = plan_ok(with_causal(make_problem(1, 2, 2, 256, 256, 64, DType::bf16), CausalAlign::top_left), env);
+  CHECK(c.executed_pairs == 3 * 128 * 128 * 2);
+  // No mask: everything.
+  CasePlan d = plan_ok(make_problem(2, 3, 3, 200, 300, 64, DType::bf16), env);
+  CHECK(d.executed_pairs == 2 * 3 * 200 * 300);
+  // Window (0, 0) on 300 x 300: diagonal tiles only (128, 128, 44 rows).
+  CasePlan w = plan_ok(with_window(make_problem(1, 1, 1, 300, 300, 64, DType::bf16), 0, 0), env);
+  CHECK(w.executed_pairs == 128 * 128 + 128 * 128 + 44 * 44);
+}
+
+TEST_CASE("cudnn plan: documents become ragged sequences; padding tokens and empty documents are fixed up") {
+  const Env env = fake_env(91900);
+  Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 0, 150}, {40, 40, 40, 100}}),
+                          CausalAlign::bottom_right);
+  validate(p);
+  CasePlan c = plan_ok(p, env);
+  CHECK(c.storage == Storage::tokens);
+  CHECK(c.fwd.ragged);
+  CHECK(c.fwd.padded);
+  CHECK(c.fwd.n == 6);  // the zero-length document is dropped
+  CHECK(c.fwd.sq == 150);
+  CHECK(c.fwd.band.align == Align::top_left);  // per document s_q == s_kv
+  REQUIRE(c.seqs.size() == 6);
+  CHECK(c.seqs[1].q_pos == 100);
+  CHECK(c.seqs[1].q_len == 150);
+  CHECK(c.seqs[1].q_row == 100);
+  CHECK(c.seqs[2].q_row == 300);  // batch row 1 starts at token 300
+  CHECK(c.rag_q[1] == 100 * 4 * 64);
+  CHECK(c.rag_k[1] == 100 * 2 * 64);
+  CHECK(c.rag_stats[1] == 100 * 4);
+  CHECK(c.dead_q.unit.size() == 50 + 80);  // padding tokens of both rows
+  CHECK(c.dead_k.unit.size() == 50 + 80);
+  // 1D sequence work: causal per document.
+  CHECK(c.executed_pairs > 0);
+  CHECK(c.executed_pairs >= count_allowed_pairs(p) * 4);
+
+  SUBCASE("only padding left: no graph, every row is fixed up") {
+    Problem q = with_padding(make_problem(2, 2, 2, 64, 64, 64, DType::fp16), {0, 0}, {64, 0});
+    CasePlan e = plan_ok(q, env);
+    CHECK_FALSE(e.has_graph);
+    CHECK(e.dead_q.unit.size() == 2 * 64);
+    CHECK(e.dead_k.unit.size() == 2 * 64);
+    CHECK(e.lse_src.size() == 2 * 64);
+  }
+  SUBCASE("non-contiguous document ids are refused") {
+    Problem q = make_problem(1, 2, 2, 8, 8, 64, DType::bf16);
+    DocumentTerm d;
+    d.doc_ids = {{0, 0, 1, 1, 0, 0, -1, -1}};
+    q.mask.push_back(d);
+    CHECK(plan_reason(q, env).find("not contiguous") != std::string::npos);
+  }
+}
+
+TEST_CASE("cudnn plan: version gates (fake Env)") {
+  const Problem plain = make_problem(1, 2, 2, 300, 300, 64, DType::bf16);
+  CHECK(plan_reason(plain, fake_env(89000)).find("9.0") != std::string::npos);
+  CHECK(plan_reason(plain, fake_env(91000)).find("9.10.0") != std::string::npos);
+  CHECK(plan_reason(plain, fake_env(91001)).find("9.10.0") != std::string::npos);
+  CHECK(plan_reason(plain, fake_env(91002)).empty());
+  // 9.14.0: non-causal sliding window with s_kv > 1024.
+  const Problem win = with_window(make_problem(1, 2, 2, 2048, 2048, 64, DType::bf16), 100, -1);
+  CHECK(plan_reason(win, fake_env(91400)).find("9.14.0") != std::string::npos);
+  CHECK(plan_reason(win, fake_env(91401)).empty());
+  // Ragged needs 9.6.
+  const Problem thd = make_problem(1, 2, 2, 300, 300, 64, DType::bf16, Layout::thd);
+  CHECK(plan_reason(thd, fake_env(90500)).find("9.6.0") != std::string::npos);
+  CHECK(plan_reason(thd, fake_env(90600)).empty());
+  // <= 9.15.0: backward gets sequence lengths when s_kv % 128 != 0.
+  CasePlan old = plan_ok(plain, fake_env(91500));
+  CHECK_FALSE(old.fwd.padded);
+  CHECK(old.bwd.padded);
+  CasePlan now = plan_ok(plain, fake_env(91900));
+  CHECK_FALSE(now.bwd.padded);
+  // < 9.10: the mask value is the lowest float instead of -inf.
+  CHECK(plan_ok(plain, fake_env(90900)).fwd.neg_inf_lowest);
+  CHECK_FALSE(now.fwd.neg_inf_lowest);
+  // Head dims per architecture.
+  const Problem d256 = make_problem(1, 2, 2, 128, 128, 256, DType::bf16);
+  CHECK(plan_reason(d256, fake_env(91900, 90)).empty());
+  CHECK_FALSE(plan_reason(d256, fake_env(91900, 80)).empty());
+}
+
+// ------------------------------------------------------------------ unsupported surface (GPU)
+
+TEST_CASE("cudnn: unsupported combinations return a reason and never crash") {
+  const Problem base = make_problem(1, 2, 2, 130, 130, 64, DType::bf16);
+  CudnnBackend be;
+
+  expect_unsupported(make_problem(1, 2, 2, 130, 130, 64, DType::fp32), "fp32");
+  {
+    Problem p = base;
+    p.mask.push_back(PrefixLmTerm{16});
+    expect_unsupported(p, "prefix_lm");
+  }
+  {
+    Problem p = base;
+    p.mask.push_back(BlockSparseTerm{0.5, 3});
+    expect_unsupported(p, "block_sparse");
+  }
+  {
+    Problem p = base;
+    p.score_mod.kind = ScoreMod::Kind::rel_bias;
+    p.score_mod.max_distance = 8;
+    expect_unsupported(p, "rel_bias");
+  }
+  {
+    Problem p = base;
+    p.score_mod.kind = ScoreMod::Kind::offset_bias;
+    p.score_mod.size = 16;
+    expect_unsupported(p, "offset_bias");
+  }
+  {
+    Problem p = with_causal(base, CausalAlign::top_left);
+    p.score_mod.kind = ScoreMod::Kind::softcap;
+    p.score_mod.cap = 30.0;
+    expect_unsupported(p, "softcap");
+  }
+  {
+    Problem p = base;
+    p.score_mod.kind = ScoreMod::Kind::alibi;
+    expect_unsupported(p, "alibi");
+  }
+  expect_unsupported(with_window(with_causal(make_problem(1, 2, 2, 100, 200, 64, DType::bf16), CausalAlign::top_left), 16, 0),
+                     "two diagonal alignments");
+  expect_unsupported(make_problem(1, 2, 2, 1, 1, 64, DType::bf16), "s_q = s_kv = 1");
+  expect_unsupported(make_problem(1, 2, 2, 64, 64, 20, DType::bf16), "multiples of 8");
+  expect_unsupported(make_problem(1, 2, 2, 64, 64, 264, DType::bf16));
+
+  // prepare() refuses too, with attnbench::Unsupported.
+  Problem p32 = make_problem(1, 2, 2, 64, 64, 64, DType::fp32);
+  const ProblemData in = make_inputs(p32);
+  CHECK_THROWS_AS(be.prepare(p32, in), Unsupported);
+}
+
+// ------------------------------------------------------------------ correctness (GPU)
+
+TEST_CASE("cudnn: sequence lengths x dtypes, no mask and causal") {
+  const std::vector<int64_t> lengths = {17, 127, 128, 129, 1000, 1013};
+  for (int64_t S : lengths) {
+    if (S < 1000) {
+      for (DType t : {DType::fp16, DType::bf16}) {
+        run_and_check(make_problem(1, 4, 4, S, S, 64, t));
+        run_and_check(with_causal(make_problem(1, 4, 4, S, S, 64, t), CausalAlign::bottom_right));
+      }
+    } else {  // long rows: each dtype once, masks alternating, to bound the reference's cost
+      const bool odd = S % 2 == 1;
+      run_and_check(make_problem(1, 2, 2, S, S, 64, odd ? DType::bf16 : DType::fp16));
+      run_and_check(with_causal(make_problem(1, 2, 2, S, S, 64, odd ? DType::fp16 : DType::bf16), CausalAlign::bottom_right));
+    }
+  }
+  // Length 1 on one side (decode-like and single key).
+  run_and_check(make_problem(2, 4, 4, 1, 17, 64, DType::bf16));
+  run_and_check(make_problem(2, 4, 4, 17, 1, 64, DType::fp16));
+  run_and_check(with_causal(make_problem(2, 4, 4, 1, 17, 64, DType::bf16), CausalAlign::bottom_right));
+}
+
+TEST_CASE("cudnn: Sq != Sk in both directions with both causal alignments") {
+  for (auto [sq, sk] : {std::pair<int64_t, int64_t>{100, 300}, {300, 100}}) {
+    for (CausalAlign a : {CausalAlign::top_left, CausalAlign::bottom_right}) {
+      run_and_check(with_causal(make_problem(2, 4, 4, sq, sk, 64, DType::bf16), a));
+      run_and_check(with_causal(make_problem(1, 4, 4, sq, sk, 128, DType::fp16), a));
+    }
+    run_and_check(make_problem(2, 4, 4, sq, sk, 64, DType::fp16));
+  }
+}
+
+TEST_CASE("cudnn: GQA 4:1, 7:1 and MQA, both dense layouts") {
+  run_and_check(with_causal(make_problem(2, 8, 2, 200, 200, 64, DType::bf16), CausalAlign::bottom_right));
+  run_and_check(with_causal(make_problem(1, 14, 2, 200, 200, 64, DType::fp16), CausalAlign::top_left));
+  run_and_check(with_causal(make_problem(1, 8, 1, 200, 200, 128, DType::bf16), CausalAlign::bottom_right));
+  run_and_check(make_problem(1, 7, 1, 150, 250, 64, DType::fp16, Layout::bhsd));
+  run_and_check(with_causal(make_problem(2, 8, 2, 200, 200, 64, DType::fp16, Layout::bhsd), CausalAlign::bottom_right));
+}
+
+TEST_CASE("cudnn: head dims 64 and 128, and 96 / 256 where supported") {
+  run_and_check(with_causal(make_problem(1, 4, 4, 160, 160, 64, DType::bf16), CausalAlign::bottom_right));
+  run_and_check(with_causal(make_problem(1, 4, 4, 160, 160, 128, DType::fp16), CausalAlign::bottom_right));
+  CudnnBackend be;
+  for (int64_t d : {96, 256}) {
+    const Problem p = with_causal(make_problem(1, 4, 4, 160, 160, d, DType::bf16), CausalAlign::bottom_right);
+    const Support s = be.supports(p);
+    if (s.ok) {
+      run_and_check(p);
+    } else {
+      MESSAGE("head dim " << d << " unsupported here: " << s.reason);
+      CHECK_FALSE(s.reason.empty());
+    }
+  }
+}
+
+TEST_CASE("cudnn: sliding windows") {
+  const Problem base = make_problem(1, 4, 4, 300, 300, 64, DType::bf16);
+  run_and_check(with_window(base, 0, 0));
+  run_and_check(with_window(base, 64, 0));
+  run_and_check(with_window(base, 5000, 0));  // wider than Sk
+  run_and_check(with_window(base, 16, 16));
+  run_and_check(with_window(base, 40, -1));   // left bound only
+  run_and_check(with_window(base, -1, 0));    // = causal bottom-right
+  run_and_check(with_window(with_causal(base, CausalAlign::top_left), 48, 8));
+  // Bottom-right windows with Sq != Sk (both directions).
+  run_and_check(with_window(make_problem(1, 4, 4, 200, 300, 64, DType::fp16), 64, 0));
+  run_and_check(with_window(make_problem(1, 4, 4, 300, 200, 64, DType::fp16), 64, 0));
+}
+
+TEST_CASE("cudnn: padding masks with fully masked rows") {
+  // Rows past seq_lens_q are fully masked; row 1 has vq > vk, so its first
+  // vq - vk rows are fully masked by the bottom-right causal mask too.
+  run_and_check(with_causal(with_padding(make_problem(3, 4, 4, 200, 200, 64, DType::bf16), {200, 150, 37}, {180, 90, 37}),
+                            CausalAlign::bottom_right));
+  run_and_check(with_padding(make_problem(2, 4, 2, 129, 257, 64, DType::fp16, Layout::bhsd), {100, 129}, {257, 1}));
+  // Zero valid lengths (the row is dropped from cuDNN's sequences).
+  run_and_check(with_padding(make_problem(3, 4, 4, 128, 128, 64, DType::bf16), {0, 120, 50}, {100, 0, 128}));
+  // Nothing valid at all: no cuDNN call, fix-ups only (O = 0, LSE = -inf, gradients 0).
+  run_and_check(with_padding(make_problem(2, 2, 2, 64, 64, 64, DType::fp16), {0, 0}, {64, 0}));
+  // THD layout: rows of different lengths, causal per row.
+  run_and_check(with_causal(with_padding(make_problem(3, 4, 2, 200, 200, 64, DType::bf16, Layout::thd), {200, 73, 130},
+                                         {200, 150, 64}),
+                            CausalAlign::bottom_right));
+}
+
+TEST_CASE("cudnn: packed documents through THD ragged offsets") {
+  const std::vector<std::vector<int64_t>> docs = {{100, 0, 150}, {40, 40, 40, 100}};  // row 0: 50 padding tokens
+  for (Layout l : {Layout::bshd, Layout::thd, Layout::bhsd}) {
+    run_and_check(with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16, l), docs),
+                              CausalAlign::bottom_right));
+  }
+  run_and_check(with_documents(make_problem(2, 4, 4, 300, 300, 64, DType::fp16), docs));
+  run_and_check(with_window(with_documents(make_problem(2, 4, 4, 300, 300, 64, DType::fp16), docs), 32, 0));
+  run_and_check(with_causal(with_documents(make_problem(1, 4, 1, 256, 256, 128, DType::fp16), {{0, 1, 127, 0, 128}}),
+                            CausalAlign::top_left));
+}
+
+TEST_CASE("cudnn: score mods softcap and alibi") {
+  Problem soft = make_problem(2, 4, 4, 257, 257, 64, DType::bf16);
+  soft.score_mod.kind = ScoreMod::Kind::softcap;
+  soft.score_mod.cap = 2.0;  // small cap so that the tanh matters
+  run_and_check(soft);
+  for (int64_t hq : {8, 6}) {  // power of two and not
+    Problem ali = with_causal(make_problem(1, hq, hq, 200, 200, 64, DType::fp16), CausalAlign::top_left);
+    ali.score_mod.kind = ScoreMod::Kind::alibi;
+    run_and_check(ali);
+  }
+}
+
+TEST_CASE("cudnn: plan cache, setup time, workspace, forward determinism") {
+  CudnnBackend be;
+  const Problem p = with_causal(make_problem(1, 4, 4, 192, 192, 64, DType::bf16), CausalAlign::bottom_right);
+  REQUIRE(be.supports(p).ok);  // builds the plans
+  const ProblemData in = make_inputs(p);
+  auto a = be.prepare(p, in);
+  auto b = be.prepare(p, in);
+  auto* api = dynamic_cast<CudnnInstanceApi*>(b.get());
+  REQUIRE(api);
+  CHECK(api->plan_cache_hit());
+  CHECK(a->setup_ms() > 0.0);
+  CHECK(a->allocated_bytes() >= static_cast<size_t>(api->plan_workspace_bytes()));
+  const auto ex = a->extra();
+  CHECK(ex.contains("forward"));
+  CHECK(ex["forward"].contains("engine_global_index"));
+  MESSAGE("cuDNN instance: " << ex.dump());
+
+  a->poison_outputs();
+  a->forward();
+  const AttentionOutputs first = a->read_outputs(false);
+  a->poison_outputs();
+  a->forward();
+  const AttentionOutputs second = a->read_outputs(false);
+  CHECK(bitwise_equal(first, second));
+  CHECK_FALSE(be.deterministic());  // the backward accumulates dQ with atomics
+}
+
+#else
+
+TEST_CASE("cudnn backend not built") {
+  MESSAGE("cuDNN was not found at configure time: the cudnn backend is not built and its tests do not run");
+}
+
+#endif  // ATTNBENCH_HAVE_CUDNN
