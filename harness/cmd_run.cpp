@@ -16,6 +16,7 @@ void add_run_command(CLI::App& app, Action& action) {
     int64_t seed = -1;
     std::string check = "auto";
     std::string shard = "0/1";
+    std::string cases;
     bool hot = false, no_timing = false, no_backward = false, no_determinism = false;
     double max_seconds = 2.0, rel_stddev = 0.02;
     int min_samples = 5, device = 0;
@@ -27,6 +28,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", args->seed, "override every case's seed");
   cmd->add_option("--check", args->check, "correctness check: auto | full | sample | off")->capture_default_str();
   cmd->add_option("--shard", args->shard, "run cases i, i+n, ... of the matrix (i/n)")->capture_default_str();
+  cmd->add_option("--cases", args->cases, "only cases whose id matches this regular expression");
   cmd->add_flag("--hot", args->hot, "do not flush L2 between timing samples");
   cmd->add_flag("--no-timing", args->no_timing, "check only, do not time");
   cmd->add_flag("--no-backward", args->no_backward, "forward pass only");
@@ -53,6 +55,7 @@ void add_run_command(CLI::App& app, Action& action) {
       auto [si, sn] = parse_shard(args->shard);
       o.shard_index = si;
       o.shard_count = sn;
+      o.case_filter = args->cases;
       o.policy.cold = !args->hot;
       o.policy.max_seconds = args->max_seconds;
       o.policy.target_rel_stddev = args->rel_stddev;

@@ -4,15 +4,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <regex>
 
 #include "harness/backend.hpp"
 #include "harness/block_mask.hpp"
+#include "harness/environment.hpp"
 #include "harness/errors.hpp"
 #include "harness/mask.hpp"
 #include "harness/report.hpp"
 #include "reference/reference.hpp"
 
 #if defined(ATTNBENCH_HAVE_CUDA)
+#include "harness/device/ceilings.hpp"
 #include "harness/device/device.hpp"
 #endif
 
@@ -135,23 +138,36 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
 #endif
 
   std::filesystem::create_directories(opts.out_dir);
-  nlohmann::json header;
-  header["schema_version"] = 1;
-  header["tool"] = "attnbench";
-  header["git_revision"] = ATTNBENCH_GIT_REV;
-  header["command"] = opts.command_line;
-  header["scenario"] = {{"name", scenario.name}, {"description", scenario.description}, {"file", scenario.file},
-                        {"cases", scenario.cases.size()}};
+  nlohmann::json scenario_json = {{"name", scenario.name}, {"description", scenario.description},
+                                   {"file", scenario.file}, {"cases", scenario.cases.size()}};
+  nlohmann::json header = make_report_header(opts.command_line, scenario_json, opts.policy.to_json(),
+                                             env::collect(opts.command_line, opts.device));
   header["shard"] = std::to_string(opts.shard_index) + "/" + std::to_string(opts.shard_count);
   header["backends"] = names;
   ReportWriter writer((std::filesystem::path(opts.out_dir) / "report.json").string(), header);
 
+  // Ceilings (DESIGN.md section 3): a large bf16 GEMM and a device-to-device copy,
+  // once per run, when a GPU backend will be timed.
+#if defined(ATTNBENCH_HAVE_CUDA)
+  bool any_gpu = false;
+  for (const auto& b : backends) any_gpu = any_gpu || (b->device() == Device::cuda && b->available(nullptr));
+  if (any_gpu && opts.timing) writer.set_field("ceilings", device::measure_ceilings().to_json());
+#endif
+  std::optional<std::regex> filter;
+  if (!opts.case_filter.empty()) {
+    try {
+      filter.emplace(opts.case_filter);
+    } catch (const std::regex_error& e) {
+      throw InputError("<command line>", "--cases", "invalid regular expression \"" + opts.case_filter + "\": " + e.what());
+    }
+  }
   RunSummary summary;
   summary.report_path = writer.path();
   const auto run_t0 = Clock::now();
   size_t case_no = 0;
   for (size_t ci = 0; ci < scenario.cases.size(); ++ci) {
     if (static_cast<int>(ci % static_cast<size_t>(opts.shard_count)) != opts.shard_index) continue;
+    if (filter && !std::regex_search(scenario.cases[ci].id, *filter)) continue;
     ++case_no;
     Case c = scenario.cases[ci];
     if (opts.seed) c.problem.seed = *opts.seed;
@@ -169,6 +185,9 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       row.problem = to_json(p, true);
       row.packing = packing_json(c.packing);
       row.work = work_json(p, useful_pairs, 0);
+      row.mask_thumbnail = mask_thumbnail_for(p);
+      const bool on_gpu = backend->device() == Device::cuda;
+      if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
       std::string why;
       if (!backend->available(&why)) {
         row.status = RowStatus::unsupported;
@@ -237,6 +256,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
           row.message = e.what();
         }
       }
+      if (on_gpu) row.clocks["end"] = env::sample_clocks(opts.device).to_json();
       switch (row.status) {
         case RowStatus::pass: ++summary.pass; break;
         case RowStatus::fail: ++summary.fail; break;
@@ -250,7 +270,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       writer.add_row(row);
     }
   }
-  writer.set_field("finished", true);
+  writer.finish();
   return summary;
 }
 

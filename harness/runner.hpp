@@ -25,6 +25,7 @@ struct RunOptions {
   bool backward = true;               ///< run and check the backward pass
   TimingPolicy policy;
   int shard_index = 0, shard_count = 1;  ///< run cases with index % count == shard_index
+  std::string case_filter;            ///< ECMAScript regex searched in case ids; empty = all
   int device = 0;
   std::string command_line;           ///< recorded in the report
 };
