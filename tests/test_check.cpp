@@ -1,0 +1,359 @@
+// The correctness rule of DESIGN.md section 2: verdicts on constructed outputs
+// (gold itself, lp, perturbations at and beyond the tolerance, NaN-poisoned and
+// masked-row violations), the rule constants, slices, ulp, modes and plans.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "harness/check.hpp"
+#include "harness/errors.hpp"
+#include "reference/reference.hpp"
+
+using namespace attnbench;
+namespace ref = attnbench::reference;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// B=2, Hq=4, Hkv=2, Sq=40 > Sk=30 bottom-right causal: rows 0..9 fully masked.
+Problem rule_problem() {
+  Problem p;
+  p.batch = 2, p.heads_q = 4, p.heads_kv = 2, p.seq_q = 40, p.seq_k = 30;
+  p.head_dim = 16, p.head_dim_v = 8, p.dtype = DType::bf16, p.seed = 5;
+  p.mask = {CausalTerm{CausalAlign::bottom_right}};
+  p.score_mod.kind = ScoreMod::Kind::rel_bias;
+  p.score_mod.max_distance = 6;
+  return p;
+}
+
+struct Fixture {
+  Problem p = rule_problem();
+  ProblemData in = make_inputs(p);
+  AttentionOutputs gold = ref::gold(p, in, true);
+  AttentionOutputs lp = ref::lp(p, in, true);
+  CheckResult check(const AttentionOutputs& got, const RuleConstants& rule = {},
+                    const ref::SliceSet& s = ref::SliceSet::every()) const {
+    return check_outputs(p, got, gold, lp, rule, s);
+  }
+};
+
+const TensorCheck& find(const CheckResult& r, const std::string& name) {
+  for (const auto& t : r.tensors)
+    if (t.name == name) return t;
+  FAIL("no tensor " << name);
+  return r.tensors.front();
+}
+
+/// Flat index of O[b, h, i, 0].
+size_t o_index(const Problem& p, int64_t b, int64_t h, int64_t i) {
+  return static_cast<size_t>(((b * p.heads_q + h) * p.seq_q + i) * p.head_dim_v);
+}
+
+}  // namespace
+
+TEST_CASE("gold passes against itself with zero errors; lp passes with ratio <= 1") {
+  const Fixture f;
+  const CheckResult self = f.check(f.gold);
+  CHECK(self.pass);
+  CHECK(self.mode == "full");
+  CHECK(self.scope == "O, LSE, dQ, dK, dV, dBias on all 4 (b, kv-head) slices");
+  REQUIRE(self.tensors.size() == 6);
+  for (const auto& t : self.tensors) {
+    CAPTURE(t.name);
+    CHECK(t.pass);
+    CHECK(t.max_abs_err == 0.0);
+    CHECK(t.ratio == 0.0);
+    CHECK(t.lp_max_abs_err > 0.0);  // bf16 rounding shows in every tensor
+    CHECK(t.tolerance == doctest::Approx(t.r * t.lp_max_abs_err + t.ulp));
+  }
+  CHECK(find(self, "O").checked == 2 * 4 * 40 * 8);
+  CHECK(find(self, "LSE").checked == 2 * 4 * 40);
+  CHECK(find(self, "dK").checked == 2 * 2 * 30 * 16);
+  CHECK(find(self, "dBias").checked == 4 * 13);
+  CHECK(find(self, "O").r == 2.0);
+  CHECK(find(self, "LSE").r == 2.0);
+  CHECK(find(self, "dV").r == 3.0);
+  CHECK(find(self, "dBias").r == 3.0);
+  // ulp of the dtype at max |gold| (float32 for LSE and dBias).
+  auto max_finite = [](const std::vector<double>& v) {
+    double m = 0;
+    for (double x : v)
+      if (std::isfinite(x)) m = std::max(m, std::abs(x));
+    return m;
+  };
+  CHECK(find(self, "O").ulp == ulp_of(DType::bf16, max_finite(f.gold.o.data)));
+  CHECK(find(self, "dK").ulp == ulp_of(DType::bf16, max_finite(f.gold.dk.data)));
+  CHECK(find(self, "LSE").ulp == ulp_of(DType::fp32, max_finite(f.gold.lse.data)));
+  // The ulp term is taken at max(max |gold|, 2^-6) (check.cpp, kUlpFloorMagnitude).
+  CHECK(find(self, "dBias").ulp == ulp_of(DType::fp32, std::max(max_finite(f.gold.dbias), 1.0 / 64.0)));
+
+  const CheckResult low = f.check(f.lp);
+  CHECK(low.pass);
+  for (const auto& t : low.tensors) {
+    CAPTURE(t.name);
+    CHECK(t.max_abs_err == t.lp_max_abs_err);
+    CHECK(t.ratio <= 1.0);
+    CHECK(t.ratio > 0.0);
+  }
+  CHECK(low.worst_ratio <= 1.0);
+}
+
+TEST_CASE("an error beyond r * e_lp + ulp fails that tensor only") {
+  const Fixture f;
+  const TensorCheck base = find(f.check(f.gold), "O");
+  AttentionOutputs got = f.gold;
+  got.o.data[o_index(f.p, 1, 2, 30) + 3] += 1.01 * base.tolerance;
+  const CheckResult r = f.check(got);
+  CHECK_FALSE(r.pass);
+  CHECK_FALSE(find(r, "O").pass);
+  CHECK(find(r, "O").max_abs_err == doctest::Approx(1.01 * base.tolerance));
+  CHECK(find(r, "O").ratio > 2.0);
+  CHECK(r.worst_ratio == find(r, "O").ratio);
+  for (const char* n : {"LSE", "dQ", "dK", "dV", "dBias"}) CHECK(find(r, n).pass);
+  got.o.data[o_index(f.p, 1, 2, 30) + 3] = f.gold.o.data[o_index(f.p, 1, 2, 30) + 3] + 0.99 * base.tolerance;
+  CHECK(f.check(got).pass);
+}
+
+TEST_CASE("r = 2 for forward tensors, r = 3 for gradients, overridable with a reason") {
+  const Fixture f;
+  const CheckResult base = f.check(f.gold);
+  const TensorCheck o = find(base, "O"), dq = find(base, "dQ");
+  // The same relative excess, 2.5 e_lp + ulp, on O and on dQ.
+  AttentionOutputs got = f.gold;
+  got.o.data[o_index(f.p, 0, 1, 20)] += 2.5 * o.lp_max_abs_err + o.ulp;
+  got.dq.data[static_cast<size_t>(((0 * 4 + 1) * 40 + 20) * 16)] += 2.5 * dq.lp_max_abs_err + dq.ulp;
+  const CheckResult r = f.check(got);
+  CHECK_FALSE(find(r, "O").pass);  // 2.5 > r_fwd = 2
+  CHECK(find(r, "dQ").pass);       // 2.5 <= r_bwd = 3
+  CHECK(r.rule.find("r_fwd=2 (O, LSE) r_bwd=3 (gradients) (DESIGN.md section 2 default)") != std::string::npos);
+
+  RuleConstants swapped;
+  swapped.r_fwd = 3;
+  swapped.r_bwd = 2;
+  swapped.reason = "test override";
+  const CheckResult s = f.check(got, swapped);
+  CHECK(find(s, "O").pass);
+  CHECK_FALSE(find(s, "dQ").pass);
+  CHECK(find(s, "O").r == 3.0);
+  CHECK(s.rule.find("override: test override") != std::string::npos);
+  RuleConstants silent;
+  silent.r_fwd = 4;
+  CHECK(f.check(f.gold, silent).rule.find("override without a stated reason") != std::string::npos);
+}
+
+TEST_CASE("NaN-poisoned (unwritten) elements fail") {
+  const Fixture f;
+  AttentionOutputs got = f.gold;
+  got.dk.data[17] = std::numeric_limits<double>::quiet_NaN();
+  got.lse.data[3 * 40 + 35] = std::numeric_limits<double>::quiet_NaN();
+  const CheckResult r = f.check(got);
+  CHECK_FALSE(r.pass);
+  CHECK(find(r, "dK").unwritten == 1);
+  CHECK(find(r, "dK").max_abs_err == 0.0);  // the error itself is fine
+  CHECK_FALSE(find(r, "dK").pass);
+  CHECK(find(r, "LSE").unwritten == 1);
+  CHECK(find(r, "dV").pass);
+  // A NaN where gold has -inf (LSE of a fully masked row) is a pattern mismatch.
+  got = f.gold;
+  got.lse.data[0] = std::numeric_limits<double>::quiet_NaN();
+  CHECK(find(f.check(got), "LSE").nan_mismatch == 1);
+}
+
+TEST_CASE("the NaN/Inf pattern must equal gold's: -inf LSE on fully masked rows") {
+  const Fixture f;
+  REQUIRE(f.gold.lse.data[5] == -kInf);  // (b=0, h=0, i=5) is fully masked
+  AttentionOutputs got = f.gold;
+  got.lse.data[5] = -1e30;  // finite instead of -inf
+  CheckResult r = f.check(got);
+  CHECK_FALSE(find(r, "LSE").pass);
+  CHECK(find(r, "LSE").nan_mismatch == 1);
+  got = f.gold;
+  got.lse.data[20] = kInf;  // +inf on a normal row
+  r = f.check(got);
+  CHECK(find(r, "LSE").nan_mismatch == 1);
+  CHECK_FALSE(r.pass);
+}
+
+TEST_CASE("fully masked rows must be exactly zero in O and dQ") {
+  const Fixture f;
+  AttentionOutputs got = f.gold;
+  got.o.data[o_index(f.p, 1, 3, 9) + 7] = 1e-30;  // row 9 is masked; far below any tolerance
+  CheckResult r = f.check(got);
+  CHECK_FALSE(find(r, "O").pass);
+  CHECK(find(r, "O").masked_nonzero == 1);
+  CHECK(find(r, "O").max_abs_err <= find(r, "O").tolerance);
+  got = f.gold;
+  got.dq.data[static_cast<size_t>(((0 * 4 + 2) * 40 + 4) * 16 + 1)] = -1e-30;
+  r = f.check(got);
+  CHECK(find(r, "dQ").masked_nonzero == 1);
+  CHECK_FALSE(r.pass);
+  // -0.0 is zero.
+  got = f.gold;
+  got.o.data[o_index(f.p, 1, 3, 9)] = -0.0;
+  CHECK(f.check(got).pass);
+}
+
+TEST_CASE("missing dBias fails; forward-only outputs check O and LSE only") {
+  const Fixture f;
+  AttentionOutputs got = f.gold;
+  got.dbias.clear();
+  CheckResult r = f.check(got);
+  CHECK_FALSE(find(r, "dBias").pass);
+  CHECK(find(r, "dBias").unwritten == 4 * 13);
+  AttentionOutputs fwd;
+  fwd.o = f.gold.o;
+  fwd.lse = f.gold.lse;
+  r = f.check(fwd);
+  CHECK(r.pass);
+  CHECK(r.tensors.size() == 2);
+  CHECK(r.scope == "O, LSE on all 4 (b, kv-head) slices");
+  AttentionOutputs wrong = f.gold;
+  wrong.dk.shape[2] = 31;
+  CHECK_THROWS_AS(f.check(wrong), std::invalid_argument);
+}
+
+TEST_CASE("sample mode compares the selected slices only") {
+  Fixture f;
+  const ref::SliceSet s = sample_slices(f.p, 2, 9);
+  REQUIRE_FALSE(s.all);
+  CHECK(s.contains(0, 0, 2));
+  CHECK(s.contains(1, 1, 2));
+  CHECK_FALSE(s.contains(0, 1, 2));
+  const AttentionOutputs g = ref::gold(f.p, f.in, true, s), l = ref::lp(f.p, f.in, true, s);
+  AttentionOutputs got = g;
+  // Garbage outside the slices is not looked at; inside it is.
+  got.o.data[o_index(f.p, 0, 2, 30)] = 1e9;  // h = 2 -> kv head 1, slice (0, 1) unselected
+  CheckResult r = check_outputs(f.p, got, g, l, {}, s);
+  CHECK(r.pass);
+  CHECK(r.mode == "sample");
+  CHECK(r.scope == "O, LSE, dQ, dK, dV on 2 of 4 (b, kv-head) slices (0,0) (1,1); dBias not checked (needs every slice)");
+  CHECK(r.tensors.size() == 5);
+  CHECK(find(r, "O").checked == 2 * 2 * 40 * 8);
+  got.o.data[o_index(f.p, 1, 2, 30)] = 1e9;  // slice (1, 1)
+  CHECK_FALSE(check_outputs(f.p, got, g, l, {}, s).pass);
+}
+
+TEST_CASE("sample_slices: deterministic, first and last always, every() when it covers all") {
+  Problem p = rule_problem();
+  p.batch = 8;
+  p.heads_q = 16;
+  p.heads_kv = 8;
+  const ref::SliceSet a = sample_slices(p, 5, 1), b = sample_slices(p, 5, 1);
+  CHECK(a.selected == b.selected);
+  CHECK(a.count(8, 8) == 5);
+  CHECK(a.contains(0, 0, 8));
+  CHECK(a.contains(7, 7, 8));
+  int differ = 0;
+  for (uint64_t seed = 2; seed < 6; ++seed) differ += sample_slices(p, 5, seed).selected != a.selected;
+  CHECK(differ >= 3);
+  CHECK(sample_slices(p, 1, 1).count(8, 8) == 2);  // at least first and last
+  CHECK(sample_slices(p, 64, 1).all);
+  CHECK(sample_slices(p, 100, 1).all);
+}
+
+TEST_CASE("ulp_of: one unit in the last place of the dtype") {
+  CHECK(ulp_of(DType::bf16, 1.0) == std::ldexp(1.0, -7));
+  CHECK(ulp_of(DType::bf16, 1.999) == std::ldexp(1.0, -7));
+  CHECK(ulp_of(DType::bf16, 3.0) == std::ldexp(1.0, -6));
+  CHECK(ulp_of(DType::bf16, -0.3) == std::ldexp(1.0, -9));
+  CHECK(ulp_of(DType::fp16, 1.0) == std::ldexp(1.0, -10));
+  CHECK(ulp_of(DType::fp16, 1000.0) == 0.5);
+  CHECK(ulp_of(DType::fp16, 1e-6) == std::ldexp(1.0, -24));  // subnormal spacing
+  CHECK(ulp_of(DType::fp16, 0.0) == std::ldexp(1.0, -24));
+  CHECK(ulp_of(DType::fp32, 1.0) == std::ldexp(1.0, -23));
+  CHECK(ulp_of(DType::fp32, 0.0) == std::ldexp(1.0, -149));
+  CHECK(ulp_of(DType::bf16, 0.0) == std::ldexp(1.0, -133));
+  CHECK(ulp_of(DType::fp32, kInf) == kInf);
+  // Consistent with round_to: x + ulp/2 rounds back to x (ties to even at 1.0).
+  CHECK(round_to(DType::bf16, 1.0 + ulp_of(DType::bf16, 1.0) / 2) == 1.0);
+  CHECK(round_to(DType::bf16, 1.0 + ulp_of(DType::bf16, 1.0)) > 1.0);
+}
+
+TEST_CASE("check modes parse, print and plan") {
+  CHECK(parse_check_mode("auto") == CheckMode::automatic);
+  CHECK(parse_check_mode("automatic") == CheckMode::automatic);
+  for (CheckMode m : {CheckMode::automatic, CheckMode::full, CheckMode::sample, CheckMode::off})
+    CHECK(parse_check_mode(to_string(m)) == m);
+  try {
+    parse_check_mode("fast");
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("--check: unknown check mode \"fast\"") != std::string::npos);
+  }
+
+  const Problem small = rule_problem();
+  CheckPlan plan = plan_check(small, CheckMode::automatic, true);
+  CHECK(plan.mode == CheckMode::full);
+  CHECK(plan.slices.all);
+  CHECK(plan.estimated_flops == ref::estimated_flops(small, true));
+  CHECK(plan.description.find("full (auto: estimated reference cost") == 0);
+  CHECK(plan.description.find("< 2 GFLOP): O, LSE, dQ, dK, dV, dBias on all 4 (b, kv-head) slices") !=
+        std::string::npos);
+
+  Problem big;
+  big.batch = 4, big.heads_q = 32, big.heads_kv = 8, big.seq_q = big.seq_k = 4096, big.head_dim = 128;
+  big.head_dim_v = 128;
+  plan = plan_check(big, CheckMode::automatic, true);
+  CHECK(plan.mode == CheckMode::sample);
+  CHECK(plan.estimated_flops > kAutoFullMaxFlops);
+  CHECK(plan.slices.count(4, 8) == kSampleSlices);
+  CHECK(plan.description.find("sample (auto: estimated reference cost") == 0);
+  CHECK(plan.description.find(">= 2 GFLOP): O, LSE, dQ, dK, dV on 4 of 32 (b, kv-head) slices (0,0)") !=
+        std::string::npos);
+  CHECK(plan.description.find("(3,7)") != std::string::npos);
+
+  plan = plan_check(big, CheckMode::full, false);
+  CHECK(plan.mode == CheckMode::full);
+  CHECK(plan.description == "full: O, LSE on all 32 (b, kv-head) slices");
+  plan = plan_check(small, CheckMode::sample, true, 8);
+  CHECK(plan.mode == CheckMode::full);
+  CHECK(plan.description.find("full (the sample covers every slice)") == 0);
+  plan = plan_check(big, CheckMode::off, true);
+  CHECK(plan.mode == CheckMode::off);
+  CHECK(plan.description == "off: outputs not checked");
+}
+
+TEST_CASE("CheckResult::to_json carries every field; non-finite numbers become strings") {
+  const Fixture f;
+  AttentionOutputs got = f.gold;
+  got.o.data[o_index(f.p, 1, 1, 25)] = kInf;
+  const CheckResult r = f.check(got);
+  const nlohmann::json j = r.to_json();
+  CHECK(j["pass"] == false);
+  CHECK(j["mode"] == "full");
+  CHECK(j["scope"] == r.scope);
+  CHECK(j["rule"] == r.rule);
+  REQUIRE(j["tensors"].size() == 6);
+  const auto& o = j["tensors"][0];
+  CHECK(o["name"] == "O");
+  CHECK(o["pass"] == false);
+  CHECK(o["nan_mismatch"] == 1);
+  for (const char* k : {"max_abs_err", "mean_abs_err", "rel_l2_err", "lp_max_abs_err", "ulp", "r", "tolerance",
+                        "ratio", "checked", "unwritten", "masked_nonzero"})
+    CHECK(o.contains(k));
+  CHECK(j["tensors"][5]["name"] == "dBias");
+  CheckResult inf_ratio;
+  inf_ratio.worst_ratio = kInf;
+  CHECK(inf_ratio.to_json()["worst_ratio"] == "inf");
+}
+
+TEST_CASE("bitwise_equal compares every tensor's bytes") {
+  const Fixture f;
+  AttentionOutputs a = f.gold;
+  CHECK(bitwise_equal(a, f.gold));
+  a.dv.data[11] = std::nextafter(a.dv.data[11], kInf);
+  CHECK_FALSE(bitwise_equal(a, f.gold));
+  a = f.gold;
+  a.dbias[0] = -a.dbias[0];
+  CHECK_FALSE(bitwise_equal(a, f.gold));
+  a = f.gold;
+  a.o.data[0] = a.o.data[1] = std::numeric_limits<double>::quiet_NaN();
+  AttentionOutputs b = a;
+  CHECK(bitwise_equal(a, b));  // same NaN bits
+  b.dq = HostTensor{};
+  CHECK_FALSE(bitwise_equal(a, b));
+}
