@@ -1,0 +1,79 @@
+// The `cpu` backend: a tiled float32 CPU implementation of FlashAttention-2
+// (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and
+// Work Partitioning", Algorithm 1 forward, Algorithm 2 backward) driven by a
+// FlexAttention BlockMask (harness/block_mask.hpp).
+//
+// It is the executable specification of the GPU kernels of this project: the
+// same tile walk (partial tiles evaluate the mask, full tiles skip it, empty
+// tiles are never visited), the same online softmax, the same recomputation of
+// P from the LSE in the backward pass. It also makes `attnbench run` useful on
+// machines without a GPU.
+//
+// Registered as "cpu" (one line in cpu_backend.cpp). Tests construct it with
+// CpuBackendOptions to obtain deliberately broken variants and prove that the
+// correctness rule (harness/check.hpp) catches them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "harness/backend.hpp"
+
+namespace attnbench {
+
+/// Query rows per tile (FlashAttention-2's B_r) of the cpu backend.
+inline constexpr int64_t kCpuQBlock = 64;
+/// Key columns per tile (FlashAttention-2's B_c) of the cpu backend.
+inline constexpr int64_t kCpuKVBlock = 64;
+
+/// Test-only switches that break the backend on purpose, so that a test can show
+/// the correctness rule rejects each defect. The default value is the correct
+/// backend; the registered "cpu" backend always uses the defaults.
+struct CpuBackendOptions {
+  /// Treat every partial tile as full: mask_allowed() is never evaluated (forward
+  /// and backward), so masked pairs are attended.
+  bool drop_mask = false;
+  /// Multiply the softmax scale by this factor (1 = correct).
+  double scale_factor = 1.0;
+  /// Skip one computed tile: the first tile of the forward walk of (b = 0, h = 0,
+  /// q-block 0), in the forward and the backward pass. A no-op when that q-block
+  /// has no tile.
+  bool skip_one_block = false;
+};
+
+/// The `cpu` backend (Device::cpu). Supports every problem validate() accepts:
+/// all mask kinds and score mods, GQA/MQA, Sq != Sk, Dqk != Dv, layouts bshd,
+/// bhsd and thd, dtypes fp32/fp16/bf16 (float32 compute, outputs rounded to the
+/// dtype). Deterministic: work is split into tasks whose results do not depend
+/// on the thread that runs them, and every reduction has a fixed order.
+class CpuBackend : public Backend {
+ public:
+  /// The registered, correct backend.
+  CpuBackend() = default;
+  /// A backend with test-only defects (see CpuBackendOptions).
+  explicit CpuBackend(CpuBackendOptions options) : options_(options) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string description() const override;
+  Device device() const override { return Device::cpu; }
+  /// Yes for every problem that passes validate(); the validation message otherwise.
+  Support supports(const Problem& p) const override;
+  /// Scratch of forward + backward beyond inputs and outputs: per-thread tile
+  /// buffers, per-task dQ accumulators (float32 [Hq/Hkv, Sq, Dqk]) and per-task
+  /// dBias partial sums (float64), in bytes.
+  size_t workspace_bytes(const Problem& p) const override;
+  /// Converts `inputs` to float32 in the problem's physical layout, builds the
+  /// BlockMask (tiles kCpuQBlock x kCpuKVBlock; its build time is setup_ms()).
+  /// Throws std::invalid_argument when the input shapes do not match `p`.
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) override;
+  bool deterministic() const override { return true; }
+
+  /// The options this backend was built with.
+  const CpuBackendOptions& options() const { return options_; }
+
+ private:
+  CpuBackendOptions options_;
+};
+
+}  // namespace attnbench
