@@ -36,6 +36,8 @@ class DeviceOutOfMemory : public DeviceError {
 };
 
 namespace detail {
+/// Throw DeviceOutOfMemory (when `oom`) or DeviceError with the message
+/// "<lib> error <status> in `<expr>` at <file>:<line>". Defined in check.cpp.
 [[noreturn]] void throw_error(const char* lib, const std::string& status, const char* expr,
                               const char* file, int line, bool oom);
 
@@ -46,10 +48,12 @@ inline void check(cudaError_t s, const char* expr, const char* file, int line) {
                 line, s == cudaErrorMemoryAllocation);
   }
 }
+/// The enumerator name of a cuBLAS status, e.g. "CUBLAS_STATUS_INVALID_VALUE"; never null.
 const char* cublas_status_name(cublasStatus_t s);
 inline void check(cublasStatus_t s, const char* expr, const char* file, int line) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw_error("cuBLAS", cublas_status_name(s), expr, file, line, s == CUBLAS_STATUS_ALLOC_FAILED);
+    throw_error("cuBLAS", std::string(cublas_status_name(s)) + ": " + cublasGetStatusString(s), expr,
+                file, line, s == CUBLAS_STATUS_ALLOC_FAILED);
 }
 #if defined(ATTNBENCH_HAVE_CUDNN)
 inline void check(cudnnStatus_t s, const char* expr, const char* file, int line) {

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# GPU CI for attnbench: build, run the GPU and CPU test suites and the GPU smoke
+# scenario on a machine with an NVIDIA GPU. Meant to finish in under 10 minutes
+# on an H100 host from a clean tree.
+#
+#   ci/gpu.sh            # logs and reports under $OUT (default ./out-gpu)
+#
+# Environment:
+#   OUT                   where logs and reports go (default ./out-gpu)
+#   CUDNN_ROOT            a cuDNN tree (include/ + lib/) to use instead of the search below
+#   ATTNBENCH_CUDA_ARCHS  CMAKE_CUDA_ARCHITECTURES (default: the GPU's own, e.g. 90a on
+#                         Hopper; "90a;80" is the project default for release builds)
+#   JOBS                  build parallelism (default: nproc)
+#   GPU_TEST_LIMIT, CPU_TEST_LIMIT, SMOKE_LIMIT
+#                         wall-clock caps in seconds for the three run steps
+#                         (default 240, 180, 120) so that a hang cannot eat the budget
+#
+# cuDNN choice: the PyTorch wheel's cuDNN under /opt/torch/.venv when present (it
+# has include/ and lib/ with only the versioned libcudnn.so.9), else the newest
+# cuDNN found by its cudnn_version.h. The system cuDNN 9.14 in
+# /usr/lib/x86_64-linux-gnu has known SDPA bugs, so it is the last resort.
+#
+# Exit status: 0 when everything passed, 1 when a test or the smoke run failed,
+# 2 when configuring or building failed.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/out-gpu}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+BUILD=$ROOT/build-gpu
+JOBS=${JOBS:-$(nproc)}
+GPU_TEST_LIMIT=${GPU_TEST_LIMIT:-240}
+CPU_TEST_LIMIT=${CPU_TEST_LIMIT:-180}
+SMOKE_LIMIT=${SMOKE_LIMIT:-120}
+START=$(date +%s)
+
+log() { printf '[gpu.sh %4ss] %s\n' "$(( $(date +%s) - START ))" "$*"; }
+
+# ---------------------------------------------------------------- the device
+log "nvidia-smi"
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "gpu.sh: nvidia-smi not found: this script needs a machine with an NVIDIA GPU" >&2
+  exit 2
+fi
+nvidia-smi | tee "$OUT/nvidia-smi.txt"
+GPU_LINE=$(nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu \
+           --format=csv,noheader | head -n 1)
+CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+if [[ -z "${ATTNBENCH_CUDA_ARCHS:-}" ]]; then
+  case "$CC" in
+    90) ATTNBENCH_CUDA_ARCHS="90a" ;;   # wgmma / setmaxnreg need the arch-specific target
+    "") ATTNBENCH_CUDA_ARCHS="90a;80" ;;
+    *)  ATTNBENCH_CUDA_ARCHS="$CC" ;;
+  esac
+fi
+log "GPU: $GPU_LINE (compute capability $CC, building for $ATTNBENCH_CUDA_ARCHS)"
+
+# ---------------------------------------------------------------- cuDNN
+cudnn_version() {  # version string of a cuDNN root from its header, or empty
+  local h
+  for h in "$1/include/cudnn_version.h" "$1/include/x86_64-linux-gnu/cudnn_version_v9.h"; do
+    if [[ -f "$h" ]]; then
+      awk '/#define CUDNN_MAJOR /{a=$3} /#define CUDNN_MINOR /{b=$3} /#define CUDNN_PATCHLEVEL /{c=$3}
+           END{if (a != "") printf "%s.%s.%s", a, b, c}' "$h"
+      return
+    fi
+  done
+}
+cudnn_libdir() {  # the directory holding libcudnn.so* under a cuDNN root
+  local d
+  for d in "$1/lib" "$1/lib64" "$1/lib/x86_64-linux-gnu"; do
+    if compgen -G "$d/libcudnn.so*" >/dev/null; then echo "$d"; return; fi
+  done
+}
+
+TORCH_CUDNN=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn
+if [[ -z "${CUDNN_ROOT:-}" ]]; then
+  candidates=()
+  if [[ -d "$TORCH_CUDNN" ]]; then candidates+=("$TORCH_CUDNN"); fi
+  while IFS= read -r d; do candidates+=("$d"); done < <(
+    find /opt /usr/local/lib /usr/lib/python3* -maxdepth 7 -type d -path '*/nvidia/cudnn' 2>/dev/null | sort -u)
+  for d in /usr/local/cuda /usr/local/cudnn /usr; do candidates+=("$d"); done
+  newer() { [[ "$1" != "$2" && "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -n 1)" == "$1" ]]; }  # $1 > $2
+  best="" best_v=""
+  for d in "${candidates[@]}"; do
+    v=$(cudnn_version "$d")
+    lib=$(cudnn_libdir "$d")
+    if [[ -z "$v" || -z "$lib" ]]; then continue; fi
+    log "cuDNN candidate: $d (version $v, libraries in $lib)"
+    if [[ "$d" == "$TORCH_CUDNN" ]]; then best=$d; best_v=$v; break; fi  # preferred
+    if [[ -z "$best" ]] || newer "$v" "$best_v"; then best=$d; best_v=$v; fi
+  done
+  CUDNN_ROOT=$best
+fi
+if [[ -n "${CUDNN_ROOT:-}" ]]; then
+  CUDNN_LIBDIR=$(cudnn_libdir "$CUDNN_ROOT")
+  log "cuDNN: using $CUDNN_ROOT (header version $(cudnn_version "$CUDNN_ROOT"))"
+  export CUDNN_ROOT
+  export LD_LIBRARY_PATH="$CUDNN_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  CUDNN_LIBDIR=""
+  log "cuDNN: none found; the cudnn backend will not be built"
+fi
+
+# ---------------------------------------------------------------- build
+log "configure -> $BUILD (log: $OUT/configure.log)"
+cmake_args=(-S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=$ATTNBENCH_CUDA_ARCHS")
+if [[ -n "${CUDNN_ROOT:-}" ]]; then cmake_args+=("-DCUDNN_ROOT=$CUDNN_ROOT"); fi
+if ! cmake "${cmake_args[@]}" >"$OUT/configure.log" 2>&1; then
+  tail -n 40 "$OUT/configure.log"
+  echo "gpu.sh: configure failed (full log: $OUT/configure.log)" >&2
+  exit 2
+fi
+grep -E "CUDNN|CUDA|attnbench" "$OUT/configure.log" | sed 's/^/  /' || true
+
+log "build with -j$JOBS (log: $OUT/build.log)"
+BUILD_FAILED=0
+if ! cmake --build "$BUILD" -j "$JOBS" -- -k >"$OUT/build.log" 2>&1; then
+  BUILD_FAILED=1
+  grep -E "error" "$OUT/build.log" | head -n 40 || true
+  echo "gpu.sh: some targets failed to build (full log: $OUT/build.log); running what did build" >&2
+  if [[ ! -x "$BUILD/attnbench" ]]; then exit 2; fi
+fi
+WARNINGS=$(grep -c "warning" "$OUT/build.log" || true)
+SPILLS=$(grep -c "Registers are spilled" "$OUT/build.log" || true)  # ptxas -warn-spills
+log "build done ($WARNINGS warning lines, $SPILLS kernels reporting spills)"
+
+# ---------------------------------------------------------------- versions loaded
+{
+  echo "# ldd build-gpu/attnbench (cuDNN / cuBLAS / CUDA runtime)"
+  ldd "$BUILD/attnbench" | grep -Ei "cudnn|cublas|cudart" || echo "(no dynamic cuDNN/cuBLAS: static or not linked)"
+} | tee "$OUT/libraries.txt"
+CUDNN_LOADED="not linked"
+if [[ -n "$CUDNN_LIBDIR" ]]; then
+  # Ask the library itself: the version the dynamic loader resolves at run time.
+  probe=$OUT/cudnn_version_probe
+  if printf '#include <cstdio>\n#include <cstddef>\nextern "C" size_t cudnnGetVersion(void);\nint main(){std::printf("%%zu\\n", cudnnGetVersion());}\n' |
+       g++ -x c++ - -o "$probe" -L"$CUDNN_LIBDIR" -l:libcudnn.so.9 -Wl,-rpath,"$CUDNN_LIBDIR" 2>"$OUT/cudnn_probe.log"; then
+    raw=$("$probe" 2>>"$OUT/cudnn_probe.log" || true)
+    if [[ "$raw" =~ ^[0-9]+$ ]]; then
+      CUDNN_LOADED="$((raw / 10000)).$(((raw % 10000) / 100)).$((raw % 100)) ($(ldd "$probe" | awk '/libcudnn.so/{print $3}'))"
+    fi
+  fi
+  log "cuDNN loaded at run time: $CUDNN_LOADED" | tee -a "$OUT/libraries.txt"
+fi
+
+# ---------------------------------------------------------------- tests
+status=$BUILD_FAILED
+log "GPU tests: ctest -L gpu (log: $OUT/ctest_gpu.log)"
+if ! timeout "$GPU_TEST_LIMIT" ctest --test-dir "$BUILD" -L gpu --output-on-failure >"$OUT/ctest_gpu.log" 2>&1; then
+  status=1
+fi
+GPU_SUMMARY=$(grep -E "tests passed|tests failed" "$OUT/ctest_gpu.log" | tail -n 1 || true)
+if [[ -z "$GPU_SUMMARY" ]]; then GPU_SUMMARY="no summary: killed after ${GPU_TEST_LIMIT}s?"; fi
+grep -E "^\s*[0-9]+/[0-9]+ Test|tests passed|tests failed|Skipped|SKIPPED" "$OUT/ctest_gpu.log" || true
+if [[ $status -ne 0 ]]; then tail -n 60 "$OUT/ctest_gpu.log"; fi
+
+log "CPU tests: ctest -L cpu (log: $OUT/ctest_cpu.log)"
+cpu_status=0
+if ! timeout "$CPU_TEST_LIMIT" ctest --test-dir "$BUILD" -L cpu --output-on-failure -j "$JOBS" >"$OUT/ctest_cpu.log" 2>&1; then
+  cpu_status=1
+  status=1
+fi
+CPU_SUMMARY=$(grep -E "tests passed|tests failed" "$OUT/ctest_cpu.log" | tail -n 1 || true)
+if [[ -z "$CPU_SUMMARY" ]]; then CPU_SUMMARY="no summary: killed after ${CPU_TEST_LIMIT}s?"; fi
+if [[ $cpu_status -ne 0 ]]; then grep -E "Failed|\*\*\*|Timeout" "$OUT/ctest_cpu.log" | head -n 20 || true; fi
+
+# ---------------------------------------------------------------- smoke scenario
+SMOKE_OUT=$OUT/gpu_smoke
+SMOKE_STATUS="not run"
+if [[ -f "$ROOT/scenarios/gpu_smoke.json" ]]; then
+  log "smoke: attnbench run scenarios/gpu_smoke.json --backends naive,cudnn,cpu (log: $OUT/gpu_smoke.log)"
+  smoke_rc=0
+  timeout "$SMOKE_LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/gpu_smoke.json" --backends naive,cudnn,cpu --out "$SMOKE_OUT" \
+    >"$OUT/gpu_smoke.log" 2>&1 || smoke_rc=$?
+  tail -n 25 "$OUT/gpu_smoke.log"
+  SMOKE_STATUS="exit $smoke_rc"
+  if [[ $smoke_rc -eq 124 ]]; then SMOKE_STATUS="killed after ${SMOKE_LIMIT}s"; fi
+  if [[ $smoke_rc -ne 0 ]]; then status=1; fi
+else
+  SMOKE_STATUS="missing scenarios/gpu_smoke.json"
+  status=1
+fi
+
+# ---------------------------------------------------------------- summary
+{
+  echo "==================== attnbench GPU CI summary ===================="
+  echo "GPU        : $GPU_LINE"
+  echo "CUDA archs : $ATTNBENCH_CUDA_ARCHS"
+  echo "cuDNN      : ${CUDNN_ROOT:-none} -> loaded $CUDNN_LOADED"
+  echo "build      : $WARNINGS warning lines, $SPILLS kernels with spills"
+  echo "GPU tests  : ${GPU_SUMMARY:-no summary (see ctest_gpu.log)}"
+  echo "CPU tests  : ${CPU_SUMMARY:-no summary (see ctest_cpu.log)}"
+  echo "smoke      : $SMOKE_STATUS, report $SMOKE_OUT/report.json"
+  echo "logs       : $OUT"
+  echo "elapsed    : $(( $(date +%s) - START )) s"
+  echo "result     : $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
+} | tee "$OUT/summary.txt"
+exit $status
