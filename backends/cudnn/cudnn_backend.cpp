@@ -17,6 +17,7 @@
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
+#include "harness/environment.hpp"
 #include "harness/errors.hpp"
 #include "harness/layout.hpp"
 
@@ -403,6 +404,13 @@ std::unique_ptr<BackendInstance> CudnnBackend::prepare(const Problem& p, const P
 }
 
 ATTNBENCH_REGISTER_BACKEND(CudnnBackend);
+
+// The cuDNN runtime actually loaded (cudnnGetVersion: major * 10000 + minor * 100 + patch
+// for cuDNN 9), recorded in every report's environment.
+[[maybe_unused]] static const bool kCudnnVersionRegistered = ::attnbench::env::register_library_version("cudnn", [] {
+  const size_t v = cudnnGetVersion();
+  return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
+});
 
 }  // namespace attnbench::cudnn_sdpa
 
