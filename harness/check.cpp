@@ -29,9 +29,6 @@ nlohmann::json num(double v) {
   return v;
 }
 
-/// Smallest magnitude at which the rule's ulp term is taken (see Accum::finish).
-constexpr double kUlpFloorMagnitude = 1.0 / 64.0;
-
 /// 0 finite, 1 NaN, 2 +inf, 3 -inf.
 int value_class(double v) {
   if (std::isnan(v)) return 1;
@@ -66,12 +63,7 @@ struct Accum {
   TensorCheck finish(DType ulp_type, double r) {
     t.mean_abs_err = finite_pairs ? sum_abs / static_cast<double>(finite_pairs) : 0.0;
     t.rel_l2_err = sum_sq_gold > 0 ? std::sqrt(sum_sq_diff / sum_sq_gold) : std::sqrt(sum_sq_diff);
-    // The ulp is taken at max |gold|, but never below kUlpFloorMagnitude: where gold
-    // is identically 0 (dQ and dK of rows attending one key, where dP - D cancels
-    // exactly in float64 and in the lp emulation's identical dot products) a real
-    // kernel's float32 reduction order leaves ~1e-6 and ulp(0) would demand exact
-    // zeros. FlashAttention's tests take their absolute floor at 0.3 (the rounding
-    // of x + 0.3 - 0.3); 2^-6 is 20x stricter.
+    // ulp at max |gold|, never below kUlpFloorMagnitude (check.hpp says why).
     t.ulp = ulp_of(ulp_type, std::max(max_gold, kUlpFloorMagnitude));
     t.r = r;
     t.tolerance = r * t.lp_max_abs_err + t.ulp;

@@ -3,8 +3,9 @@
 // For each tensor X in {O, LSE, dQ, dK, dV, dBias}: e(X) = max |X - gold|.
 // Pass iff e(X_backend) <= r * e(X_lp) + ulp(X_gold), r = 2 for O and LSE and
 // r = 3 for gradients (FlashAttention's test rule, tests/test_flash_attn.py),
-// ulp = one unit in the last place of the dtype at max |X_gold| (float32 for LSE
-// and dBias, which are float32 in every backend). The NaN/Inf pattern must equal
+// ulp = one unit in the last place of the dtype at max(max |X_gold|, 2^-6) (float32
+// for LSE and dBias, which are float32 in every backend; the 2^-6 floor is
+// kUlpFloorMagnitude below). The NaN/Inf pattern must equal
 // gold's (LSE = -inf on fully masked rows); fully masked rows must be exactly 0 in O
 // and dQ; an element left NaN (outputs are poisoned before every run) where gold is
 // finite fails as unwritten.
@@ -40,6 +41,14 @@ constexpr double kAutoFullMaxFlops = 2e9;
 /// Slices checked in sample mode: first, last and 2 hashed others.
 constexpr int64_t kSampleSlices = 4;
 
+/// Smallest magnitude at which the rule's ulp term is taken: ulp(max(max |gold|,
+/// 2^-6)). Where gold is identically 0 (dQ and dK of rows that attend a single key,
+/// where dP - D cancels exactly in float64 and in lp's identical dot products) a
+/// kernel's float32 reduction order leaves ~1e-6, and ulp(0) would demand exact
+/// zeros. FlashAttention's tests take their absolute floor at 0.3 (the rounding of
+/// x + 0.3 - 0.3); 2^-6 is about 20x stricter.
+constexpr double kUlpFloorMagnitude = 1.0 / 64.0;
+
 /// Verdict for one tensor. Errors are taken over the compared elements where both
 /// gold and the backend are finite; the pattern counters cover the others.
 struct TensorCheck {
@@ -48,7 +57,7 @@ struct TensorCheck {
   double mean_abs_err = 0;     ///< mean |X - gold|
   double rel_l2_err = 0;       ///< ||X - gold|| / ||gold|| (||X - gold|| when gold is all 0)
   double lp_max_abs_err = 0;   ///< e(X_lp) = max |X_lp - gold|
-  double ulp = 0;              ///< ulp of the dtype at max |gold| (float32 for LSE, dBias)
+  double ulp = 0;              ///< ulp of the dtype at max(max |gold|, 2^-6) (float32 for LSE, dBias)
   double r = 0;                ///< rule constant used
   double tolerance = 0;        ///< r * e_lp + ulp
   double ratio = 0;            ///< e / max(e_lp, ulp): comparable across tensors
@@ -80,8 +89,9 @@ struct CheckResult {
 /// SliceSet::every() when max_slices >= B * Hkv.
 reference::SliceSet sample_slices(const Problem& p, int64_t max_slices, uint64_t seed);
 
-/// Apply the rule to a backend's outputs. `gold` and `lp` come from
-/// reference::gold / reference::lp over `slices`; only those slices are compared.
+/// Apply the rule (above, with the ulp floor kUlpFloorMagnitude) to a backend's
+/// outputs. `gold` and `lp` come from reference::gold / reference::lp over
+/// `slices`; only those slices are compared.
 /// Gradients are checked when `got.has_grads()` (gold and lp must have them then).
 /// dBias is checked only when all slices were computed and the problem has a
 /// learnable bias; a missing dBias then fails as unwritten. Sets mode ("full" or

@@ -88,8 +88,8 @@ TEST_CASE("gold passes against itself with zero errors; lp passes with ratio <= 
   CHECK(find(self, "O").ulp == ulp_of(DType::bf16, max_finite(f.gold.o.data)));
   CHECK(find(self, "dK").ulp == ulp_of(DType::bf16, max_finite(f.gold.dk.data)));
   CHECK(find(self, "LSE").ulp == ulp_of(DType::fp32, max_finite(f.gold.lse.data)));
-  // The ulp term is taken at max(max |gold|, 2^-6) (check.cpp, kUlpFloorMagnitude).
-  CHECK(find(self, "dBias").ulp == ulp_of(DType::fp32, std::max(max_finite(f.gold.dbias), 1.0 / 64.0)));
+  // The ulp term is taken at max(max |gold|, kUlpFloorMagnitude = 2^-6).
+  CHECK(find(self, "dBias").ulp == ulp_of(DType::fp32, std::max(max_finite(f.gold.dbias), kUlpFloorMagnitude)));
 
   const CheckResult low = f.check(f.lp);
   CHECK(low.pass);
@@ -143,6 +143,26 @@ TEST_CASE("r = 2 for forward tensors, r = 3 for gradients, overridable with a re
   RuleConstants silent;
   silent.r_fwd = 4;
   CHECK(f.check(f.gold, silent).rule.find("override without a stated reason") != std::string::npos);
+}
+
+TEST_CASE("identically zero gold: the ulp floor admits float32 reduction noise, not more") {
+  // A diagonal-only window: every row attends exactly its own key, P = 1 and
+  // dS' = P (dP - D) = 0, so gold (and lp) dQ and dK are exactly 0.
+  Problem p = rule_problem();
+  p.seq_q = p.seq_k = 24;
+  p.mask = {SlidingWindowTerm{0, 0}};
+  p.score_mod = ScoreMod{};
+  const ProblemData in = make_inputs(p);
+  const AttentionOutputs gold = ref::gold(p, in, true), lp = ref::lp(p, in, true);
+  for (double v : gold.dq.data) REQUIRE(v == 0.0);
+  AttentionOutputs got = gold;
+  got.dq.data[40] = 1e-6;  // a float32 kernel's cancellation residue
+  CheckResult r = check_outputs(p, got, gold, lp, {}, ref::SliceSet::every());
+  CHECK(find(r, "dQ").ulp == ulp_of(DType::bf16, kUlpFloorMagnitude));
+  CHECK(find(r, "dQ").pass);
+  got.dq.data[40] = 1e-3;  // beyond ulp_bf16(2^-6) = 2^-13
+  r = check_outputs(p, got, gold, lp, {}, ref::SliceSet::every());
+  CHECK_FALSE(find(r, "dQ").pass);
 }
 
 TEST_CASE("NaN-poisoned (unwritten) elements fail") {
