@@ -8,7 +8,7 @@
 #include <cstring>
 #include <cstdint>
 #include <limits>
-#include <sstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +28,7 @@ namespace {
 
 constexpr DType kAllDtypes[] = {DType::fp32, DType::fp16, DType::bf16};
 
+/// A validated problem (seed 11, dtype set later by verify()).
 Problem make_problem(int64_t B, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d, int64_t dv,
                      std::vector<MaskTerm> mask = {}, ScoreMod mod = {}, Layout layout = Layout::bshd) {
   Problem p;
@@ -46,6 +47,8 @@ Problem make_problem(int64_t B, int64_t hq, int64_t hkv, int64_t sq, int64_t sk,
   return p;
 }
 
+/// Score mod of `kind` with test parameters: softcap cap 2, rel_bias m = 9,
+/// offset_bias size 7.
 ScoreMod mod_of(ScoreMod::Kind kind) {
   ScoreMod m;
   m.kind = kind;
@@ -64,9 +67,18 @@ DocumentTerm documents(const std::vector<std::vector<int64_t>>& lengths, int64_t
   return d;
 }
 
+/// Outcome of the correctness rule on one case.
 struct Verdict {
   bool pass = true;
-  std::string detail;  ///< the CheckResult as JSON, for failure messages
+  CheckResult result;
+  std::string detail;  ///< the case and the CheckResult as JSON, for failure messages
+  /// Whether tensor `name` ("O", "LSE", "dQ", ...) passed.
+  bool tensor_pass(const std::string& name) const {
+    for (const auto& t : result.tensors)
+      if (t.name == name) return t.pass;
+    FAIL("no tensor " << name);
+    return false;
+  }
 };
 
 /// Poison, forward (and backward), read back.
@@ -91,6 +103,7 @@ Verdict verify(Backend& backend, Problem p, DType dtype) {
   const CheckResult r = check_outputs(p, got, gold, lp, backend.rule(), slices);
   Verdict v;
   v.pass = r.pass;
+  v.result = r;
   v.detail = describe_mask(p) + " " + describe_score_mod(p.score_mod) + " " + to_string(dtype) + " " +
              to_string(p.layout) + ": " + r.to_json().dump();
   return v;
@@ -244,29 +257,42 @@ TEST_CASE("cpu backend: odd lengths 1, 17, 129 and Dqk != Dv") {
 }
 
 TEST_CASE("cpu backend: broken variants fail the rule") {
+  // Each defect must fail already in the forward output O, in every dtype.
   const Problem causal = make_problem(1, 2, 1, 150, 150, 32, 32, {CausalTerm{}});
   for (DType t : kAllDtypes) {
     CpuBackendOptions drop;
-    drop.drop_mask = true;
-    CpuBackend dropped(drop);
-    const Verdict v1 = verify(dropped, causal, t);
+    drop.drop_mask = true;  // masked pairs attended
+    const Verdict v1 = verify(*std::make_unique<CpuBackend>(drop), causal, t);
     INFO(v1.detail);
     CHECK_FALSE(v1.pass);
+    CHECK_FALSE(v1.tensor_pass("O"));
 
     CpuBackendOptions wrong_scale;
     wrong_scale.scale_factor = 1.05;
-    CpuBackend scaled(wrong_scale);
-    const Verdict v2 = verify(scaled, causal, t);
+    const Verdict v2 = verify(*std::make_unique<CpuBackend>(wrong_scale), causal, t);
     INFO(v2.detail);
     CHECK_FALSE(v2.pass);
+    CHECK_FALSE(v2.tensor_pass("O"));
 
+    // Without a mask, q-block 0 has three tiles: dropping the first leaves its rows
+    // finite but wrong.
     CpuBackendOptions skip;
     skip.skip_one_block = true;
-    CpuBackend skipping(skip);
-    const Verdict v3 = verify(skipping, make_problem(1, 2, 1, 150, 150, 32, 32), t);
+    const Verdict v3 = verify(*std::make_unique<CpuBackend>(skip), make_problem(1, 2, 1, 150, 150, 32, 32), t);
     INFO(v3.detail);
     CHECK_FALSE(v3.pass);
+    CHECK_FALSE(v3.tensor_pass("O"));
   }
+  // In fp32 the rule resolves a scale error of 1e-4.
+  CpuBackendOptions tiny;
+  tiny.scale_factor = 1.0001;
+  const Verdict v4 = verify(*std::make_unique<CpuBackend>(tiny), causal, DType::fp32);
+  INFO(v4.detail);
+  CHECK_FALSE(v4.tensor_pass("O"));
+  // The correct backend on the same cases, for contrast.
+  CpuBackend good;
+  CHECK(verify(good, causal, DType::fp32).pass);
+  CHECK(verify(good, make_problem(1, 2, 1, 150, 150, 32, 32), DType::bf16).pass);
 }
 
 namespace {

@@ -128,6 +128,19 @@ int worker_count() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
+size_t scratch_bytes(const Problem& p) {
+  const auto n = [](int64_t v) { return static_cast<size_t>(v); };
+  const size_t dqk = n(p.head_dim), dv = n(p.head_dim_v), q = n(kQ), kv = n(kKV), group = n(p.group_size());
+  // Forward Scratch: q, kt, v, dots, acc, l (float64); s, m (float32).
+  const size_t fwd = (q * dqk + dqk * kv + kv * dv + q * kv + q * dv + q) * sizeof(double) + (kv + q) * sizeof(float);
+  // Backward Scratch: q, d_o, kt, k, vt, dots, dp, ds, p, dk, dv, dq, delta (float64); s_raw (float32).
+  const size_t bwd = (q * dqk + q * dv + 2 * dqk * kv + dv * kv + 4 * q * kv + kv * dqk + kv * dv +
+                      group * n(p.seq_q) * (dqk + 1)) * sizeof(double) +
+                     q * kv * sizeof(float);
+  const size_t dbias = n(p.batch * p.heads_kv * p.bias_numel()) * sizeof(double);
+  return n(worker_count()) * (fwd + bwd) + dbias;
+}
+
 void forward(const AttentionArgs& a) {
   check_block_mask(a);
   const BlockMask& bm = *a.bm;

@@ -5,25 +5,27 @@
 // One parameter struct with explicit layouts (FlashAttention's Flash_fwd_params
 // style); the kernels never allocate tensors, only per-thread tile scratch.
 //
-// Precision policy. Inputs, outputs and the per-pair values a GPU kernel keeps in
-// registers are float32: the scaled score s = float(scale * q.k), score_mod(s),
-// the running max m, and P in the forward pass (exp in float32). Every sum is a
-// float64 accumulation (products of float32 values are exact in float64): the
-// dot products q.k and dO.v, the row sum l, P V, P^T dO, dS K, dS^T Q, D and
-// dBias. Two float64 quantities are kept from the forward for the backward: the
-// LSE (the float32 LSE output is its rounding) and O before rounding to the dtype
-// (float32). Why, measured with the correctness rule of DESIGN.md section 2 on
-// random problems (1300 cases, every mask, mod, layout and dtype):
-//   - float32 accumulation fails the rule in fp32, where lp is itself plain
-//     float32: O, dK, dV up to 4-6x lp at 1-5 query rows, 3.6-3.9x at S = 2048
-//     with GQA 4:1 (a float32 running sum over Sq * Hq/Hkv terms);
-//   - P = exp(s - LSE) with a float32 LSE loses ~|LSE| * 2^-24 on the dominant
-//     key of a row, which lp's exp(s - max) / l does not (dQ, dK 4-6x lp in fp32);
-//   - D from O rounded to bf16/fp16 (FA-2 reads the written O) leaves every row's
-//     rounding error in sum_j dS_ij = D_exact - D, so dBias of offset_bias with one
-//     or two entries failed at 3-7x lp.
-// With the policy, the worst ratio e / max(e_lp, ulp) seen is about 1.2 in fp32
-// and 0.5 (the output rounding alone) in fp16 and bf16.
+// Precision policy. Inputs, outputs and the per-pair scores a GPU kernel keeps
+// in registers are float32: s = float(scale * q.k), score_mod(s) and the running
+// row max m. Exponentials and every sum are float64 (products of float32 values
+// are exact in float64): the dot products q.k and dO.v, P, the row sum l, P V,
+// P^T dO, dS K, dS^T Q, D and dBias. The forward keeps two float64 tensors for the
+// backward (like autograd's saved tensors): the LSE, whose rounding is the float32
+// LSE output, and O before rounding to the dtype. Why, measured with the
+// correctness rule of DESIGN.md section 2 (check_outputs against reference::gold
+// and reference::lp) on seeded random problems of every mask, mod, layout and dtype:
+//   - FA-2 as written in float32 (float32 sums, float32 LSE, D from the written O)
+//     fails in fp32, where lp is itself plain float32: O up to 3x, dQ, dK, dV 4-6x
+//     lp on rows of 1-5 queries (P = exp(s - LSE) loses |LSE| * 2^-24 on a row's
+//     dominant key, which lp's exp(s - max) / l does not), and dK, dV 3.6-3.9x lp
+//     at S = 2048 with GQA 4:1 (a float32 running sum over Sq * Hq/Hkv terms);
+//   - D from O rounded to bf16/fp16 leaves each row's rounding error in
+//     sum_j dS_ij = D_exact - D, so a bias entry shared by whole rows (offset_bias
+//     of size 1 or 2, rel_bias clamped at m) failed at 3-7x lp; D from a float32 O
+//     still failed at 11x in fp32.
+// With the policy, 2000 random problems all pass, the worst ratio
+// e / max(e_lp, ulp) being about 1.4 in fp32 and 0.5 (the output rounding alone)
+// in fp16 and bf16.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +85,12 @@ struct AttentionArgs {
 
 /// Number of worker threads the passes use (std::thread::hardware_concurrency, >= 1).
 int worker_count();
+
+/// Bytes of scratch forward() plus backward() allocate for problem `p` with
+/// worker_count() workers: per-worker tile buffers, the per-worker float64 dQ sums
+/// [Hq/Hkv, Sq, Dqk] and D [Hq/Hkv, Sq], and the per-task float64 dBias partial
+/// sums [B * Hkv, bias_numel]. The saved o_f64 / lse_f64 are not included.
+size_t scratch_bytes(const Problem& p);
 
 /// Forward pass (FlashAttention-2 Algorithm 1). For each (b, h, q-block) it walks
 /// the union of the partial and full kv-block lists in ascending kv-block order,

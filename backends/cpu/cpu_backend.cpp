@@ -70,6 +70,7 @@ class CpuInstance final : public BackendInstance {
     bias_ = to_float(in.bias);
     offset_ = in.offset;
     o_.assign(static_cast<size_t>(a.lo.numel()), 0.0f);
+    o_f64_.assign(o_.size(), 0.0);
     lse_.assign(static_cast<size_t>(p.lse_numel()), 0.0f);
     lse_f64_.assign(static_cast<size_t>(p.lse_numel()), 0.0);
     dq_.assign(static_cast<size_t>(a.lq.numel()), 0.0f);
@@ -92,7 +93,6 @@ class CpuInstance final : public BackendInstance {
     a.d_o = d_o_.data();
     a.o = o_.data();
     a.lse = lse_.data();
-    o_f64_.assign(o_.size(), 0.0);
     a.o_f64 = o_f64_.data();
     a.lse_f64 = lse_f64_.data();
     a.dq = dq_.data();
@@ -160,12 +160,12 @@ class CpuInstance final : public BackendInstance {
   size_t allocated_bytes() const override {
     size_t n = 0;
     for (auto* buf : {&q_, &k_, &v_, &d_o_, &o_, &lse_, &dq_, &dk_, &dv_, &bias_, &dbias_}) n += bytes_of(*buf);
-    n += bytes_of(offset_) + bytes_of(lse_f64_) + bytes_of(o_f64_);
+    n += bytes_of(offset_);
     for (auto* l : {&bm_.kv_num_blocks, &bm_.kv_indices, &bm_.full_kv_num_blocks, &bm_.full_kv_indices,
                     &bm_.q_num_blocks, &bm_.q_indices, &bm_.full_q_num_blocks, &bm_.full_q_indices})
       n += bytes_of(*l);
     n += bytes_of(mask_arrays_.doc_ids) + bytes_of(mask_arrays_.seq_lens_q) + bytes_of(mask_arrays_.seq_lens_k);
-    return n + CpuBackend().workspace_bytes(p_);
+    return n + CpuBackend().workspace_bytes(p_);  // includes o_f64_ and lse_f64_
   }
 
  private:
@@ -185,8 +185,8 @@ class CpuInstance final : public BackendInstance {
 }  // namespace
 
 std::string CpuBackend::description() const {
-  return "tiled float32 FlashAttention-2 on the CPU (" + std::to_string(kCpuQBlock) + "x" +
-         std::to_string(kCpuKVBlock) + " BlockMask tiles, all cores, deterministic)";
+  return "tiled FlashAttention-2 on the CPU (" + std::to_string(kCpuQBlock) + "x" + std::to_string(kCpuKVBlock) +
+         " BlockMask tiles, float32 scores, float64 sums, all cores, deterministic)";
 }
 
 Support CpuBackend::supports(const Problem& p) const {
@@ -199,19 +199,9 @@ Support CpuBackend::supports(const Problem& p) const {
 }
 
 size_t CpuBackend::workspace_bytes(const Problem& p) const {
-  const auto workers = static_cast<size_t>(cpu_kernels::worker_count());
-  const size_t d = static_cast<size_t>(std::max(p.head_dim, p.head_dim_v));
-  const size_t group = static_cast<size_t>(p.group_size());
-  // Forward and backward tile buffers (Q, dO, K^T, K, V^T, dK, dV, S, P, dS, acc).
-  const size_t tiles = (2 * kCpuQBlock * d + 3 * kCpuKVBlock * d + 2 * kCpuKVBlock * d + 3 * kCpuQBlock * kCpuKVBlock +
-                        kCpuQBlock * d) * sizeof(float);
-  // Per-worker float64 running sums of dQ [group, Sq, Dqk], dK and dV [KV_BLOCK, D],
-  // and D [group, Sq] (float32).
-  const size_t dq = group * static_cast<size_t>(p.seq_q) *
-                        (static_cast<size_t>(p.head_dim) * sizeof(double) + sizeof(float)) +
-                    2 * kCpuKVBlock * d * sizeof(double);
-  const size_t dbias = static_cast<size_t>(p.batch * p.heads_kv * p.bias_numel()) * sizeof(double);
-  return workers * (tiles + dq) + dbias;
+  // Pass scratch plus the float64 O and LSE the forward saves for the backward.
+  const size_t saved = static_cast<size_t>(p.o_numel() + p.lse_numel()) * sizeof(double);
+  return cpu_kernels::scratch_bytes(p) + saved;
 }
 
 std::unique_ptr<BackendInstance> CpuBackend::prepare(const Problem& p, const ProblemData& inputs) {

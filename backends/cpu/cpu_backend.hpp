@@ -43,10 +43,14 @@ struct CpuBackendOptions {
 };
 
 /// The `cpu` backend (Device::cpu). Supports every problem validate() accepts:
-/// all mask kinds and score mods, GQA/MQA, Sq != Sk, Dqk != Dv, layouts bshd,
-/// bhsd and thd, dtypes fp32/fp16/bf16 (float32 compute, outputs rounded to the
-/// dtype). Deterministic: work is split into tasks whose results do not depend
-/// on the thread that runs them, and every reduction has a fixed order.
+/// all mask kinds and score mods, GQA/MQA (head mapping h / (Hq/Hkv), K and V never
+/// copied), Sq != Sk, Dqk != Dv, layouts bshd, bhsd and thd, dtypes fp32, fp16 and
+/// bf16. Inputs are held as float32 in the physical layout; O, dQ, dK, dV are
+/// rounded to the dtype on write, LSE and dBias are float32. Scores are float32,
+/// sums float64 (the precision policy in cpu_attention.hpp says why). Uses the
+/// default correctness rule. Deterministic: work is split into tasks whose results
+/// do not depend on the thread that runs them or on the thread count, and every
+/// reduction has a fixed order.
 class CpuBackend : public Backend {
  public:
   /// The registered, correct backend.
@@ -54,19 +58,27 @@ class CpuBackend : public Backend {
   /// A backend with test-only defects (see CpuBackendOptions).
   explicit CpuBackend(CpuBackendOptions options) : options_(options) {}
 
+  /// "cpu".
   std::string name() const override { return "cpu"; }
+  /// One line for `attnbench list backends` (names the tile size).
   std::string description() const override;
+  /// Device::cpu.
   Device device() const override { return Device::cpu; }
   /// Yes for every problem that passes validate(); the validation message otherwise.
   Support supports(const Problem& p) const override;
-  /// Scratch of forward + backward beyond inputs and outputs: per-thread tile
-  /// buffers, per-task dQ accumulators (float32 [Hq/Hkv, Sq, Dqk]) and per-task
-  /// dBias partial sums (float64), in bytes.
+  /// Bytes beyond inputs and outputs: per-thread tile scratch and float64 dQ sums
+  /// [Hq/Hkv, Sq, Dqk] (cpu_kernels::scratch_bytes), per-task float64 dBias partial
+  /// sums, and the float64 O and LSE the forward saves for the backward (logical
+  /// sizes, an upper bound for THD).
   size_t workspace_bytes(const Problem& p) const override;
-  /// Converts `inputs` to float32 in the problem's physical layout, builds the
-  /// BlockMask (tiles kCpuQBlock x kCpuKVBlock; its build time is setup_ms()).
-  /// Throws std::invalid_argument when the input shapes do not match `p`.
+  /// Converts `inputs` to float32 in the problem's physical layout and builds the
+  /// BlockMask with build_block_mask(p, kCpuQBlock, kCpuKVBlock) (its build time is
+  /// setup_ms(); executed_pairs() is its executed pairs per head times Hq).
+  /// Throws std::invalid_argument when an input's shape, the bias length or an
+  /// offset value does not match `p`. The instance's backward() throws
+  /// std::logic_error unless forward() ran after the last poison_outputs().
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) override;
+  /// True: two runs of a prepared case give bitwise identical outputs.
   bool deterministic() const override { return true; }
 
   /// The options this backend was built with.
