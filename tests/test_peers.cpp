@@ -1112,6 +1112,8 @@ TEST_CASE("torch_worker.py end to end on the CPU (stand-in kernels): C++ -> work
     json ex = inst->extra();
     CHECK(ex["peer"] == torch_peer_name(it.kind));
     CHECK(ex["versions"].contains("torch"));
+    CHECK(ex["timing_info"]["fwd"]["hold_stream"] == false);  // no spin kernel on the CPU
+    CHECK(ex["timing_info"]["bwd"]["host_enqueue_ms_median"].is_number());
     if (it.kind == TorchPeer::sdpa_efficient) CHECK(ex["lse_source"].get<std::string>().find("side computation") == 0);
     if (it.kind == TorchPeer::varlen) CHECK(ex["notes"].dump().find("4 sequences") != std::string::npos);
   }

@@ -5,7 +5,8 @@ torch_worker.py is PyTorch code that only runs for real on a CUDA machine. This
 script imports it unchanged and swaps out what needs the GPU or a recent PyTorch:
 
   - the CUDA surface the worker touches (device, events, memory statistics,
-    device properties) for CPU equivalents (events read time.perf_counter);
+    device properties, the spin kernel of the stream hold) for CPU equivalents
+    (events read time.perf_counter; the stream hold reports itself unavailable);
   - torch.compile for the identity;
   - F.scaled_dot_product_attention, torch.nn.attention (SDPBackend, sdpa_kernel),
     torch.nn.attention.flex_attention (create_block_mask, flex_attention,
@@ -169,10 +170,15 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
     return (out, lse) if return_aux is not None and return_aux.lse else out
 
 
+def _no_sleep(cycles):
+    raise RuntimeError("no GPU spin kernel in the CPU check")
+
+
 def install():
     """Patch torch and torch_worker (this process only)."""
     cuda = torch.cuda
     cuda.Event = _Event
+    cuda._sleep = _no_sleep
     cuda.synchronize = lambda *a, **k: None
     cuda.reset_peak_memory_stats = lambda *a, **k: None
     cuda.memory_allocated = lambda *a, **k: 0
