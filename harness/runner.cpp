@@ -29,44 +29,20 @@ double ms_since(Clock::time_point t0) {
 }
 
 /// Reference outputs of one case, computed once and shared by every backend.
+/// What is checked (full, or a deterministic sample of (batch, kv-head) slices
+/// when the float64 reference would be expensive) is decided by plan_check.
 struct GoldCache {
   bool ready = false;
-  reference::SliceSet slices;
-  std::string mode, scope;
+  CheckPlan plan;
   AttentionOutputs gold, lp;
   double ms = 0;
 };
 
-/// Full when the float64 reference is cheap, else a deterministic sample of
-/// (batch, kv-head) slices (DESIGN.md section 2; issue "reference" item 4).
-constexpr double kFullCheckMaxFlops = 4e9;
-constexpr int64_t kSampleSlices = 4;
-
 void compute_gold(const Problem& p, const ProblemData& in, CheckMode mode, bool grads, GoldCache& g) {
   auto t0 = Clock::now();
-  const int64_t slices_total = p.batch * p.heads_kv;
-  bool full = mode == CheckMode::full ||
-              (mode == CheckMode::automatic && reference::estimated_flops(p, grads) <= kFullCheckMaxFlops);
-  if (full || slices_total <= kSampleSlices) {
-    g.slices = reference::SliceSet::every();
-    g.mode = "full";
-    g.scope = "all " + std::to_string(slices_total) + " (batch, kv-head) slices";
-  } else {
-    g.slices = sample_slices(p, kSampleSlices, p.seed);
-    g.mode = "sample";
-    std::string list;
-    int64_t n = 0;
-    for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t h = 0; h < p.heads_kv; ++h)
-        if (g.slices.contains(b, h, p.heads_kv)) {
-          ++n;
-          list += (list.empty() ? "" : " ") + std::string("(") + std::to_string(b) + "," + std::to_string(h) + ")";
-        }
-    g.scope = std::to_string(n) + " of " + std::to_string(slices_total) +
-              " (batch, kv-head) slices, all query heads of each: " + list + "; dBias not checked";
-  }
-  g.gold = reference::gold(p, in, grads, g.slices);
-  g.lp = reference::lp(p, in, grads, g.slices);
+  g.plan = plan_check(p, mode, grads);
+  g.gold = reference::gold(p, in, grads, g.plan.slices);
+  g.lp = reference::lp(p, in, grads, g.plan.slices);
   g.ms = ms_since(t0);
   g.ready = true;
 }
@@ -209,10 +185,9 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
           AttentionOutputs got = inst->read_outputs(opts.backward);
           if (opts.check != CheckMode::off) {
             if (!gold.ready) compute_gold(p, *inputs, opts.check, opts.backward, gold);
-            CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend->rule(), gold.slices);
-            cr.mode = gold.mode;
-            cr.scope = gold.scope;
+            CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend->rule(), gold.plan.slices);
             row.check = cr.to_json();
+            row.check["plan"] = gold.plan.description;
             row.check["reference_ms"] = gold.ms;
             row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
           } else {
