@@ -226,6 +226,11 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
           row.extra["setup_ms"] = inst->setup_ms();
           row.memory = {{"allocated_bytes", inst->allocated_bytes()},
                         {"workspace_bytes", backend->workspace_bytes(p)}};
+        } catch (const Unsupported& e) {
+          // A backend may only learn in prepare() that it cannot run the case (e.g. a
+          // peer's worker, or cuDNN rejecting the graph): that is a reason, not an error.
+          row.status = RowStatus::unsupported;
+          row.reason = e.what();
         } catch (const std::exception& e) {
           row.status = is_oom(e) ? RowStatus::oom : RowStatus::error;
           row.message = e.what();

@@ -48,6 +48,7 @@ class FakeBackend : public Backend {
     return p.head_dim == 96 ? Support::no("head_dim 96 not supported by fake") : Support::yes();
   }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData&) override {
+    if (p.head_dim == 48) throw Unsupported("fake: head_dim 48 rejected while planning");
     return std::make_unique<FakeInstance>(p);
   }
 };
@@ -114,4 +115,22 @@ TEST_CASE("shard parsing") {
   CHECK(parse_shard("1/3") == std::pair<int, int>(1, 3));
   CHECK_THROWS_AS(parse_shard("3/3"), InputError);
   CHECK_THROWS_AS(parse_shard("x"), InputError);
+}
+
+TEST_CASE("Unsupported thrown by prepare() becomes an unsupported row, not an error") {
+  Scenario s = three_cases();
+  s.cases.resize(1);
+  s.cases[0].id = "d48";
+  s.cases[0].problem.head_dim = s.cases[0].problem.head_dim_v = 48;
+  RunOptions o;
+  o.backends = {"fake-runner-test"};
+  o.out_dir = (std::filesystem::temp_directory_path() / "attnbench_runner_test3").string();
+  o.check = CheckMode::off;
+  RunSummary sum = run_scenario(s, o);
+  CHECK(sum.unsupported == 1);
+  CHECK(sum.error == 0);
+  CHECK(sum.exit_code() == 0);
+  auto j = read_json(sum.report_path);
+  CHECK(j["results"][0]["status"] == "unsupported");
+  CHECK(j["results"][0]["reason"] == "fake: head_dim 48 rejected while planning");
 }
