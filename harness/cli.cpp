@@ -1,4 +1,5 @@
 #include "harness/cli.hpp"
+#include "harness/version.hpp"
 
 #include <cstdio>
 #include <exception>
@@ -18,7 +19,7 @@ int main_entry(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(argv[i]);
   CLI::App app{"attnbench: benchmark and check attention kernels against a float64 reference"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("attnbench ") + ATTNBENCH_GIT_REV);
+  app.set_version_flag("--version", std::string("attnbench ") + git_revision());
   Action action;
   add_list_command(app, action);
   add_describe_command(app, action);

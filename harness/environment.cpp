@@ -1,5 +1,6 @@
 // Environment fingerprint: see environment.hpp.
 #include "harness/environment.hpp"
+#include "harness/version.hpp"
 
 #include <dlfcn.h>
 #include <sys/utsname.h>
@@ -348,7 +349,7 @@ nlohmann::json collect(const std::string& command_line, int cuda_device) {
   host["os"] = uname(&un) == 0 ? std::string(un.sysname) + " " + un.release + " " + un.machine : "unknown";
 
   nlohmann::json harness;
-  harness["git_revision"] = ATTNBENCH_GIT_REV;
+  harness["git_revision"] = git_revision();
   harness["command_line"] = command_line;
 #if defined(__clang__)
   harness["compiler"] = std::string("clang ") + __clang_version__;

@@ -1,6 +1,7 @@
 // report.json: rows, the atomic writer, the reader's structural guard, merge and
 // mask thumbnails (docs/report-format.md).
 #include "harness/report.hpp"
+#include "harness/version.hpp"
 
 #include <unistd.h>
 
@@ -80,7 +81,7 @@ nlohmann::json make_report_header(const std::string& command_line, nlohmann::jso
   nlohmann::json h;
   h["schema_version"] = kReportSchemaVersion;
   h["tool"] = "attnbench";
-  h["git_revision"] = ATTNBENCH_GIT_REV;
+  h["git_revision"] = git_revision();
   h["command"] = command_line;
   h["started"] = env::utc_now_iso8601();
   h["finished"] = nullptr;
