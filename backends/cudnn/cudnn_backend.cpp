@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 #include <variant>
@@ -83,8 +84,12 @@ class Instance final : public CudnnInstanceApi {
       : p_(p), plan_(std::move(plan)), env_(env), analysis_ms_(analysis_ms) {
     if (plan_.has_graph) {
       handle_ = shared_handle(env_.device);
-      fwd_ = get_plan(plan_.fwd, &fwd_hit_);
-      bwd_ = get_plan(plan_.bwd, &bwd_hit_);
+      for (const GraphPart& gp : plan_.parts) {
+        auto rt = std::make_unique<PartRuntime>();
+        rt->fwd = get_plan(gp.fwd, &rt->fwd_hit);
+        rt->bwd = get_plan(gp.bwd, &rt->bwd_hit);
+        parts_.push_back(std::move(rt));
+      }
     }
     const int64_t B = p_.batch, Hq = p_.heads_q, Sq = p_.seq_q;
     const DType t = p_.dtype;
@@ -104,23 +109,28 @@ class Instance final : public CudnnInstanceApi {
     dv_ = DeviceBuffer(v_.count(), eb);
     stats_ = DeviceBuffer(static_cast<size_t>(plan_.stats_elems), sizeof(float));
     if (!plan_.lse_src.empty()) lse_ = DeviceBuffer(static_cast<size_t>(B * Hq * Sq), sizeof(float));
-    if (!plan_.seq_len_q.empty()) {
-      seq_q_ = device::upload_i32(plan_.seq_len_q, stream_);
-      seq_kv_ = device::upload_i32(plan_.seq_len_kv, stream_);
-    }
-    if (plan_.has_graph && plan_.fwd.ragged) {
-      rag_q_ = upload_i64(plan_.rag_q, stream_);
-      rag_k_ = upload_i64(plan_.rag_k, stream_);
-      rag_v_ = upload_i64(plan_.rag_v, stream_);
-      rag_o_ = upload_i64(plan_.rag_o, stream_);
-      rag_stats_ = upload_i64(plan_.rag_stats, stream_);
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const GraphPart& gp = plan_.parts[i];
+      PartRuntime& rt = *parts_[i];
+      if (!gp.seq_len_q.empty()) {
+        rt.seq_q = device::upload_i32(gp.seq_len_q, stream_);
+        rt.seq_kv = device::upload_i32(gp.seq_len_kv, stream_);
+      }
+      if (gp.fwd.ragged) {
+        rt.rag_q = upload_i64(gp.rag_q, stream_);
+        rt.rag_k = upload_i64(gp.rag_k, stream_);
+        rt.rag_v = upload_i64(gp.rag_v, stream_);
+        rt.rag_o = upload_i64(gp.rag_o, stream_);
+        rt.rag_stats = upload_i64(gp.rag_stats, stream_);
+      }
     }
     if (plan_.has_graph) {
       const GraphSpec& g = plan_.bwd;
       const int64_t rows = g.ragged ? plan_.q_rows : g.n * g.sq;  // token rows or n * s_q
       dsum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq), sizeof(float));
       dq_accum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq * g.dqk), sizeof(float));
-      const int64_t ws = std::max(fwd_->workspace_bytes, bwd_->workspace_bytes);
+      // The parts run one after another on one stream: one workspace serves all.
+      const int64_t ws = plan_workspace_bytes();
       if (ws > 0) workspace_ = DeviceBuffer(static_cast<size_t>(ws), 1);
     }
     if (!plan_.alibi_slopes.empty())
@@ -130,21 +140,22 @@ class Instance final : public CudnnInstanceApi {
     stats_dead_ = upload_i64(plan_.stats_dead.unit, stream_);
     lse_src_ = upload_i64(plan_.lse_src, stream_);
 
-    if (plan_.has_graph) {
+    for (auto& part : parts_) {
+      PartRuntime& rt = *part;
       const std::map<int64_t, void*> ptrs = {
           {kUidQ, q_.data()},           {kUidK, k_.data()},
           {kUidV, v_.data()},           {kUidO, o_.data()},
           {kUidStats, stats_.data()},   {kUidDO, do_.data()},
           {kUidDQ, dq_.data()},         {kUidDK, dk_.data()},
-          {kUidDV, dv_.data()},         {kUidSeqQ, seq_q_.data()},
-          {kUidSeqKV, seq_kv_.data()},  {kUidRagQ, rag_q_.data()},
-          {kUidRagK, rag_k_.data()},    {kUidRagV, rag_v_.data()},
-          {kUidRagO, rag_o_.data()},    {kUidRagStats, rag_stats_.data()},
+          {kUidDV, dv_.data()},         {kUidSeqQ, rt.seq_q.data()},
+          {kUidSeqKV, rt.seq_kv.data()}, {kUidRagQ, rt.rag_q.data()},
+          {kUidRagK, rt.rag_k.data()},  {kUidRagV, rt.rag_v.data()},
+          {kUidRagO, rt.rag_o.data()},  {kUidRagStats, rt.rag_stats.data()},
           {kUidSoftmaxSum, dsum_.data()}, {kUidDQAccum, dq_accum_.data()},
           {kUidAlibi, alibi_.data()},
       };
-      fwd_pack_ = make_variant_pack(*fwd_, ptrs, workspace_.data());
-      bwd_pack_ = make_variant_pack(*bwd_, ptrs, workspace_.data());
+      rt.fwd_pack = make_variant_pack(*rt.fwd, ptrs, workspace_.data());
+      rt.bwd_pack = make_variant_pack(*rt.bwd, ptrs, workspace_.data());
     }
     ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -156,7 +167,7 @@ class Instance final : public CudnnInstanceApi {
   void forward() override {
     if (plan_.has_graph) {
       ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
-      ATTNBENCH_CHECK(cudnnBackendExecute(handle_, fwd_->plan.get(), fwd_pack_.get()));
+      for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->fwd->plan.get(), rt->fwd_pack.get()));
     }
     zero_rows(o_.data(), 2, dead_q_.as<int64_t>(), static_cast<int64_t>(plan_.dead_q.unit.size()),
               plan_.dead_q.heads, plan_.dead_q.head_stride, p_.head_dim_v, stream_);
@@ -172,7 +183,7 @@ class Instance final : public CudnnInstanceApi {
       ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
       if (env_.version < 90600)  // cuDNN < 9.6 expects a zeroed dQ accumulator
         ATTNBENCH_CHECK(cudaMemsetAsync(dq_accum_.data(), 0, dq_accum_.bytes(), stream_));
-      ATTNBENCH_CHECK(cudnnBackendExecute(handle_, bwd_->plan.get(), bwd_pack_.get()));
+      for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->bwd->plan.get(), rt->bwd_pack.get()));
     }
     const auto nq = static_cast<int64_t>(plan_.dead_q.unit.size());
     const auto nk = static_cast<int64_t>(plan_.dead_k.unit.size());
@@ -212,7 +223,9 @@ class Instance final : public CudnnInstanceApi {
   int64_t executed_pairs() const override { return plan_.executed_pairs; }
 
   double setup_ms() const override {
-    return analysis_ms_ + (fwd_ ? fwd_->build_ms : 0.0) + (bwd_ ? bwd_->build_ms : 0.0);
+    double ms = analysis_ms_;
+    for (const auto& rt : parts_) ms += rt->fwd->build_ms + rt->bwd->build_ms;
+    return ms;
   }
 
   size_t allocated_bytes() const override {
@@ -228,6 +241,7 @@ class Instance final : public CudnnInstanceApi {
     j["cudnn_version"] = env_.version;
     j["storage"] = storage_name(plan_.storage);
     j["sequences"] = plan_.has_graph ? plan_.fwd.n : 0;
+    j["graphs"] = parts_.size();  // graph pairs executed per pass (length classes of a ragged case)
     j["plan_cache_hit"] = plan_cache_hit();
     j["analysis_ms"] = analysis_ms_;
     auto graph = [](const std::shared_ptr<const BuiltGraph>& g) -> nlohmann::json {
@@ -236,17 +250,31 @@ class Instance final : public CudnnInstanceApi {
               {"heuristics", g->heuristic_mode + "[" + std::to_string(g->heuristic_rank) + "]"},
               {"workspace_bytes", g->workspace_bytes}, {"operations", g->ops}, {"build_ms", g->build_ms}};
     };
-    j["forward"] = graph(fwd_);
-    j["backward"] = graph(bwd_);
+    // One graph pair per part: "forward"/"backward" describe the first (the only
+    // one unless the sequences were split into length classes), "parts" all.
+    j["forward"] = parts_.empty() ? nlohmann::json(nullptr) : graph(parts_.front()->fwd);
+    j["backward"] = parts_.empty() ? nlohmann::json(nullptr) : graph(parts_.front()->bwd);
+    if (parts_.size() > 1) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const auto& rt : parts_) all.push_back({{"forward", graph(rt->fwd)}, {"backward", graph(rt->bwd)}});
+      j["parts"] = std::move(all);
+    }
     j["fixup_rows"] = {{"dead_query_rows", plan_.dead_q.unit.size()}, {"unattended_key_rows", plan_.dead_k.unit.size()}};
     j["notes"] = plan_.notes;
     return j;
   }
 
   const CasePlan& plan() const override { return plan_; }
-  bool plan_cache_hit() const override { return plan_.has_graph && fwd_hit_ && bwd_hit_; }
+  bool plan_cache_hit() const override {
+    if (!plan_.has_graph) return false;
+    for (const auto& rt : parts_)
+      if (!rt->fwd_hit || !rt->bwd_hit) return false;
+    return true;
+  }
   int64_t plan_workspace_bytes() const override {
-    return plan_.has_graph ? std::max(fwd_->workspace_bytes, bwd_->workspace_bytes) : 0;
+    int64_t ws = 0;
+    for (const auto& rt : parts_) ws = std::max({ws, rt->fwd->workspace_bytes, rt->bwd->workspace_bytes});
+    return ws;
   }
   bool guards_intact() const override {
     for (const DeviceBuffer* b : buffers())
@@ -255,10 +283,23 @@ class Instance final : public CudnnInstanceApi {
   }
 
  private:
+  /// The built graphs of one GraphPart and the per-sequence tensors they read.
+  struct PartRuntime {
+    std::shared_ptr<const BuiltGraph> fwd, bwd;
+    bool fwd_hit = false, bwd_hit = false;
+    DeviceBuffer seq_q, seq_kv, rag_q, rag_k, rag_v, rag_o, rag_stats;
+    Descriptor fwd_pack, bwd_pack;
+  };
+
   std::vector<const DeviceBuffer*> buffers() const {
-    return {&q_,     &k_,      &v_,      &o_,      &do_,        &dq_,   &dk_,       &dv_,     &stats_,
-            &lse_,   &seq_q_,  &seq_kv_, &rag_q_,  &rag_k_,     &rag_v_, &rag_o_,   &rag_stats_,
-            &dsum_,  &dq_accum_, &alibi_, &workspace_, &dead_q_, &dead_k_, &stats_dead_, &lse_src_};
+    std::vector<const DeviceBuffer*> all = {&q_,     &k_,     &v_,       &o_,     &do_,        &dq_,
+                                            &dk_,    &dv_,    &stats_,   &lse_,   &dsum_,      &dq_accum_,
+                                            &alibi_, &workspace_, &dead_q_, &dead_k_, &stats_dead_, &lse_src_};
+    for (const auto& rt : parts_)
+      for (const DeviceBuffer* b : {&rt->seq_q, &rt->seq_kv, &rt->rag_q, &rt->rag_k, &rt->rag_v, &rt->rag_o,
+                                    &rt->rag_stats})
+        all.push_back(b);
+    return all;
   }
 
   bool q_side(TensorRole r) const { return r == TensorRole::q || r == TensorRole::o; }
@@ -313,13 +354,10 @@ class Instance final : public CudnnInstanceApi {
   StreamHolder stream_holder_;  // declared before the buffers: destroyed after them
   cudaStream_t stream_ = stream_holder_.s;
   cudnnHandle_t handle_ = nullptr;
-  std::shared_ptr<const BuiltGraph> fwd_, bwd_;
-  bool fwd_hit_ = false, bwd_hit_ = false;
+  std::vector<std::unique_ptr<PartRuntime>> parts_;  ///< one per plan_.parts entry
   DeviceBuffer q_, k_, v_, o_, do_, dq_, dk_, dv_, stats_, lse_;
-  DeviceBuffer seq_q_, seq_kv_, rag_q_, rag_k_, rag_v_, rag_o_, rag_stats_;
   DeviceBuffer dsum_, dq_accum_, alibi_, workspace_;
   DeviceBuffer dead_q_, dead_k_, stats_dead_, lse_src_;
-  Descriptor fwd_pack_, bwd_pack_;
 };
 
 }  // namespace
@@ -332,6 +370,8 @@ Env current_env() {
   ATTNBENCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, e.device));
   ATTNBENCH_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, e.device));
   e.sm = major * 10 + minor;
+  const char* split = std::getenv("ATTNBENCH_CUDNN_SPLIT");
+  e.split_by_length = split && std::string(split) == "1";
   return e;
 }
 
@@ -361,8 +401,10 @@ Support CudnnBackend::supports(const Problem& p) const {
   }
   if (!plan.has_graph) return Support::yes();
   try {
-    (void)get_plan(plan.fwd);
-    (void)get_plan(plan.bwd);
+    for (const GraphPart& gp : plan.parts) {
+      (void)get_plan(gp.fwd);
+      (void)get_plan(gp.bwd);
+    }
   } catch (const GraphUnsupported& e) {
     return Support::no(std::string("cuDNN rejects the graph: ") + e.what());
   } catch (const std::exception&) {
@@ -381,7 +423,10 @@ size_t CudnnBackend::workspace_bytes(const Problem& p) const {
     const int64_t rows = g.ragged ? plan->q_rows : g.n * g.sq;
     size_t bytes = static_cast<size_t>(rows * g.hq * (1 + g.dqk)) * sizeof(float);
     try {
-      bytes += static_cast<size_t>(std::max(get_plan(plan->fwd)->workspace_bytes, get_plan(plan->bwd)->workspace_bytes));
+      int64_t ws = 0;
+      for (const GraphPart& gp : plan->parts)
+        ws = std::max({ws, get_plan(gp.fwd)->workspace_bytes, get_plan(gp.bwd)->workspace_bytes});
+      bytes += static_cast<size_t>(ws);
     } catch (const std::exception&) {
     }
     return bytes;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -84,6 +85,74 @@ int64_t sequence_tiles_pairs(const Problem& p, const MaskDesc& m, const Sequence
     pairs += (t1 - t0) * (k1 - k0);
   }
   return pairs;
+}
+
+/// Sets the sequence dims of `g` and the strides that depend on them.
+void set_graph_dims(GraphSpec& g, int64_t n, int64_t sq, int64_t sk) {
+  g.n = n;
+  g.sq = sq;
+  g.sk = sk;
+  if (g.storage == Storage::bhsd) {
+    head_major(g.q_stride, sq, g.hq, g.dqk);
+    head_major(g.k_stride, sk, g.hkv, g.dqk);
+    head_major(g.v_stride, sk, g.hkv, g.dv);
+    head_major(g.o_stride, sq, g.hq, g.dv);
+  } else {
+    token_major(g.q_stride, sq, g.hq, g.dqk);
+    token_major(g.k_stride, sk, g.hkv, g.dqk);
+    token_major(g.v_stride, sk, g.hkv, g.dv);
+    token_major(g.o_stride, sq, g.hq, g.dv);
+  }
+  if (g.ragged) set_strides(g.stats_stride, sq * g.hq, 1, g.hq, 1);
+  else set_strides(g.stats_stride, g.hq * sq, sq, 1, 1);
+}
+
+/// Length class of a ragged sequence: 0 for len <= kTile, then
+/// ceil(log2(ceil(len / kTile))) (1: <= 256, 2: <= 512, ...).
+int length_class(int64_t len) {
+  int c = 0;
+  for (int64_t tiles = (len + kTile - 1) / kTile; (int64_t{1} << c) < tiles;) ++c;
+  return c;
+}
+
+/// The graph pair over `seqs` (all sequences of the case, or one length class of
+/// a ragged case) with its per-sequence tensors: sequence lengths when a graph is
+/// padded, ragged offsets (in elements, [n + 1]) when ragged.
+GraphPart make_part(const GraphSpec& fwd, const GraphSpec& bwd, const std::vector<Sequence>& seqs, const Problem& p) {
+  GraphPart part;
+  part.fwd = fwd;
+  part.bwd = bwd;
+  if (fwd.ragged) {
+    int64_t sq = 0, sk = 0;
+    for (const auto& s : seqs) {
+      sq = std::max(sq, s.q_len);
+      sk = std::max(sk, s.k_len);
+    }
+    set_graph_dims(part.fwd, static_cast<int64_t>(seqs.size()), sq, sk);
+    set_graph_dims(part.bwd, static_cast<int64_t>(seqs.size()), sq, sk);
+  }
+  if (part.fwd.padded || part.bwd.padded) {
+    for (const auto& s : seqs) {
+      part.seq_len_q.push_back(static_cast<int32_t>(s.q_len));
+      part.seq_len_kv.push_back(static_cast<int32_t>(s.k_len));
+    }
+  }
+  if (fwd.ragged) {
+    auto offsets = [&](bool q_side, int64_t per_row) {
+      std::vector<int64_t> off;
+      for (const auto& s : seqs) off.push_back((q_side ? s.q_row : s.k_row) * per_row);
+      const Sequence& last = seqs.empty() ? Sequence{} : seqs.back();
+      off.push_back(q_side ? (last.q_row + last.q_len) * per_row : (last.k_row + last.k_len) * per_row);
+      return off;
+    };
+    part.rag_q = offsets(true, p.heads_q * p.head_dim);
+    part.rag_k = offsets(false, p.heads_kv * p.head_dim);
+    part.rag_v = offsets(false, p.heads_kv * p.head_dim_v);
+    part.rag_o = offsets(true, p.heads_q * p.head_dim_v);
+    part.rag_stats = offsets(true, p.heads_q);
+  }
+  part.tiles = part.fwd.n * ((part.fwd.sq + kTile - 1) / kTile) * part.fwd.hq;
+  return part;
 }
 
 }  // namespace
@@ -328,26 +397,10 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   // ---------------------------------------------------------------- graph specs
   GraphSpec g;
   g.dtype = p.dtype;
-  g.n = n;
   g.hq = Hq;
   g.hkv = Hkv;
-  g.sq = sq;
-  g.sk = sk;
   g.dqk = p.head_dim;
   g.dv = p.head_dim_v;
-  if (plan.storage == Storage::bhsd) {
-    head_major(g.q_stride, sq, Hq, g.dqk);
-    head_major(g.k_stride, sk, Hkv, g.dqk);
-    head_major(g.v_stride, sk, Hkv, g.dv);
-    head_major(g.o_stride, sq, Hq, g.dv);
-  } else {
-    token_major(g.q_stride, sq, Hq, g.dqk);
-    token_major(g.k_stride, sk, Hkv, g.dqk);
-    token_major(g.v_stride, sk, Hkv, g.dv);
-    token_major(g.o_stride, sq, Hq, g.dv);
-  }
-  if (ragged) set_strides(g.stats_stride, sq * Hq, 1, Hq, 1);
-  else set_strides(g.stats_stride, Hq * sq, sq, 1, 1);
   g.storage = plan.storage;
   g.ragged = ragged;
   g.band = band;
@@ -357,6 +410,7 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   g.neg_inf_lowest = v < 91000;
   g.version = v;
   g.device = env.device;
+  set_graph_dims(g, n, sq, sk);
   plan.fwd = g;
   plan.fwd.padded = padded;
   plan.bwd = g;
@@ -367,27 +421,36 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
     plan.notes.push_back("backward uses sequence-length tensors: cuDNN <= 9.15.0 workaround for s_kv % 128 != 0");
   }
 
-  // ---------------------------------------------------------------- per-sequence tensors
+  // ---------------------------------------------------------------- per-sequence tensors and parts
   plan.seqs = seqs;
-  if (plan.fwd.padded || plan.bwd.padded) {
-    for (const auto& s : seqs) {
-      plan.seq_len_q.push_back(static_cast<int32_t>(s.q_len));
-      plan.seq_len_kv.push_back(static_cast<int32_t>(s.k_len));
+  GraphPart whole = make_part(plan.fwd, plan.bwd, seqs, p);
+  plan.seq_len_q = whole.seq_len_q;
+  plan.seq_len_kv = whole.seq_len_kv;
+  plan.rag_q = whole.rag_q;
+  plan.rag_k = whole.rag_k;
+  plan.rag_v = whole.rag_v;
+  plan.rag_o = whole.rag_o;
+  plan.rag_stats = whole.rag_stats;
+  if (ragged && env.split_by_length && seqs.size() > 1) {
+    std::map<int, std::vector<Sequence>> classes;
+    for (const auto& s : seqs) classes[length_class(std::max(s.q_len, s.k_len))].push_back(s);
+    std::vector<GraphPart> split;
+    int64_t tiles = 0;
+    bool ok = classes.size() > 1;
+    for (const auto& [cls, members] : classes) {
+      split.push_back(make_part(plan.fwd, plan.bwd, members, p));
+      tiles += split.back().tiles;
+      if (split.back().fwd.sq == 1 && split.back().fwd.sk == 1) ok = false;  // cuDNN's backward rejects 1 x 1
+    }
+    if (ok && static_cast<double>(tiles) <= kSplitMaxTileFraction * static_cast<double>(whole.tiles)) {
+      plan.notes.push_back("ragged sequences split into " + std::to_string(split.size()) +
+                           " length classes (one graph each): " + std::to_string(tiles) + " query tiles instead of " +
+                           std::to_string(whole.tiles));
+      plan.parts = std::move(split);
     }
   }
+  if (plan.parts.empty() && plan.has_graph) plan.parts.push_back(std::move(whole));
   if (ragged) {
-    auto offsets = [&](bool q_side, int64_t per_row) {
-      std::vector<int64_t> off;
-      for (const auto& s : seqs) off.push_back((q_side ? s.q_row : s.k_row) * per_row);
-      const Sequence& last = seqs.empty() ? Sequence{} : seqs.back();
-      off.push_back(q_side ? (last.q_row + last.q_len) * per_row : (last.k_row + last.k_len) * per_row);
-      return off;
-    };
-    plan.rag_q = offsets(true, Hq * p.head_dim);
-    plan.rag_k = offsets(false, Hkv * p.head_dim);
-    plan.rag_v = offsets(false, Hkv * p.head_dim_v);
-    plan.rag_o = offsets(true, Hq * p.head_dim_v);
-    plan.rag_stats = offsets(true, Hq);
     plan.stats_elems = plan.q_rows * Hq;
   } else {
     plan.stats_elems = B * Hq * Sq;

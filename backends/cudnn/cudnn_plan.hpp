@@ -39,6 +39,11 @@ struct Env {
   int64_t version = 0;  ///< cudnnGetVersion(), e.g. 91900 for 9.19.0
   int sm = 0;           ///< compute capability major * 10 + minor, e.g. 90
   int device = 0;       ///< CUDA device index (part of the plan-cache key)
+  /// Split ragged sequences into length classes, one graph each (see GraphPart).
+  /// current_env() sets it from ATTNBENCH_CUDNN_SPLIT ("1" turns it on; default
+  /// off: on the packed CodeAlpaca workload it launched half the query tiles but
+  /// was 2-7% slower on an H100 with cuDNN 9.19, see backends/cudnn/README.md).
+  bool split_by_length = false;
 };
 
 /// cuDNN's diagonal alignment of the band mask.
@@ -95,6 +100,23 @@ struct Sequence {
   int64_t q_row = 0, k_row = 0; ///< first token row in the token-major buffers (ragged only)
 };
 
+/// One cuDNN graph pair of a case and the per-sequence tensors it reads.
+///
+/// A ragged case can run as several graphs over disjoint subsets of its sequences
+/// ("length classes"): cuDNN's grid is (sequences x heads x ceil(s_max / tile)),
+/// so one graph over 187 documents of mean length 173 and maximum ~2,000 launches
+/// mostly empty tiles. Grouping the sequences by ceil(log2(ceil(len / 128))) gives
+/// each graph its own s_max. The parts share every token-major buffer (Q, K, V, O,
+/// their gradients, stats, the float32 workspaces): the ragged offsets of a part
+/// point into those buffers, so the parts write disjoint rows and run one after
+/// another on the instance's stream.
+struct GraphPart {
+  GraphSpec fwd, bwd;
+  std::vector<int32_t> seq_len_q, seq_len_kv;  ///< [n] when fwd.padded || bwd.padded
+  std::vector<int64_t> rag_q, rag_k, rag_v, rag_o, rag_stats;  ///< [n + 1] each (ragged only)
+  int64_t tiles = 0;  ///< n * ceil(sq / kTile) * hq: the query tiles cuDNN's forward grid launches
+};
+
 /// A list of rows to overwrite after a pass. Row r covers, for every head h,
 /// the D elements starting at element (unit[r] + h * head_stride) * D of a buffer
 /// whose row length is D (so the same list serves O and dQ, or dK and dV).
@@ -113,6 +135,11 @@ struct CasePlan {
   std::vector<int32_t> seq_len_q, seq_len_kv;  ///< [n] when fwd.padded || bwd.padded
   /// Ragged offsets in elements, [n + 1] each (ragged only).
   std::vector<int64_t> rag_q, rag_k, rag_v, rag_o, rag_stats;
+  /// The graphs executed, in order: one part equal to (fwd, bwd, seq_len_*, rag_*)
+  /// above, or the length classes of a ragged case (GraphPart) when
+  /// Env::split_by_length is set and splitting launches at most
+  /// kSplitMaxTileFraction of the tiles of one graph.
+  std::vector<GraphPart> parts;
   /// Token-major storage: buffer row of logical (b, s), or -1 when not stored.
   std::vector<int64_t> q_row_of, k_row_of;  ///< [B * Sq], [B * Sk]
   int64_t q_rows = 0, k_rows = 0;           ///< allocated token rows (with slack)
@@ -144,6 +171,10 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env);
 /// compute 128 x 128 score tiles; other tilings change the estimate only at the
 /// edges of the band).
 constexpr int64_t kTile = 128;
+
+/// A ragged case is split into length classes only when that launches at most
+/// this fraction of the query tiles of a single graph.
+constexpr double kSplitMaxTileFraction = 0.75;
 
 /// Extra token rows allocated after the last sequence of token-major buffers, as
 /// cudnn-frontend's own THD tests do (they round the token count up to a tile).

@@ -1,8 +1,8 @@
 // Tests of the "cudnn" backend (backends/cudnn/): cuDNN SDPA forward and backward
 // against the float64 reference under DESIGN.md section 2's rule, the support
-// surface (every unsupported combination has a reason and never crashes), the
-// host-side plan analysis (bands, sequences, fix-ups, executed pairs, version
-// gates with a fake Env) and instance facts (plan cache, workspace, guards).
+// surface (every unsupported combination has a reason and never crashes) and
+// instance facts (plan cache, workspace, guards). The host-side plan analysis is
+// tested without a GPU in tests/test_cudnn_plan.cpp.
 //
 // Runs on a GPU machine (tests/gpu/gpu_test_main.cpp skips without a device).
 // Problems are small so that the whole suite, CPU reference included, stays
@@ -13,6 +13,7 @@
 #if defined(ATTNBENCH_HAVE_CUDNN)
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <variant>
@@ -26,50 +27,13 @@
 #include "harness/mask.hpp"
 #include "harness/tensors.hpp"
 #include "reference/reference.hpp"
+#include "tests/problem_builders.hpp"
 
 using namespace attnbench;
 using namespace attnbench::cudnn_sdpa;
+using namespace attnbench::test;
 
 namespace {
-
-Problem make_problem(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D, DType t,
-                     Layout layout = Layout::bshd) {
-  Problem p;
-  p.batch = B;
-  p.heads_q = Hq;
-  p.heads_kv = Hkv;
-  p.seq_q = Sq;
-  p.seq_k = Sk;
-  p.head_dim = D;
-  p.head_dim_v = D;
-  p.dtype = t;
-  p.layout = layout;
-  p.seed = 20240611;
-  return p;
-}
-
-Problem with_causal(Problem p, CausalAlign a) {
-  p.mask.push_back(CausalTerm{a});
-  return p;
-}
-Problem with_window(Problem p, int64_t left, int64_t right) {
-  p.mask.push_back(SlidingWindowTerm{left, right});
-  return p;
-}
-Problem with_padding(Problem p, std::vector<int64_t> lq, std::vector<int64_t> lk) {
-  PaddingTerm t;
-  t.seq_lens_q = std::move(lq);
-  t.seq_lens_k = std::move(lk);
-  p.mask.push_back(t);
-  return p;
-}
-Problem with_documents(Problem p, const std::vector<std::vector<int64_t>>& lengths) {
-  DocumentTerm d;
-  d.doc_lengths = lengths;
-  for (const auto& row : lengths) d.doc_ids.push_back(doc_ids_from_lengths(row, p.seq_q));
-  p.mask.push_back(d);
-  return p;
-}
 
 std::string label(const Problem& p) {
   return std::string(to_string(p.dtype)) + " B=" + std::to_string(p.batch) + " Hq=" + std::to_string(p.heads_q) +
@@ -122,159 +86,7 @@ void expect_unsupported(const Problem& p, const char* reason_part = nullptr) {
   MESSAGE("unsupported as expected: " << s.reason);
 }
 
-Env fake_env(int64_t version, int sm = 90) {
-  Env e;
-  e.version = version;
-  e.sm = sm;
-  e.device = 0;
-  return e;
-}
-
-CasePlan plan_ok(const Problem& p, const Env& env) {
-  auto r = plan_case(p, env);
-  if (auto* why = std::get_if<std::string>(&r)) {
-    FAIL("plan_case refused: " << *why);
-    return {};
-  }
-  return std::get<CasePlan>(r);
-}
-
-std::string plan_reason(const Problem& p, const Env& env) {
-  auto r = plan_case(p, env);
-  if (auto* why = std::get_if<std::string>(&r)) return *why;
-  return {};
-}
-
 }  // namespace
-
-// ------------------------------------------------------------------ host-only analysis
-
-TEST_CASE("cudnn plan: bands map DESIGN masks to one cuDNN alignment (left bound = left + 1)") {
-  const Env env = fake_env(91900);
-  SUBCASE("window(64, 0), Sq == Sk: top-left, R = 0, L = 65") {
-    CasePlan c = plan_ok(with_window(make_problem(1, 2, 2, 300, 300, 64, DType::bf16), 64, 0), env);
-    CHECK(c.fwd.band.align == Align::top_left);
-    CHECK(c.fwd.band.has_right);
-    CHECK(c.fwd.band.right == 0);
-    CHECK(c.fwd.band.has_left);
-    CHECK(c.fwd.band.left_bound == 65);
-    CHECK_FALSE(c.fwd.padded);
-  }
-  SUBCASE("causal bottom_right, Sq < Sk: bottom-right, no sequence lengths") {
-    CasePlan c = plan_ok(with_causal(make_problem(1, 2, 2, 100, 300, 64, DType::bf16), CausalAlign::bottom_right), env);
-    CHECK(c.fwd.band.align == Align::bottom_right);
-    CHECK(c.fwd.band.right == 0);
-    CHECK_FALSE(c.fwd.band.has_left);
-    CHECK_FALSE(c.fwd.padded);
-    CHECK(c.dead_q.unit.empty());
-  }
-  SUBCASE("causal bottom_right, Sq > Sk: sequence lengths, and the first Sq - Sk rows are fixed up") {
-    CasePlan c = plan_ok(with_causal(make_problem(2, 2, 2, 300, 100, 64, DType::bf16), CausalAlign::bottom_right), env);
-    CHECK(c.fwd.band.align == Align::bottom_right);
-    CHECK(c.fwd.padded);
-    CHECK(c.dead_q.unit.size() == 2 * 200);
-    CHECK(c.stats_dead.unit.size() == 2 * 200);
-    CHECK(c.lse_src.size() == 2 * 300);
-  }
-  SUBCASE("causal top_left with Sq != Sk stays top-left") {
-    CasePlan c = plan_ok(with_causal(make_problem(1, 2, 2, 300, 100, 64, DType::fp16), CausalAlign::top_left), env);
-    CHECK(c.fwd.band.align == Align::top_left);
-    CHECK_FALSE(c.fwd.padded);
-  }
-  SUBCASE("window wider than Sk keeps its (inactive) left bound") {
-    CasePlan c = plan_ok(with_window(make_problem(1, 2, 2, 300, 300, 64, DType::bf16), 5000, 0), env);
-    CHECK(c.fwd.band.left_bound == 5001);
-  }
-  SUBCASE("causal top_left + window with Sq != Sk needs two alignments: refused") {
-    Problem p = with_window(with_causal(make_problem(1, 2, 2, 200, 300, 64, DType::bf16), CausalAlign::top_left), 32, 0);
-    CHECK(plan_reason(p, env).find("two diagonal alignments") != std::string::npos);
-  }
-}
-
-TEST_CASE("cudnn plan: executed pairs estimate 128 x 128 tiles") {
-  const Env env = fake_env(91900);
-  // Causal 256 x 256: tiles (0,0), (1,0), (1,1) of 128 x 128, two heads.
-  CasePlan c = plan_ok(with_causal(make_problem(1, 2, 2, 256, 256, 64, DType::bf16), CausalAlign::top_left), env);
-  CHECK(c.executed_pairs == 3 * 128 * 128 * 2);
-  // No mask: everything.
-  CasePlan d = plan_ok(make_problem(2, 3, 3, 200, 300, 64, DType::bf16), env);
-  CHECK(d.executed_pairs == 2 * 3 * 200 * 300);
-  // Window (0, 0) on 300 x 300: diagonal tiles only (128, 128, 44 rows).
-  CasePlan w = plan_ok(with_window(make_problem(1, 1, 1, 300, 300, 64, DType::bf16), 0, 0), env);
-  CHECK(w.executed_pairs == 128 * 128 + 128 * 128 + 44 * 44);
-}
-
-TEST_CASE("cudnn plan: documents become ragged sequences; padding tokens and empty documents are fixed up") {
-  const Env env = fake_env(91900);
-  Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 0, 150}, {40, 40, 40, 100}}),
-                          CausalAlign::bottom_right);
-  validate(p);
-  CasePlan c = plan_ok(p, env);
-  CHECK(c.storage == Storage::tokens);
-  CHECK(c.fwd.ragged);
-  CHECK(c.fwd.padded);
-  CHECK(c.fwd.n == 6);  // the zero-length document is dropped
-  CHECK(c.fwd.sq == 150);
-  CHECK(c.fwd.band.align == Align::top_left);  // per document s_q == s_kv
-  REQUIRE(c.seqs.size() == 6);
-  CHECK(c.seqs[1].q_pos == 100);
-  CHECK(c.seqs[1].q_len == 150);
-  CHECK(c.seqs[1].q_row == 100);
-  CHECK(c.seqs[2].q_row == 300);  // batch row 1 starts at token 300
-  CHECK(c.rag_q[1] == 100 * 4 * 64);
-  CHECK(c.rag_k[1] == 100 * 2 * 64);
-  CHECK(c.rag_stats[1] == 100 * 4);
-  CHECK(c.dead_q.unit.size() == 50 + 80);  // padding tokens of both rows
-  CHECK(c.dead_k.unit.size() == 50 + 80);
-  // 1D sequence work: causal per document.
-  CHECK(c.executed_pairs > 0);
-  CHECK(c.executed_pairs >= count_allowed_pairs(p) * 4);
-
-  SUBCASE("only padding left: no graph, every row is fixed up") {
-    Problem q = with_padding(make_problem(2, 2, 2, 64, 64, 64, DType::fp16), {0, 0}, {64, 0});
-    CasePlan e = plan_ok(q, env);
-    CHECK_FALSE(e.has_graph);
-    CHECK(e.dead_q.unit.size() == 2 * 64);
-    CHECK(e.dead_k.unit.size() == 2 * 64);
-    CHECK(e.lse_src.size() == 2 * 64);
-  }
-  SUBCASE("non-contiguous document ids are refused") {
-    Problem q = make_problem(1, 2, 2, 8, 8, 64, DType::bf16);
-    DocumentTerm d;
-    d.doc_ids = {{0, 0, 1, 1, 0, 0, -1, -1}};
-    q.mask.push_back(d);
-    CHECK(plan_reason(q, env).find("not contiguous") != std::string::npos);
-  }
-}
-
-TEST_CASE("cudnn plan: version gates (fake Env)") {
-  const Problem plain = make_problem(1, 2, 2, 300, 300, 64, DType::bf16);
-  CHECK(plan_reason(plain, fake_env(89000)).find("9.0") != std::string::npos);
-  CHECK(plan_reason(plain, fake_env(91000)).find("9.10.0") != std::string::npos);
-  CHECK(plan_reason(plain, fake_env(91001)).find("9.10.0") != std::string::npos);
-  CHECK(plan_reason(plain, fake_env(91002)).empty());
-  // 9.14.0: non-causal sliding window with s_kv > 1024.
-  const Problem win = with_window(make_problem(1, 2, 2, 2048, 2048, 64, DType::bf16), 100, -1);
-  CHECK(plan_reason(win, fake_env(91400)).find("9.14.0") != std::string::npos);
-  CHECK(plan_reason(win, fake_env(91401)).empty());
-  // Ragged needs 9.6.
-  const Problem thd = make_problem(1, 2, 2, 300, 300, 64, DType::bf16, Layout::thd);
-  CHECK(plan_reason(thd, fake_env(90500)).find("9.6.0") != std::string::npos);
-  CHECK(plan_reason(thd, fake_env(90600)).empty());
-  // <= 9.15.0: backward gets sequence lengths when s_kv % 128 != 0.
-  CasePlan old = plan_ok(plain, fake_env(91500));
-  CHECK_FALSE(old.fwd.padded);
-  CHECK(old.bwd.padded);
-  CasePlan now = plan_ok(plain, fake_env(91900));
-  CHECK_FALSE(now.bwd.padded);
-  // < 9.10: the mask value is the lowest float instead of -inf.
-  CHECK(plan_ok(plain, fake_env(90900)).fwd.neg_inf_lowest);
-  CHECK_FALSE(now.fwd.neg_inf_lowest);
-  // Head dims per architecture.
-  const Problem d256 = make_problem(1, 2, 2, 128, 128, 256, DType::bf16);
-  CHECK(plan_reason(d256, fake_env(91900, 90)).empty());
-  CHECK_FALSE(plan_reason(d256, fake_env(91900, 80)).empty());
-}
 
 // ------------------------------------------------------------------ unsupported surface (GPU)
 
@@ -424,6 +236,24 @@ TEST_CASE("cudnn: packed documents through THD ragged offsets") {
   run_and_check(with_window(with_documents(make_problem(2, 4, 4, 300, 300, 64, DType::fp16), docs), 32, 0));
   run_and_check(with_causal(with_documents(make_problem(1, 4, 1, 256, 256, 128, DType::fp16), {{0, 1, 127, 0, 128}}),
                             CausalAlign::top_left));
+}
+
+TEST_CASE("cudnn: length classes (several graphs per pass) and one graph agree with the reference") {
+  // Documents of 20..700 tokens: classes <= 128, <= 256, <= 512, <= 1024, so the
+  // default plan runs four graph pairs over disjoint sequences sharing the buffers.
+  const std::vector<std::vector<int64_t>> docs = {{20, 700, 33, 128, 129, 190}, {300, 77, 513, 1, 64, 45}};
+  const Problem p = with_causal(with_documents(make_problem(2, 8, 2, 1200, 1200, 128, DType::bf16), docs),
+                                CausalAlign::bottom_right);
+  for (const char* split : {"1", "0"}) {
+    INFO("ATTNBENCH_CUDNN_SPLIT=" << split);
+    REQUIRE(setenv("ATTNBENCH_CUDNN_SPLIT", split, 1) == 0);
+    run_and_check(p);
+    CudnnBackend be;
+    auto inst = be.prepare(p, make_inputs(p));
+    const auto ex = inst->extra();
+    CHECK(ex["graphs"].get<int>() == (std::string(split) == "1" ? 4 : 1));
+  }
+  unsetenv("ATTNBENCH_CUDNN_SPLIT");
 }
 
 TEST_CASE("cudnn: score mods softcap and alibi") {
