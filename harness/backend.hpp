@@ -88,6 +88,8 @@ class BackendInstance {
   virtual nlohmann::json extra() const { return nullptr; }
 };
 
+struct TimingPolicy;  // harness/measure.hpp
+
 /// A backend plugin.
 class Backend {
  public:
@@ -118,6 +120,18 @@ class Backend {
   virtual RuleConstants rule() const { return {}; }
   /// Whether results are expected to be bitwise reproducible (reported, not gated).
   virtual bool deterministic() const { return true; }
+  /// The run's options, called once by the runner before the first case. In-process
+  /// backends are timed by the runner and ignore it (the default); backends that
+  /// time themselves (out-of-process peers) use it to apply the same cold/hot
+  /// policy, warm-up and stopping rule, to skip the backward pass or the timing when
+  /// the run does, and to pick the CUDA device.
+  virtual void configure(const TimingPolicy& policy, bool backward, bool timing, bool determinism, int device) {
+    (void)policy;
+    (void)backward;
+    (void)timing;
+    (void)determinism;
+    (void)device;
+  }
 };
 
 /// Process-wide backend registry.

@@ -50,4 +50,18 @@ class Unsupported : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A backend's work ran past its time limit and was stopped (report status
+/// "timeout"); e.g. an out-of-process peer's worker killed after its timeout.
+class Timeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A backend's process died (report status "crashed"); e.g. a peer's worker
+/// killed by a signal.
+class Crashed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace attnbench

@@ -107,6 +107,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       for (const auto& k : BackendRegistry::names()) known += (known.empty() ? "" : ", ") + k;
       throw InputError("<command line>", "--backends", "unknown backend \"" + n + "\" (registered: " + known + ")");
     }
+    b->configure(opts.policy, opts.backward, opts.timing, opts.determinism, opts.device);
     backends.push_back(std::move(b));
   }
 #if defined(ATTNBENCH_HAVE_CUDA)
@@ -215,6 +216,12 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
               if (auto samples = inst->external_samples_ms(static_cast<int>(pass))) {
                 st.samples_ms = *samples;
                 st.summarize();
+                // Timed by the backend itself (CUDA events in the peer's worker) under
+                // the policy configure() passed; its own stop reason is in extra.
+                st.stop_reason = "external";
+                st.timer = "external";
+                st.cold = opts.policy.cold;
+                st.warmup = opts.policy.warmup;
               } else {
                 st = time_pass(*backend, *inst, pass, opts.policy);
               }
@@ -231,6 +238,12 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
           // peer's worker, or cuDNN rejecting the graph): that is a reason, not an error.
           row.status = RowStatus::unsupported;
           row.reason = e.what();
+        } catch (const Timeout& e) {
+          row.status = RowStatus::timeout;
+          row.message = e.what();
+        } catch (const Crashed& e) {
+          row.status = RowStatus::crashed;
+          row.message = e.what();
         } catch (const std::exception& e) {
           row.status = is_oom(e) ? RowStatus::oom : RowStatus::error;
           row.message = e.what();

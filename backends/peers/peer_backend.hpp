@@ -50,14 +50,14 @@ namespace attnbench::peers {
 inline constexpr int kProtocolVersion = 1;
 
 /// The worker ran past its timeout and was killed (report status "timeout").
-class PeerTimeout : public std::runtime_error {
+class PeerTimeout : public Timeout {
  public:
-  using std::runtime_error::runtime_error;
+  using Timeout::Timeout;
 };
 /// The worker died from a signal (report status "crashed").
-class PeerCrashed : public std::runtime_error {
+class PeerCrashed : public Crashed {
  public:
-  using std::runtime_error::runtime_error;
+  using Crashed::Crashed;
 };
 /// result.json or an output file is missing or malformed (report status "error").
 class PeerProtocolError : public std::runtime_error {
@@ -186,10 +186,8 @@ class PeerBackend : public Backend {
 
   /// Use `ctx` instead of the process-wide default context.
   void set_context(const RunContext& ctx) { context_ = ctx; }
-  /// set_context() from the runner's options. Written with the signature proposed
-  /// for a `virtual void Backend::configure(...)` hook (see README.md), so that it
-  /// overrides that hook once harness/backend.hpp declares it.
-  void configure(const TimingPolicy& policy, bool backward, bool timing, bool determinism, int device) {
+  /// set_context() from the runner's options (Backend::configure).
+  void configure(const TimingPolicy& policy, bool backward, bool timing, bool determinism, int device) override {
     set_context(RunContext{policy, backward, timing, determinism, device});
   }
   /// The context prepare() uses.
