@@ -19,6 +19,7 @@
 #include "harness/mask.hpp"
 #include "harness/mask_desc.hpp"
 #include "harness/problem.hpp"
+#include "harness/scenario.hpp"
 #include "harness/tensors.hpp"
 #include "reference/reference.hpp"
 
@@ -152,6 +153,36 @@ TEST_CASE("cpu backend: document-causal packs with padding and zero-length docum
   DocumentTerm d = documents({{30, 0, 70, 20}, {0, 150}}, S);
   expect_pass(make_problem(2, 2, 1, S, S, 32, 32, {d, CausalTerm{}}));
   expect_pass(make_problem(2, 2, 1, S, S, 32, 32, {d}));
+}
+
+TEST_CASE("cpu backend: a real CodeAlpaca pack (scenario packing, document-causal, GQA 4:1)") {
+  // The packed_codealpaca scenario's packer and data at a CPU-test size: 2 packs of
+  // 2048 tokens of real CodeAlpaca document lengths (Python-shuffle seed 1, greedy),
+  // 8 query heads over 2 KV heads, head dim 64, every dtype, checked completely.
+  const nlohmann::json j = {
+      {"name", "cpu_codealpaca"},
+      {"base",
+       {{"batch", 2}, {"seq", 2048}, {"heads_q", 8}, {"heads_kv", 2}, {"head_dim", 64}, {"dtype", "bf16"},
+        {"layout", "bshd"}, {"mask", {{{"kind", "causal"}}}}, {"seed", 1},
+        {"packing",
+         {{"source", {{"kind", "empirical"}, {"file", "data/codealpaca.json"}}}, {"shuffle", "python"}, {"seed", 1},
+          {"strategy", "greedy"}, {"max_seq_len", 2048}, {"num_packs", 2}, {"fill", 1.0}, {"pad_to", "max_seq_len"}}}}}};
+  const Scenario sc = scenario_from_json(j, std::string(ATTNBENCH_SOURCE_DIR) + "/scenarios/cpu_codealpaca.json");
+  REQUIRE(sc.cases.size() == 1);
+  const Case& c = sc.cases[0];
+  REQUIRE(c.packing.has_value());
+  const DocumentTerm* docs = c.problem.find_mask<DocumentTerm>();
+  REQUIRE(docs != nullptr);
+  size_t n_docs = 0;
+  for (const auto& row : docs->doc_lengths) n_docs += row.size();
+  INFO("documents: " << n_docs << ", packing ratio " << c.packing->packing_ratio);
+  CHECK(n_docs >= 10);                  // real short documents, not one long one
+  CHECK(c.packing->packing_ratio > 0.9);  // greedy packing of short documents fills the packs
+  CHECK(c.packing->docs == static_cast<int64_t>(n_docs));
+  // Document-causal: the allowed pairs are the documents' triangles, a small
+  // fraction of the causal square.
+  CHECK(count_allowed_pairs(c.problem) < 2 * 2048 * 2049 / 2 / 4);
+  expect_pass(c.problem);
 }
 
 TEST_CASE("cpu backend: prefix_lm") {
