@@ -3,7 +3,14 @@
 # PyTorch peer, reports under $OUT. Builds first unless build-gpu/attnbench exists
 # (run ci/gpu.sh before it in the same session to reuse its build).
 #
-#   ci/bench_gpu.sh [dense|packed|all]     (default all)
+#   ci/bench_gpu.sh [dense|packed|repeat|split|all]     (default all)
+#
+#   dense   the peers file's dense rows (DENSE_CASES) with cudnn, naive and peers
+#   packed  packed CodeAlpaca (PACKED_CASES) with cudnn, naive and peers, checked
+#   repeat  scenarios/repeatability.json cold and hot; ci/repeatability.py prints
+#           the spread of the medians of identical cases timed twice in one run
+#   split   cudnn on the packed cases with one cuDNN graph (the default) and with
+#           length classes (ATTNBENCH_CUDNN_SPLIT=1), timing only
 #
 # Dense rows run with --check off (the reference for S=16384 is minutes of float64
 # work; correctness is covered by the GPU tests and the smoke run); packed rows are
@@ -38,5 +45,23 @@ if [[ $what == dense || $what == all ]]; then
     --backends "${DENSE_BACKENDS:-cudnn,naive,$peers_dense}" --check off --no-determinism --max-seconds 1 --out "$OUT/dense" \
     >"$OUT/dense.log" 2>&1 || status=1
   tail -n 40 "$OUT/dense.log"
+fi
+if [[ $what == repeat ]]; then
+  for mode in cold hot; do
+    flag=""; [[ $mode == hot ]] && flag="--hot"
+    "$AB" run scenarios/repeatability.json --backends "${REPEAT_BACKENDS:-cudnn,naive}" --check off --no-determinism \
+      $flag --out "$OUT/repeat_$mode" >"$OUT/repeat_$mode.log" 2>&1 || status=1
+    tail -n 12 "$OUT/repeat_$mode.log"
+  done
+  python3 ci/repeatability.py "$OUT/repeat_cold/report.json" "$OUT/repeat_hot/report.json" | tee "$OUT/repeatability.txt" ||
+    status=1
+fi
+if [[ $what == split ]]; then
+  for split in 0 1; do
+    ATTNBENCH_CUDNN_SPLIT=$split "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
+      --backends cudnn --check off --no-determinism --out "$OUT/split$split" >"$OUT/split$split.log" 2>&1 || status=1
+    echo "== ATTNBENCH_CUDNN_SPLIT=$split"
+    tail -n 8 "$OUT/split$split.log"
+  done
 fi
 exit $status

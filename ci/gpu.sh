@@ -158,6 +158,14 @@ grep -E "^\s*[0-9]+/[0-9]+ Test|tests passed|tests failed|Skipped|SKIPPED" "$OUT
 if [[ $status -ne 0 ]]; then tail -n 60 "$OUT/ctest_gpu.log"; fi
 
 log "CPU tests: ctest -L cpu (log: $OUT/ctest_cpu.log)"
+# The report-schema and headless-Chromium tests need node, Chromium and the npm
+# bundles (ci/install_browser.sh, run by the CPU CI). GPU machines often lack
+# them: there those two tests print a loud SKIPPED instead of failing.
+if [[ -z "${ATTNBENCH_ALLOW_BROWSER_SKIP:-}" ]] &&
+   { ! command -v node >/dev/null 2>&1 || [[ ! -x /usr/bin/chromium ]] || [[ ! -d "$ROOT/reports/node_modules/playwright-core" ]]; }; then
+  export ATTNBENCH_ALLOW_BROWSER_SKIP=1
+  log "node / Chromium / reports/node_modules missing: the browser tests will report SKIPPED (covered by the CPU CI)"
+fi
 cpu_status=0
 if ! timeout "$CPU_TEST_LIMIT" ctest --test-dir "$BUILD" -L cpu --output-on-failure -j "$JOBS" >"$OUT/ctest_cpu.log" 2>&1; then
   cpu_status=1
@@ -171,9 +179,11 @@ if [[ $cpu_status -ne 0 ]]; then grep -E "Failed|\*\*\*|Timeout" "$OUT/ctest_cpu
 SMOKE_OUT=$OUT/gpu_smoke
 SMOKE_STATUS="not run"
 if [[ -f "$ROOT/scenarios/gpu_smoke.json" ]]; then
-  log "smoke: attnbench run scenarios/gpu_smoke.json --backends naive,cudnn,cpu (log: $OUT/gpu_smoke.log)"
+  # The cpu backend is left out here: it is checked by the CPU tests, and at these
+  # sizes its timing alone would take most of the smoke budget.
+  log "smoke: attnbench run scenarios/gpu_smoke.json --backends naive,cudnn (log: $OUT/gpu_smoke.log)"
   smoke_rc=0
-  timeout "$SMOKE_LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/gpu_smoke.json" --backends naive,cudnn,cpu --out "$SMOKE_OUT" \
+  timeout "$SMOKE_LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/gpu_smoke.json" --backends naive,cudnn --max-seconds 0.5 --out "$SMOKE_OUT" \
     >"$OUT/gpu_smoke.log" 2>&1 || smoke_rc=$?
   tail -n 25 "$OUT/gpu_smoke.log"
   SMOKE_STATUS="exit $smoke_rc"
