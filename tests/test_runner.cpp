@@ -8,6 +8,7 @@
 
 #include "harness/backend.hpp"
 #include "harness/errors.hpp"
+#include "harness/measure.hpp"
 #include "harness/runner.hpp"
 
 using namespace attnbench;
@@ -49,8 +50,25 @@ class FakeBackend : public Backend {
   }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData&) override {
     if (p.head_dim == 48) throw Unsupported("fake: head_dim 48 rejected while planning");
+    if (p.head_dim == 40) throw Timeout("fake: worker ran past 3 s");
+    if (p.head_dim == 24) throw Crashed("fake: worker killed by SIGSEGV");
     return std::make_unique<FakeInstance>(p);
   }
+  void configure(const TimingPolicy& policy, bool backward, bool timing, bool determinism, int device) override {
+    configured_cold = policy.cold;
+    configured_max_seconds = policy.max_seconds;
+    configured_backward = backward;
+    configured_timing = timing;
+    configured_determinism = determinism;
+    configured_device = device;
+    ++configure_calls;
+  }
+  // What the last configure() call passed (the runner creates its own instance of
+  // the backend, so the values are static).
+  static inline bool configured_cold = true, configured_backward = true, configured_timing = true,
+                     configured_determinism = true;
+  static inline double configured_max_seconds = 0.0;
+  static inline int configured_device = -1, configure_calls = 0;
 };
 ATTNBENCH_REGISTER_BACKEND(FakeBackend);
 
@@ -133,4 +151,57 @@ TEST_CASE("Unsupported thrown by prepare() becomes an unsupported row, not an er
   auto j = read_json(sum.report_path);
   CHECK(j["results"][0]["status"] == "unsupported");
   CHECK(j["results"][0]["reason"] == "fake: head_dim 48 rejected while planning");
+}
+
+TEST_CASE("Timeout and Crashed from a backend become timeout and crashed rows; configure() gets the run's options") {
+  Scenario s = three_cases();
+  s.cases.resize(2);
+  s.cases[0].id = "d40";
+  s.cases[0].problem.head_dim = s.cases[0].problem.head_dim_v = 40;
+  s.cases[1].id = "d24";
+  s.cases[1].problem.head_dim = s.cases[1].problem.head_dim_v = 24;
+  RunOptions o;
+  o.backends = {"fake-runner-test"};
+  o.out_dir = (std::filesystem::temp_directory_path() / "attnbench_runner_test4").string();
+  o.check = CheckMode::off;
+  o.policy.cold = false;       // --hot
+  o.policy.max_seconds = 0.25;
+  o.backward = false;
+  o.determinism = false;
+  const int calls_before = FakeBackend::configure_calls;
+  RunSummary sum = run_scenario(s, o);
+  CHECK(FakeBackend::configure_calls == calls_before + 1);  // once per run and backend
+  CHECK_FALSE(FakeBackend::configured_cold);
+  CHECK(FakeBackend::configured_max_seconds == 0.25);
+  CHECK_FALSE(FakeBackend::configured_backward);
+  CHECK(FakeBackend::configured_timing);
+  CHECK_FALSE(FakeBackend::configured_determinism);
+  CHECK(FakeBackend::configured_device == 0);
+  CHECK(sum.rows == 2);
+  CHECK(sum.error == 2);  // both count against the exit code
+  CHECK(sum.exit_code() == 1);
+  auto j = read_json(sum.report_path);
+  CHECK(j["results"][0]["status"] == "timeout");
+  CHECK(j["results"][0]["message"] == "fake: worker ran past 3 s");
+  CHECK(j["results"][1]["status"] == "crashed");
+  CHECK(j["results"][1]["message"] == "fake: worker killed by SIGSEGV");
+}
+
+TEST_CASE("samples a backend timed itself are marked external, with the run's cold/hot policy") {
+  Scenario s = three_cases();
+  s.cases.resize(1);  // d64: passes, FakeInstance returns its own samples
+  RunOptions o;
+  o.backends = {"fake-runner-test"};
+  o.out_dir = (std::filesystem::temp_directory_path() / "attnbench_runner_test5").string();
+  o.check = CheckMode::off;
+  o.policy.cold = false;
+  RunSummary sum = run_scenario(s, o);
+  REQUIRE(sum.pass == 1);
+  auto j = read_json(sum.report_path);
+  const auto& fwd = j["results"][0]["timing"]["fwd"];
+  CHECK(fwd["stop_reason"] == "external");
+  CHECK(fwd["timer"] == "external");
+  CHECK(fwd["cold"] == false);
+  CHECK(fwd["n"] == 3);
+  CHECK(fwd["median_ms"].get<double>() == doctest::Approx(1.5));
 }
