@@ -4,7 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >"${build}.configure.log" 2>&1 || {
+# The cuDNN to build against (the newest present; CUDNN_ROOT set by the caller wins).
+# shellcheck source=ci/find_cudnn.sh
+source ci/find_cudnn.sh
+cudnn_args=()
+if [[ -n "${CUDNN_ROOT:-}" ]]; then cudnn_args+=("-DCUDNN_ROOT=$CUDNN_ROOT"); fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cudnn_args[@]}" "$@" >"${build}.configure.log" 2>&1 || {
   cat "${build}.configure.log"; exit 1; }
 grep -E "attnbench:|Found CUDNN|CUDA compiler identification" "${build}.configure.log" || true
 cmake --build "$build" -j"$(nproc)"

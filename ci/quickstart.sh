@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/bootstrap.sh
+# shellcheck source=ci/find_cudnn.sh
+source ci/find_cudnn.sh   # the same cuDNN for the build and on LD_LIBRARY_PATH for the run
 ci/build.sh "$@"
 out=${OUT_DIR:-out/default}
 status=0
