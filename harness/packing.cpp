@@ -631,12 +631,7 @@ PackResult pack_documents(const PackingSpec& spec, uint64_t seed_in) {
   return r;
 }
 
-DocumentTerm PackResult::document_term() const {
-  DocumentTerm t;
-  t.doc_lengths = doc_lengths;
-  for (const auto& row : doc_lengths) t.doc_ids.push_back(doc_ids_from_lengths(row, seq_len));
-  return t;
-}
+DocumentTerm PackResult::document_term() const { return document_term_from_lengths(doc_lengths, seq_len); }
 
 std::vector<int32_t> PackResult::cu_seqlens() const {
   std::vector<int32_t> cu{0};

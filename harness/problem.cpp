@@ -96,6 +96,13 @@ std::vector<int32_t> doc_ids_from_lengths(const std::vector<int64_t>& lengths, i
   return ids;
 }
 
+DocumentTerm document_term_from_lengths(const std::vector<std::vector<int64_t>>& lengths, int64_t seq) {
+  DocumentTerm d;
+  d.doc_lengths = lengths;
+  for (const auto& row : lengths) d.doc_ids.push_back(doc_ids_from_lengths(row, seq));
+  return d;
+}
+
 // ------------------------------------------------------------------ parsing
 
 namespace {

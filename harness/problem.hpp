@@ -182,5 +182,9 @@ std::string describe_score_mod(const ScoreMod& s);
 /// Doc ids [Sq] of a row built from document lengths (document k gets id k) with
 /// trailing padding (-1) up to seq. Throws std::invalid_argument if the lengths exceed seq.
 std::vector<int32_t> doc_ids_from_lengths(const std::vector<int64_t>& lengths, int64_t seq);
+/// A document mask from per-row document lengths ([B][docs], zero-length documents
+/// allowed): doc_lengths as given, doc_ids [B][seq] by doc_ids_from_lengths (each
+/// row padded with -1 up to seq). Throws std::invalid_argument as that does.
+DocumentTerm document_term_from_lengths(const std::vector<std::vector<int64_t>>& lengths, int64_t seq);
 
 }  // namespace attnbench

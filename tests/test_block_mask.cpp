@@ -12,22 +12,13 @@
 #include "harness/mask.hpp"
 #include "harness/mask_desc.hpp"
 #include "harness/problem.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 
 namespace {
 
-/// Deterministic generator independent of the standard library's distributions
-/// (same as in test_mask.cpp).
-struct Rng {
-  uint64_t state;
-  uint64_t next() { return splitmix64(state++); }
-  /// Uniform integer in [lo, hi].
-  int64_t uniform(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-  bool coin(double p) { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0) < p; }
-};
+using test::Rng;
 
 Problem base_problem(int64_t batch, int64_t sq, int64_t sk) {
   Problem p;
@@ -37,13 +28,6 @@ Problem base_problem(int64_t batch, int64_t sq, int64_t sk) {
   p.seq_q = sq;
   p.seq_k = sk;
   return p;
-}
-
-DocumentTerm docs_from_lengths(const std::vector<std::vector<int64_t>>& lengths, int64_t seq) {
-  DocumentTerm d;
-  d.doc_lengths = lengths;
-  for (const auto& row : lengths) d.doc_ids.push_back(doc_ids_from_lengths(row, seq));
-  return d;
 }
 
 int64_t random_bound(Rng& rng, int64_t span) {
@@ -250,7 +234,7 @@ TEST_CASE("tail tiles are partial even when every pair is allowed") {
 
 TEST_CASE("documents and padding depend on the batch row") {
   Problem p = base_problem(2, 256, 256);
-  p.mask = {docs_from_lengths({{128, 128}, {256}}, 256)};
+  p.mask = {document_term_from_lengths({{128, 128}, {256}}, 256)};
   BlockMask bm = build_block_mask(p);
   CHECK(bm.B == 2);
   CHECK(render_block_mask(bm, 0) == "#.\n.#\n");
@@ -258,7 +242,7 @@ TEST_CASE("documents and padding depend on the batch row") {
   CHECK(bm.executed_pairs_per_head(2) == 2 * 128 * 128 + 256 * 256);
   CHECK_THROWS_AS(bm.executed_pairs_per_head(3), std::invalid_argument);
 
-  p.mask = {docs_from_lengths({{100, 0, 28}, {256}}, 256), CausalTerm{}};  // 128..255 padding in row 0
+  p.mask = {document_term_from_lengths({{100, 0, 28}, {256}}, 256), CausalTerm{}};  // 128..255 padding in row 0
   bm = build_block_mask(p);
   CHECK(render_block_mask(bm, 0) == "+.\n..\n");
   CHECK(render_block_mask(bm, 1) == "+.\n#+\n");
@@ -320,7 +304,7 @@ TEST_CASE("large masks have their closed-form tile counts") {
     }
   }
   p = base_problem(4, 8192, 8192);
-  p.mask = {docs_from_lengths(lengths, 8192), CausalTerm{}};
+  p.mask = {document_term_from_lengths(lengths, 8192), CausalTerm{}};
   validate(p);
   bm = build_block_mask(p);
   CHECK(bm.B == 4);
@@ -339,7 +323,7 @@ TEST_CASE("document-causal 2048 equals brute force at several tile sizes") {
     }
   }
   Problem p = base_problem(2, 2048, 2048);
-  p.mask = {docs_from_lengths(lengths, 2048), CausalTerm{}};
+  p.mask = {document_term_from_lengths(lengths, 2048), CausalTerm{}};
   validate(p);
   check_block_mask(p, 128, 128);
   check_block_mask(p, 64, 32);

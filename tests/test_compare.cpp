@@ -19,6 +19,7 @@
 #include "harness/json_util.hpp"
 #include "harness/measure.hpp"
 #include "harness/report.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 using nlohmann::json;
@@ -30,11 +31,7 @@ const std::string kSource = ATTNBENCH_SOURCE_DIR;
 const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
 const std::string kRerun = kSource + "/ci/baselines/example-h100-rerun.json";
 
-fs::path scratch(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("attnbench_test_compare_" + std::to_string(getpid()));
-  fs::create_directories(d);
-  return d / name;
-}
+fs::path scratch(const std::string& name) { return test::scratch_path("compare", name); }
 
 void save(const fs::path& p, const json& j) {
   std::ofstream out(p);

@@ -59,15 +59,6 @@ ScoreMod mod_of(ScoreMod::Kind kind) {
   return m;
 }
 
-/// Document mask from per-row lengths (zero-length documents allowed); the rest of
-/// each row is padding (id -1).
-DocumentTerm documents(const std::vector<std::vector<int64_t>>& lengths, int64_t seq) {
-  DocumentTerm d;
-  d.doc_lengths = lengths;
-  for (const auto& row : lengths) d.doc_ids.push_back(doc_ids_from_lengths(row, seq));
-  return d;
-}
-
 /// Outcome of the correctness rule on one case.
 struct Verdict {
   bool pass = true;
@@ -150,7 +141,7 @@ TEST_CASE("cpu backend: sliding window") {
 
 TEST_CASE("cpu backend: document-causal packs with padding and zero-length documents") {
   const int64_t S = 150;
-  DocumentTerm d = documents({{30, 0, 70, 20}, {0, 150}}, S);
+  DocumentTerm d = document_term_from_lengths({{30, 0, 70, 20}, {0, 150}}, S);
   expect_pass(make_problem(2, 2, 1, S, S, 32, 32, {d, CausalTerm{}}));
   expect_pass(make_problem(2, 2, 1, S, S, 32, 32, {d}));
 }
@@ -383,7 +374,7 @@ TEST_CASE("cpu backend: poison then forward/backward leaves no NaN; masked rows 
 }
 
 TEST_CASE("cpu backend: two runs are bitwise identical") {
-  Problem p = make_problem(2, 4, 1, 150, 150, 32, 32, {documents({{60, 0, 50}, {150}}, 150), CausalTerm{}},
+  Problem p = make_problem(2, 4, 1, 150, 150, 32, 32, {document_term_from_lengths({{60, 0, 50}, {150}}, 150), CausalTerm{}},
                            mod_of(ScoreMod::Kind::offset_bias));
   p.dtype = DType::fp16;
   const ProblemData in = make_inputs(p);
@@ -415,7 +406,7 @@ TEST_CASE("cpu backend: executed pairs equal the BlockMask count") {
   CHECK(inst->setup_ms() >= 0.0);
 
   for (const Problem& p : {make_problem(2, 4, 2, 300, 300, 16, 16, {BlockSparseTerm{0.4, 5}}),
-                           make_problem(2, 2, 1, 150, 150, 16, 16, {documents({{30, 0, 70, 20}, {0, 150}}, 150)}),
+                           make_problem(2, 2, 1, 150, 150, 16, 16, {document_term_from_lengths({{30, 0, 70, 20}, {0, 150}}, 150)}),
                            make_problem(3, 2, 1, 129, 140, 16, 16, {PaddingTerm{{100, 37, 0}, {129, 60, 20}}}),
                            make_problem(1, 2, 2, 17, 1, 16, 16)}) {
     auto i2 = backend.prepare(p, make_inputs(p));

@@ -14,7 +14,7 @@
 
 #include "backends/cudnn/cudnn_plan.hpp"
 #include "harness/mask.hpp"
-#include "tests/problem_builders.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 using namespace attnbench::cudnn_sdpa;

@@ -12,21 +12,13 @@
 #include "harness/mask.hpp"
 #include "harness/mask_desc.hpp"
 #include "harness/problem.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 
 namespace {
 
-/// Deterministic generator independent of the standard library's distributions.
-struct Rng {
-  uint64_t state;
-  uint64_t next() { return splitmix64(state++); }
-  /// Uniform integer in [lo, hi].
-  int64_t uniform(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-  bool coin(double p) { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0) < p; }
-};
+using test::Rng;
 
 Problem base_problem(int64_t batch, int64_t sq, int64_t sk) {
   Problem p;
@@ -36,13 +28,6 @@ Problem base_problem(int64_t batch, int64_t sq, int64_t sk) {
   p.seq_q = sq;
   p.seq_k = sk;
   return p;
-}
-
-DocumentTerm docs_from_lengths(const std::vector<std::vector<int64_t>>& lengths, int64_t seq) {
-  DocumentTerm d;
-  d.doc_lengths = lengths;
-  for (const auto& row : lengths) d.doc_ids.push_back(doc_ids_from_lengths(row, seq));
-  return d;
 }
 
 DocumentTerm docs_from_ids(std::vector<std::vector<int32_t>> ids) {
@@ -83,7 +68,7 @@ Problem random_problem(Rng& rng, int64_t max_seq) {
         }
         if (rng.coin(0.3)) row.push_back(0);
       }
-      p.mask.push_back(docs_from_lengths(lengths, sq));
+      p.mask.push_back(document_term_from_lengths(lengths, sq));
     } else {
       std::vector<std::vector<int32_t>> ids(static_cast<size_t>(p.batch));
       for (auto& row : ids) {
@@ -269,7 +254,7 @@ TEST_CASE("padding uses each row's valid lengths, zero lengths included") {
 
 TEST_CASE("documents: zero-length documents, -1 padding, non-contiguous ids") {
   Problem p = base_problem(2, 8, 8);
-  DocumentTerm d = docs_from_lengths({{2, 0, 3}, {8}}, 8);
+  DocumentTerm d = document_term_from_lengths({{2, 0, 3}, {8}}, 8);
   REQUIRE(d.doc_ids[0] == std::vector<int32_t>{0, 0, 2, 2, 2, -1, -1, -1});
   p.mask = {d};
   CHECK(count_allowed_pairs_per_batch(p) == std::vector<int64_t>{4 + 9, 64});
@@ -335,7 +320,7 @@ TEST_CASE("large counts match closed forms") {
     }
   }
   p = base_problem(4, 8192, 8192);
-  p.mask = {docs_from_lengths(lengths, 8192), CausalTerm{}};
+  p.mask = {document_term_from_lengths(lengths, 8192), CausalTerm{}};
   validate(p);
   CHECK(count_of(p) == expect);
   // Non-contiguous ids at scale: ids i % 3 give three interleaved documents;

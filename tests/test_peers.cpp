@@ -98,13 +98,6 @@ ScoreMod mod_of(ScoreMod::Kind kind) {
   return m;
 }
 
-DocumentTerm documents(const std::vector<std::vector<int64_t>>& lengths, int64_t seq) {
-  DocumentTerm d;
-  d.doc_lengths = lengths;
-  for (const auto& row : lengths) d.doc_ids.push_back(doc_ids_from_lengths(row, seq));
-  return d;
-}
-
 /// A tensor with recognisable values: base + index / 1000.
 HostTensor ramp(std::vector<int64_t> shape, double base) {
   HostTensor t(std::move(shape));
@@ -319,7 +312,7 @@ TEST_CASE("run context: a backend's own context wins over the process-wide defau
 
 TEST_CASE("write_work_dir writes problem.json, float64 inputs, bias/offset and request.json") {
   TempDir d;
-  Problem p = make_problem(2, 4, 2, 24, 24, 8, {CausalTerm{}, documents({{10, 6}, {24}}, 24)},
+  Problem p = make_problem(2, 4, 2, 24, 24, 8, {CausalTerm{}, document_term_from_lengths({{10, 6}, {24}}, 24)},
                            mod_of(ScoreMod::Kind::rel_bias));
   ProblemData in = make_inputs(p);
   RunContext ctx;
@@ -555,7 +548,7 @@ TEST_CASE("torch peers: static support rules") {
   CHECK(ok(TorchPeer::sdpa_cudnn, window));
   CHECK(ok(TorchPeer::varlen, window));
 
-  Problem docs = make_problem(2, 4, 4, 64, 64, 32, {CausalTerm{}, documents({{30, 20}, {64}}, 64)});
+  Problem docs = make_problem(2, 4, 4, 64, 64, 32, {CausalTerm{}, document_term_from_lengths({{30, 20}, {64}}, 64)});
   CHECK_FALSE(ok(TorchPeer::sdpa_flash, docs));
   CHECK(ok(TorchPeer::varlen, docs));
   CHECK(torch_peer_mask_plan(TorchPeer::flex, docs) == "block_mask");
@@ -611,7 +604,7 @@ TEST_CASE("torch peers: executed pairs follow each path's tiles") {
 
   // varlen: each document is its own sequence of 128-tiles: 100 -> one 100x100 tile,
   // 150 causal -> tiles (0,0), (1,0), (1,1) = 128*128 + 22*128 + 22*22.
-  Problem docs = make_problem(1, 2, 2, 256, 256, 32, {CausalTerm{}, documents({{100, 150}}, 256)});
+  Problem docs = make_problem(1, 2, 2, 256, 256, 32, {CausalTerm{}, document_term_from_lengths({{100, 150}}, 256)});
   CHECK(torch_peer_executed_pairs(TorchPeer::varlen, docs) == 2 * (100 * 100 + 128 * 128 + 22 * 128 + 22 * 22));
   // Rows with a padding mask: sequences of the valid lengths.
   Problem pad = make_problem(2, 1, 1, 200, 200, 32, {PaddingTerm{{100, 200}, {100, 200}}});
@@ -937,7 +930,7 @@ TEST_CASE("torch_worker.py: its mask port equals the harness mask") {
       make_problem(1, 1, 1, 40, 50, 8, {SlidingWindowTerm{5, 3}}),
       make_problem(1, 1, 1, 40, 40, 8, {CausalTerm{}, SlidingWindowTerm{7, -1}}),
       make_problem(2, 1, 1, 20, 20, 8, {CausalTerm{}, ids}),
-      make_problem(2, 1, 1, 30, 30, 8, {documents({{10, 0, 12}, {30}}, 30)}),
+      make_problem(2, 1, 1, 30, 30, 8, {document_term_from_lengths({{10, 0, 12}, {30}}, 30)}),
       make_problem(1, 1, 1, 30, 30, 8, {PrefixLmTerm{9}}),
       make_problem(2, 1, 1, 30, 40, 8, {CausalTerm{}, PaddingTerm{{20, 30}, {25, 40}}}),
       make_problem(1, 1, 1, 300, 400, 8, {BlockSparseTerm{0.4, 0x8000000000000005ULL}}),
@@ -990,7 +983,7 @@ TEST_CASE("torch_worker.py: its static rules equal the C++ rules, reasons includ
       make_problem(1, 2, 2, 16, 32, 16, {CausalTerm{CausalAlign::bottom_right}}),
       make_problem(1, 2, 2, 16, 32, 16, {CausalTerm{CausalAlign::top_left}}),
       make_problem(1, 2, 2, 32, 32, 16, {SlidingWindowTerm{8, 0}, CausalTerm{}}),
-      make_problem(2, 2, 2, 32, 32, 16, {CausalTerm{}, documents({{10, 22}, {32}}, 32)}),
+      make_problem(2, 2, 2, 32, 32, 16, {CausalTerm{}, document_term_from_lengths({{10, 22}, {32}}, 32)}),
       make_problem(1, 2, 2, 32, 32, 16, {split}),
       make_problem(2, 2, 2, 32, 32, 16, {PaddingTerm{{10, 32}, {12, 32}}, CausalTerm{CausalAlign::top_left}}),
       make_problem(1, 2, 2, 32, 32, 16, {PrefixLmTerm{4}, BlockSparseTerm{0.5, 1}}),
@@ -1076,12 +1069,12 @@ TEST_CASE("torch_worker.py end to end on the CPU (stand-in kernels): C++ -> work
   };
   const std::vector<Item> items = {
       // Dense boolean attn_mask with fully masked (padding) rows; LSE by the side computation.
-      {TorchPeer::sdpa_efficient, make_problem(2, 4, 2, 96, 96, 32, {CausalTerm{}, documents({{40, 30}, {96}}, 96)})},
+      {TorchPeer::sdpa_efficient, make_problem(2, 4, 2, 96, 96, 32, {CausalTerm{}, document_term_from_lengths({{40, 30}, {96}}, 96)})},
       // BlockMask + learnable bias gradients, bhsd layout, Sq != Sk.
       {TorchPeer::flex, make_problem(1, 4, 2, 64, 80, 32, {CausalTerm{}, PaddingTerm{{50}, {70}}},
                                      mod_of(ScoreMod::Kind::rel_bias), Layout::bhsd)},
       // Packed documents with a window, padding tokens outside every sequence.
-      {TorchPeer::varlen, make_problem(2, 4, 1, 96, 96, 32, {SlidingWindowTerm{16, 0}, documents({{30, 50}, {20, 70}}, 96)})},
+      {TorchPeer::varlen, make_problem(2, 4, 1, 96, 96, 32, {SlidingWindowTerm{16, 0}, document_term_from_lengths({{30, 50}, {20, 70}}, 96)})},
   };
   for (const auto& it : items) {
     CAPTURE(torch_peer_name(it.kind));

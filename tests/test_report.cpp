@@ -22,6 +22,7 @@
 #include "harness/problem.hpp"
 #include "harness/progress.hpp"
 #include "harness/report.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 using nlohmann::json;
@@ -33,11 +34,7 @@ const std::string kSource = ATTNBENCH_SOURCE_DIR;
 const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
 const std::string kRerun = kSource + "/ci/baselines/example-h100-rerun.json";
 
-fs::path scratch(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("attnbench_test_report_" + std::to_string(getpid()));
-  fs::create_directories(d);
-  return d / name;
-}
+fs::path scratch(const std::string& name) { return test::scratch_path("report", name); }
 
 void write(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);
@@ -53,17 +50,6 @@ std::string input_error_path(const std::string& file) {
   return "<no error>";
 }
 
-/// Run a shell command; returns (exit status, stdout).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 bool skip_allowed() {
   const char* v = std::getenv("ATTNBENCH_ALLOW_BROWSER_SKIP");
@@ -366,7 +352,7 @@ TEST_CASE("progress: quiet off a terminal, status line and ETA") {
 TEST_CASE("written reports and the baselines validate against reports/report.schema.json") {
   const char* node_env = std::getenv("ATTNBENCH_NODE");  // node binary (default: node on PATH)
   const std::string node_cmd = node_env && *node_env ? node_env : "node";
-  const std::string node = run("command -v '" + node_cmd + "'").second;
+  const std::string node = test::run_command("command -v '" + node_cmd + "'").second;
   const std::string validator = kSource + "/tests/html/validate_report.mjs";
   const std::string schema = kSource + "/reports/report.schema.json";
   const bool have_ajv = fs::exists(kSource + "/reports/node_modules/ajv/dist/2020.js");
@@ -380,7 +366,7 @@ TEST_CASE("written reports and the baselines validate against reports/report.sch
   }
   fs::path written = scratch("written.json");
   write_sample_report(written);
-  auto [rc, out] = run("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + written.string() + "' '" + kBaseline + "' '" +
+  auto [rc, out] = test::run_command("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + written.string() + "' '" + kBaseline + "' '" +
                        kRerun + "' 2>&1");
   INFO(out);
   CHECK(rc == 0);
@@ -393,7 +379,7 @@ TEST_CASE("written reports and the baselines validate against reports/report.sch
   bad["results"][2]["timing"]["fwd"].erase("samples_ms");
   fs::path bad_path = scratch("invalid.json");
   write(bad_path, bad.dump());
-  auto [rc2, out2] = run("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + bad_path.string() + "' 2>&1");
+  auto [rc2, out2] = test::run_command("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + bad_path.string() + "' 2>&1");
   INFO(out2);
   CHECK(rc2 == 1);
   CHECK(out2.find("/results/0/status") != std::string::npos);
@@ -405,5 +391,5 @@ TEST_CASE("written reports and the baselines validate against reports/report.sch
   for (auto& r : unsup["results"])
     if (r["status"] == "unsupported") r.erase("reason");
   write(bad_path, unsup.dump());
-  CHECK(run("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + bad_path.string() + "' >/dev/null 2>&1").first == 1);
+  CHECK(test::run_command("'" + node_cmd + "' '" + validator + "' '" + schema + "' '" + bad_path.string() + "' >/dev/null 2>&1").first == 1);
 }

@@ -25,6 +25,7 @@
 #include "harness/json_util.hpp"
 #include "harness/report.hpp"
 #include "reports/html_report.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 using nlohmann::json;
@@ -64,22 +65,8 @@ struct SkipListener : public doctest::IReporter {
 };
 REGISTER_LISTENER("attnbench_skip77", 1, SkipListener);
 
-fs::path scratch(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("attnbench_test_html_" + std::to_string(getpid()));
-  fs::create_directories(d);
-  return d / name;
-}
+fs::path scratch(const std::string& name) { return test::scratch_path("html", name); }
 
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 size_t count(const std::string& hay, const std::string& needle) {
   size_t n = 0;
@@ -223,20 +210,20 @@ TEST_CASE("an unknown baseline backend is bad input") {
 TEST_CASE("attnbench report: writes the page; bad input exits 2") {
   const std::string bin = ATTNBENCH_BINARY;
   const fs::path out = scratch("cli.html");
-  CHECK(run(bin + " report " + kBaseline + " -o " + out.string() + " --baseline naive 2>&1").first == 0);
+  CHECK(test::run_command(bin + " report " + kBaseline + " -o " + out.string() + " --baseline naive 2>&1").first == 0);
   const std::string page = read(out);
   CHECK(page.rfind("<!DOCTYPE html>", 0) == 0);
   CHECK(page.find("example-smoke") != std::string::npos);
   CHECK(page.find("NVIDIA H100 80GB HBM3") != std::string::npos);
-  CHECK(run(bin + " report " + kBaseline + " -o " + out.string() + " --baseline nope 2>&1").first == 2);
-  CHECK(run(bin + " report /nonexistent/report.json -o " + out.string() + " 2>&1").first == 2);
+  CHECK(test::run_command(bin + " report " + kBaseline + " -o " + out.string() + " --baseline nope 2>&1").first == 2);
+  CHECK(test::run_command(bin + " report /nonexistent/report.json -o " + out.string() + " 2>&1").first == 2);
 }
 
 TEST_CASE("headless Chromium renders the report: no errors, every chart drawn") {
   std::string missing;
   const char* node_env = std::getenv("ATTNBENCH_NODE");  // node binary (default: node on PATH)
   const std::string node = node_env && *node_env ? node_env : "node";
-  if (run("command -v '" + node + "'").second.empty()) missing += node + "; ";
+  if (test::run_command("command -v '" + node + "'").second.empty()) missing += node + "; ";
   if (!fs::exists("/usr/bin/chromium") && !std::getenv("ATTNBENCH_CHROMIUM")) missing += "/usr/bin/chromium; ";
   if (!fs::exists(kSource + "/reports/node_modules/playwright-core/package.json")) missing += "reports/node_modules/playwright-core; ";
   std::string why;
@@ -266,7 +253,7 @@ TEST_CASE("headless Chromium renders the report: no errors, every chart drawn") 
     out << html::render_report(doc, {"naive", "", kBaseline, "", true});
   }
   fs::remove(png);
-  auto [rc, out] = run("'" + node + "' '" + kSource + "/tests/html/render_check.mjs' '" + page.string() + "' '" + png.string() +
+  auto [rc, out] = test::run_command("'" + node + "' '" + kSource + "/tests/html/render_check.mjs' '" + page.string() + "' '" + png.string() +
                        "' 2>&1");
   INFO("render_check output: " << out);
   REQUIRE(rc == 0);

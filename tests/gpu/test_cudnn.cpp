@@ -27,7 +27,7 @@
 #include "harness/mask.hpp"
 #include "harness/tensors.hpp"
 #include "reference/reference.hpp"
-#include "tests/problem_builders.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 using namespace attnbench::cudnn_sdpa;

@@ -65,10 +65,7 @@ Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0, int64_t m = 0, int
 }
 
 Problem with_doc_lengths(Problem p, std::vector<std::vector<int64_t>> lengths) {
-  DocumentTerm d;
-  for (const auto& row : lengths) d.doc_ids.push_back(doc_ids_from_lengths(row, p.seq_q));
-  d.doc_lengths = std::move(lengths);
-  p.mask.push_back(std::move(d));
+  p.mask.push_back(document_term_from_lengths(lengths, p.seq_q));
   return p;
 }
 
