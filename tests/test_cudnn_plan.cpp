@@ -145,6 +145,51 @@ TEST_CASE("cudnn plan: documents become ragged sequences; padding tokens and emp
   }
 }
 
+TEST_CASE("cudnn plan: backward graph forms (token-major full-head dK/dV, dQ without the accumulator)") {
+  Env env = fake_env(91900);
+  CHECK(env.fullhead_tokens);
+  CHECK(env.dq_direct == -1);
+  // GQA 4:2 documents: ragged, so both forms by default.
+  Problem docs = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 0, 150}, {40, 40, 40, 100}}),
+                             CausalAlign::bottom_right);
+  validate(docs);
+  CasePlan c = plan_ok(docs, env);
+  CHECK(c.bwd.fullhead_tokens);
+  CHECK(c.bwd.dq_direct);
+  CHECK_FALSE(c.fwd.fullhead_tokens);  // backward only
+  CHECK_FALSE(c.fwd.dq_direct);
+  CHECK(dp_workspace_estimate(c.bwd) == 6 * 4 * 192 * 256 * 2);  // n=6, s=150 -> 192 x 256
+  CHECK(c.bwd.describe().find("fullhead-thd dq-direct") != std::string::npos);
+  // Dense: neither (the full-head tensors stay virtual, dQ goes through dQ_accum).
+  Problem dense = with_causal(make_problem(2, 4, 2, 256, 256, 64, DType::bf16), CausalAlign::top_left);
+  CasePlan d = plan_ok(dense, env);
+  CHECK_FALSE(d.bwd.fullhead_tokens);
+  CHECK_FALSE(d.bwd.dq_direct);
+  // Forced on for dense; off; over the workspace limit; MHA has no full-head tensors.
+  env.dq_direct = 1;
+  CHECK(plan_ok(dense, env).bwd.dq_direct);
+  env.dq_direct = 0;
+  CHECK_FALSE(plan_ok(docs, env).bwd.dq_direct);
+  env.dq_direct = -1;
+  env.dp_workspace_limit = 6 * 4 * 192 * 256 * 2 - 1;
+  CHECK_FALSE(plan_ok(docs, env).bwd.dq_direct);
+  env.dp_workspace_limit = 6 * 4 * 192 * 256 * 2;
+  CHECK(plan_ok(docs, env).bwd.dq_direct);
+  env.fullhead_tokens = false;
+  CHECK_FALSE(plan_ok(docs, env).bwd.fullhead_tokens);
+  Problem mha = with_causal(with_documents(make_problem(1, 2, 2, 128, 128, 64, DType::bf16), {{64, 64}}),
+                            CausalAlign::bottom_right);
+  CHECK_FALSE(plan_ok(mha, fake_env(91900)).bwd.fullhead_tokens);
+  // Every form is its own plan-cache entry.
+  CasePlan a = plan_ok(docs, fake_env(91900));
+  GraphSpec b = a.bwd;
+  b.dq_direct = false;
+  CHECK(a.bwd.key() != b.key());
+  b = a.bwd;
+  b.fullhead_tokens = false;
+  CHECK(a.bwd.key() != b.key());
+}
+
 TEST_CASE("cudnn plan: ragged sequences are split into length classes, one graph each") {
   Env env = fake_env(91900);
   CHECK_FALSE(env.split_by_length);  // off unless ATTNBENCH_CUDNN_SPLIT=1

@@ -128,7 +128,11 @@ class Instance final : public CudnnInstanceApi {
       const GraphSpec& g = plan_.bwd;
       const int64_t rows = g.ragged ? plan_.q_rows : g.n * g.sq;  // token rows or n * s_q
       dsum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq), sizeof(float));
-      dq_accum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq * g.dqk), sizeof(float));
+      if (!g.dq_direct) dq_accum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq * g.dqk), sizeof(float));
+      if (g.fullhead_tokens) {  // float32-sized like cudnn-frontend's dK/dV_fullhead_size
+        dk_full_ = DeviceBuffer(static_cast<size_t>(plan_.k_rows * g.hq * g.dqk), sizeof(float));
+        dv_full_ = DeviceBuffer(static_cast<size_t>(plan_.k_rows * g.hq * g.dv), sizeof(float));
+      }
       // The parts run one after another on one stream: one workspace serves all.
       const int64_t ws = plan_workspace_bytes();
       if (ws > 0) workspace_ = DeviceBuffer(static_cast<size_t>(ws), 1);
@@ -152,7 +156,8 @@ class Instance final : public CudnnInstanceApi {
           {kUidRagK, rt.rag_k.data()},  {kUidRagV, rt.rag_v.data()},
           {kUidRagO, rt.rag_o.data()},  {kUidRagStats, rt.rag_stats.data()},
           {kUidSoftmaxSum, dsum_.data()}, {kUidDQAccum, dq_accum_.data()},
-          {kUidAlibi, alibi_.data()},
+          {kUidAlibi, alibi_.data()},   {kUidDKFull, dk_full_.data()},
+          {kUidDVFull, dv_full_.data()},
       };
       rt.fwd_pack = make_variant_pack(*rt.fwd, ptrs, workspace_.data());
       rt.bwd_pack = make_variant_pack(*rt.bwd, ptrs, workspace_.data());
@@ -181,7 +186,7 @@ class Instance final : public CudnnInstanceApi {
   void backward() override {
     if (plan_.has_graph) {
       ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
-      if (env_.version < 90600)  // cuDNN < 9.6 expects a zeroed dQ accumulator
+      if (env_.version < 90600 && !dq_accum_.empty())  // cuDNN < 9.6 expects a zeroed dQ accumulator
         ATTNBENCH_CHECK(cudaMemsetAsync(dq_accum_.data(), 0, dq_accum_.bytes(), stream_));
       for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->bwd->plan.get(), rt->bwd_pack.get()));
     }
@@ -247,7 +252,7 @@ class Instance final : public CudnnInstanceApi {
     auto graph = [](const std::shared_ptr<const BuiltGraph>& g) -> nlohmann::json {
       if (!g) return nullptr;
       return {{"graph", g->description},   {"engine_global_index", g->engine_index},
-              {"heuristics", g->heuristic_mode + "[" + std::to_string(g->heuristic_rank) + "]"},
+              {"heuristics", g->heuristic_mode + "[" + std::to_string(g->heuristic_rank) + "/" + std::to_string(g->heuristic_count) + "]"},
               {"workspace_bytes", g->workspace_bytes}, {"operations", g->ops}, {"build_ms", g->build_ms}};
     };
     // One graph pair per part: "forward"/"backward" describe the first (the only
@@ -294,6 +299,7 @@ class Instance final : public CudnnInstanceApi {
   std::vector<const DeviceBuffer*> buffers() const {
     std::vector<const DeviceBuffer*> all = {&q_,     &k_,     &v_,       &o_,     &do_,        &dq_,
                                             &dk_,    &dv_,    &stats_,   &lse_,   &dsum_,      &dq_accum_,
+                                            &dk_full_, &dv_full_,
                                             &alibi_, &workspace_, &dead_q_, &dead_k_, &stats_dead_, &lse_src_};
     for (const auto& rt : parts_)
       for (const DeviceBuffer* b : {&rt->seq_q, &rt->seq_kv, &rt->rag_q, &rt->rag_k, &rt->rag_v, &rt->rag_o,
@@ -356,7 +362,7 @@ class Instance final : public CudnnInstanceApi {
   cudnnHandle_t handle_ = nullptr;
   std::vector<std::unique_ptr<PartRuntime>> parts_;  ///< one per plan_.parts entry
   DeviceBuffer q_, k_, v_, o_, do_, dq_, dk_, dv_, stats_, lse_;
-  DeviceBuffer dsum_, dq_accum_, alibi_, workspace_;
+  DeviceBuffer dsum_, dq_accum_, dk_full_, dv_full_, alibi_, workspace_;
   DeviceBuffer dead_q_, dead_k_, stats_dead_, lse_src_;
 };
 
@@ -372,6 +378,15 @@ Env current_env() {
   e.sm = major * 10 + minor;
   const char* split = std::getenv("ATTNBENCH_CUDNN_SPLIT");
   e.split_by_length = split && std::string(split) == "1";
+  const char* fullhead = std::getenv("ATTNBENCH_CUDNN_FULLHEAD");
+  e.fullhead_tokens = !(fullhead && std::string(fullhead) == "padded");
+  if (const char* dq = std::getenv("ATTNBENCH_CUDNN_DQ_DIRECT"))
+    e.dq_direct = std::string(dq) == "1" ? 1 : (std::string(dq) == "0" ? 0 : -1);
+  if (const char* lim = std::getenv("ATTNBENCH_CUDNN_DP_WORKSPACE_LIMIT")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(lim, &end, 10);
+    if (end && *end == '\0' && v >= 0) e.dp_workspace_limit = v;
+  }
   return e;
 }
 

@@ -335,6 +335,7 @@ class Builder {
         ATTNBENCH_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()));
       if (got == 0) tried += std::string(" heuristics ") + mode_name + ": no engine configs;";
+      out_.heuristic_count = static_cast<int>(got);
       for (int64_t i = 0; i < got; ++i) {
         Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
         cudnnBackendDescriptor_t cfg = raw[static_cast<size_t>(i)];
@@ -564,6 +565,13 @@ void build_forward(Builder& g) {
   g.matmul("bmm2 P.V", P, v, o, c.sq(), nullptr, c.skv());
 }
 
+/// Strides of a full-head GQA gradient laid out like the Hkv-head one (token-major
+/// THD): batch and sequence strides grow by the group size Hq / Hkv, as
+/// cudnn-frontend does for its max_total_seq_len_kv form.
+Dims fullhead_strides(const int64_t* kv_stride, int64_t group) {
+  return {kv_stride[0] * group, kv_stride[1], kv_stride[2] * group, kv_stride[3]};
+}
+
 void build_backward(Builder& g) {
   const GraphSpec& s = g.spec();
   const cudnnDataType_t io = io_type(s.dtype);
@@ -604,7 +612,8 @@ void build_backward(Builder& g) {
   if (s.hq == s.hkv) {
     g.matmul("matmul P^T.dO", pt, dO, dV, c.skv(), nullptr, c.sq());
   } else {
-    T full = g.virt("dV_fullhead", io, {s.n, s.hq, s.sk, s.dv}, {s.hq * s.sk * s.dv, s.sk * s.dv, s.dv, 1});
+    T full = s.fullhead_tokens ? g.dev("dV_fullhead", kUidDVFull, io, {s.n, s.hq, s.sk, s.dv}, fullhead_strides(s.v_stride, s.hq / s.hkv), c.rv())
+                               : g.virt("dV_fullhead", io, {s.n, s.hq, s.sk, s.dv}, {s.hq * s.sk * s.dv, s.sk * s.dv, s.dv, 1});
     g.matmul("matmul P^T.dO", pt, dO, full, c.skv(), nullptr, c.sq());
     g.reduce("dV_group_sum", CUDNN_REDUCE_TENSOR_ADD, full, dV);
   }
@@ -625,13 +634,18 @@ void build_backward(Builder& g) {
   if (s.hq == s.hkv) {
     g.matmul("matmul dS^T.Q", dst, c.q, dK, c.skv(), nullptr, c.sq());
   } else {
-    T full = g.virt("dK_fullhead", io, {s.n, s.hq, s.sk, s.dqk}, {s.hq * s.sk * s.dqk, s.sk * s.dqk, s.dqk, 1});
+    T full = s.fullhead_tokens ? g.dev("dK_fullhead", kUidDKFull, io, {s.n, s.hq, s.sk, s.dqk}, fullhead_strides(s.k_stride, s.hq / s.hkv), c.rk())
+                               : g.virt("dK_fullhead", io, {s.n, s.hq, s.sk, s.dqk}, {s.hq * s.sk * s.dqk, s.sk * s.dqk, s.dqk, 1});
     g.matmul("matmul dS^T.Q", dst, c.q, full, c.skv(), nullptr, c.sq());
     g.reduce("dK_group_sum", CUDNN_REDUCE_TENSOR_ADD, full, dK);
   }
 
   T k = g.virt("K (untransposed)", io, {s.n, s.hkv, s.sk, s.dqk}, dims4(s.k_stride), c.rk());
   g.reshape("K", c.kt, k);
+  if (s.dq_direct) {
+    g.matmul("matmul dS.K", dS, k, dQ, c.sq(), nullptr, c.skv());
+    return;
+  }
   T acc = s.ragged ? g.dev("dQ_accum", kUidDQAccum, CUDNN_DATA_FLOAT, {s.n, s.hq, s.sq, s.dqk}, dims4(s.q_stride),
                            c.rq())
                    : g.dev("dQ_accum", kUidDQAccum, CUDNN_DATA_FLOAT, {s.n, s.hq, s.sq, s.dqk},

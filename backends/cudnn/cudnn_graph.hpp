@@ -23,11 +23,13 @@
 //   Dsum[dev, float32] = sum_d (dO * O) * 1   ("softmax_sum", a workspace tensor)
 //   S  = matmul(Q, K^T) * scale, score mods and padding as above
 //   S  = S - Stats;  bands as above;  P = exp(S)
-//   dV = matmul(reshape(P)^T, dO)            (GQA: into [n, Hq, Sk, Dv], then reduce over the group)
+//   dV = matmul(reshape(P)^T, dO)            (GQA: into [n, Hq, Sk, Dv], then reduce over the group;
+//                                             ragged + fullhead_tokens: that tensor is [dev], token-major)
 //   dS = (matmul(dO, V^T) - Dsum) * P        (softcap: dS = dS * (1 - tanh^2(S / cap)))
 //   dS = dS * scale
 //   dK = matmul(reshape(dS)^T, Q)            (GQA reduce as for dV)
 //   dQ_accum[dev, float32] = matmul(dS, reshape(K^T)); dQ = identity(dQ_accum)
+//                                            (dq_direct: dQ = matmul(dS, reshape(K^T)), no dQ_accum)
 //
 // Ragged (THD) graphs put ragged offsets on Q, K, V, O, dO, dQ, dK, dV, Stats, and
 // on the float32 workspaces dQ_accum and Dsum, which are then sized by tokens.
@@ -69,6 +71,8 @@ enum Uid : int64_t {
   kUidSoftmaxSum = 17,
   kUidDQAccum = 18,
   kUidAlibi = 19,
+  kUidDKFull = 20,  ///< ragged GQA backward: full-head dK, token-major (float32-sized buffer)
+  kUidDVFull = 21,  ///< ragged GQA backward: full-head dV, token-major (float32-sized buffer)
 };
 /// By-value scalars get UIDs from here on, virtual tensors from kFirstVirtualUid.
 constexpr int64_t kFirstScalarUid = 100;
@@ -107,6 +111,7 @@ struct BuiltGraph {
   int64_t workspace_bytes = 0;
   int64_t engine_index = -1;     ///< CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the chosen engine (-1 if unknown)
   int heuristic_rank = -1;       ///< position of the chosen config in the heuristics list
+  int heuristic_count = 0;       ///< configs the heuristics mode of the chosen one returned
   std::string heuristic_mode;    ///< "A" or "FALLBACK"
   std::vector<int64_t> device_uids;        ///< device tensors the variant pack must bind
   std::map<int64_t, std::string> names;    ///< uid -> tensor name (messages)

@@ -163,10 +163,15 @@ std::string GraphSpec::key() const {
     << sq << ',' << sk << ',' << dqk << ',' << dv << '|';
   for (const auto* st : {q_stride, k_stride, v_stride, o_stride, stats_stride})
     o << st[0] << ',' << st[1] << ',' << st[2] << ',' << st[3] << ';';
-  o << '|' << static_cast<int>(storage) << ragged << padded << '|' << band.has_right << ',' << band.right << ',' << band.has_left << ','
+  o << '|' << static_cast<int>(storage) << ragged << padded << fullhead_tokens << dq_direct << '|' << band.has_right << ',' << band.right << ',' << band.has_left << ','
     << band.left_bound << ',' << static_cast<int>(band.align) << '|' << float_bits(scale) << '|'
     << static_cast<int>(mod) << ',' << float_bits(cap) << '|' << neg_inf_lowest << '|' << version << '|' << device;
   return o.str();
+}
+
+int64_t dp_workspace_estimate(const GraphSpec& g) {
+  auto up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  return g.n * g.hq * up(g.sq, 64) * up(g.sk, 128) * 2;
 }
 
 std::string GraphSpec::describe() const {
@@ -175,6 +180,8 @@ std::string GraphSpec::describe() const {
     << " s=" << sq << "x" << sk << " d=" << dqk << "/" << dv;
   o << (storage == Storage::tokens ? " thd-ragged" : (storage == Storage::bhsd ? " bhsd" : " bshd"));
   if (padded) o << " seqlens";
+  if (fullhead_tokens) o << " fullhead-thd";
+  if (dq_direct) o << " dq-direct";
   if (band.any()) {
     o << " band(" << (band.align == Align::top_left ? "tl" : "br");
     if (band.has_right) o << ",R=" << band.right;
@@ -416,6 +423,12 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   plan.bwd = g;
   plan.bwd.backward = true;
   plan.bwd.padded = padded;
+  // cudnn-frontend gates max_total_seq_len on cuDNN >= 9.6 and D % 16 == 0
+  plan.bwd.fullhead_tokens = env.fullhead_tokens && ragged && Hq != Hkv && v >= 90600 && p.head_dim % 16 == 0 &&
+                             p.head_dim_v % 16 == 0;
+  if (env.dq_direct != 0 && (ragged || env.dq_direct == 1) &&
+      dp_workspace_estimate(plan.bwd) <= env.dp_workspace_limit)
+    plan.bwd.dq_direct = true;
   if (!padded && v <= 91500 && sk % 128 != 0) {
     plan.bwd.padded = true;
     plan.notes.push_back("backward uses sequence-length tensors: cuDNN <= 9.15.0 workaround for s_kv % 128 != 0");

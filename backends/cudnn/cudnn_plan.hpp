@@ -44,6 +44,23 @@ struct Env {
   /// off: on the packed CodeAlpaca workload it launched half the query tiles but
   /// was 2-7% slower on an H100 with cuDNN 9.19, see backends/cudnn/README.md).
   bool split_by_length = false;
+  /// Ragged GQA backward: give cuDNN the full-head dK/dV as token-major float32
+  /// device buffers (sized by total tokens, cudnn-frontend's max_total_seq_len_kv
+  /// form) instead of virtual [n, Hq, s_max, D] tensors it sizes itself.
+  /// current_env(): on unless ATTNBENCH_CUDNN_FULLHEAD=padded.
+  bool fullhead_tokens = true;
+  /// Backward writes dQ straight from matmul(dS, K) (cudnn-frontend's
+  /// deterministic "dP workspace" form: cuDNN keeps dP in a workspace of about
+  /// n * Hq * ceil64(s_q) * ceil128(s_kv) * 2 bytes instead of adding into the
+  /// float32 dQ accumulator with atomics). -1 (auto): ragged graphs whose dP
+  /// workspace estimate is at most dp_workspace_limit bytes (measured on an H100
+  /// with cuDNN 9.19: packed CodeAlpaca Llama-3-8B backward 1.69 ms instead of
+  /// 2.36, backends/cudnn/README.md); 0: never; 1: every graph within the limit.
+  /// current_env(): ATTNBENCH_CUDNN_DQ_DIRECT=0|1 (unset: auto).
+  int dq_direct = -1;
+  /// Largest dP workspace dq_direct may ask for. current_env():
+  /// ATTNBENCH_CUDNN_DP_WORKSPACE_LIMIT (bytes; default 4 GiB).
+  int64_t dp_workspace_limit = int64_t{4} << 30;
 };
 
 /// cuDNN's diagonal alignment of the band mask.
@@ -78,6 +95,12 @@ struct GraphSpec {
   Storage storage = Storage::bshd;
   bool ragged = false;   ///< ragged offsets on every Q/K/V/O-like tensor and on stats
   bool padded = false;   ///< per-sequence lengths (seq_len_q / seq_len_kv) in the graph
+  /// Backward, ragged, Hq != Hkv: dK/dV full-head tensors are token-major device
+  /// tensors [tokens, Hq, D] in the I/O dtype, in float32-sized buffers as
+  /// cudnn-frontend allocates them (uids kUidDKFull / kUidDVFull), with the ragged
+  /// offsets of dK/dV (cuDNN scales them by Hq / Hkv); see Env.
+  bool fullhead_tokens = false;
+  bool dq_direct = false;  ///< backward: dQ = matmul(dS, K) directly, no dQ_accum (see Env)
   Band band;
   float scale = 1.0f;
   ScoreMod::Kind mod = ScoreMod::Kind::none;  ///< none, softcap or alibi
@@ -91,6 +114,11 @@ struct GraphSpec {
   /// One line for reports, e.g. "fwd bf16 n=2 hq=8 hkv=2 s=300x300 d=64/64 bshd causal(tl,R=0)".
   std::string describe() const;
 };
+
+/// cuDNN's dP workspace for the dq_direct backward of `g` (bytes, an estimate:
+/// n * Hq * ceil64(s_q) * ceil128(s_kv) * 2: 2,745,171,968 for n=187, Hq=32,
+/// s=431, where cuDNN 9.19 asked for a workspace of 2,745,244,416).
+int64_t dp_workspace_estimate(const GraphSpec& g);
 
 /// One cuDNN sequence (a batch row in dense/THD mode, a document in document mode).
 struct Sequence {
