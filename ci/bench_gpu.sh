@@ -11,6 +11,14 @@
 #           the spread of the medians of identical cases timed twice in one run
 #   split   cudnn on the packed cases with one cuDNN graph (the default) and with
 #           length classes (ATTNBENCH_CUDNN_SPLIT=1), timing only
+#   variants  cudnn backward graph forms on the packed cases (full-head dK/dV as
+#           token-major buffers or padded, dQ direct, the next engine config), then
+#           ci/flex_variants.py on a kept torch-flex work dir (layout x mask_mod)
+#   forms   cudnn: the default graphs (checked) against dQ through the accumulator,
+#           length classes, and dQ direct on the dense rows (timing only)
+#   peers   scenarios/peers_h100.json (the peers file's workloads as it measured
+#           them) with cudnn and every PyTorch peer; ci/peers_table.py table
+#   default scenarios/default.json with every backend, timed (the quick start's job)
 #
 # Dense rows run with --check off (the reference for S=16384 is minutes of float64
 # work; correctness is covered by the GPU tests and the smoke run); packed rows are
@@ -63,5 +71,89 @@ if [[ $what == split ]]; then
     echo "== ATTNBENCH_CUDNN_SPLIT=$split"
     tail -n 8 "$OUT/split$split.log"
   done
+fi
+if [[ $what == variants ]]; then
+  summary() { python3 - "$1" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    t = r.get("timing") or {}
+    ms = {k: round(v["median_ms"], 4) for k, v in t.items() if isinstance(v, dict) and "median_ms" in v}
+    b = (r.get("extra") or {}).get("backend") or {}
+    print(r["case_id"], r["backend"], r["status"], ms, (b.get("backward") or {}).get("graph"),
+          (b.get("backward") or {}).get("heuristics"), (b.get("backward") or {}).get("workspace_bytes"),
+          r.get("reason", "")[:300])
+PY
+  }
+  for v in "default:" "padded:ATTNBENCH_CUDNN_FULLHEAD=padded" "dqdirect:ATTNBENCH_CUDNN_DQ_DIRECT=1" \
+           "rank1:ATTNBENCH_CUDNN_ENGINE_RANK=1" "padded-rank1:ATTNBENCH_CUDNN_FULLHEAD=padded ATTNBENCH_CUDNN_ENGINE_RANK=1"; do
+    name=${v%%:*}; envs=${v#*:}
+    check="--check off"; [[ $name == default || $name == dqdirect ]] && check=""
+    env $envs "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-llama3-8b_greedy_fill1_padmax|llama3.2-1b_greedy_fill1_padmax}" \
+      --backends cudnn $check --no-determinism --out "$OUT/var_$name" >"$OUT/var_$name.log" 2>&1 || status=1
+    echo "== $name ($envs)"; summary "$OUT/var_$name/report.json"
+  done
+  if command -v nsys >/dev/null || [[ -x /usr/local/cuda/bin/nsys ]]; then
+    NSYS=$(command -v nsys || echo /usr/local/cuda/bin/nsys)
+    $NSYS profile -o "$OUT/nsys_packed" --force-overwrite true "$AB" run scenarios/packed_codealpaca.json \
+      --cases llama3-8b_greedy_fill1_padmax --backends cudnn --check off --no-determinism --max-seconds 0.3 \
+      --out "$OUT/var_nsys" >"$OUT/nsys.log" 2>&1 &&
+      $NSYS stats --report cuda_gpu_kern_sum --format csv "$OUT/nsys_packed.nsys-rep" 2>/dev/null | head -30
+  else
+    echo "nsys: not installed"
+  fi
+  ATTNBENCH_PEER_KEEP=1 ATTNBENCH_PEER_WORKDIR=$OUT/flexwd "$AB" run scenarios/packed_codealpaca.json \
+    --cases llama3-8b_greedy_fill1_padmax --backends torch-flex --check off --no-timing --no-determinism \
+    --out "$OUT/var_flex" >"$OUT/var_flex.log" 2>&1 || status=1
+  wd=$(ls -d "$OUT"/flexwd/attnbench-peer-* 2>/dev/null | head -1)
+  if [[ -n $wd ]]; then
+    /opt/torch/.venv/bin/python3 ci/flex_variants.py "$wd" 2>"$OUT/flex_variants.err" | tee "$OUT/flex_variants.txt" || status=1
+    tail -5 "$OUT/flex_variants.err"; rm -rf "$OUT/flexwd"
+  else
+    echo "no kept torch-flex work dir"; tail -5 "$OUT/var_flex.log"
+  fi
+fi
+if [[ $what == forms ]]; then
+  for v in "default:" "accum:ATTNBENCH_CUDNN_DQ_DIRECT=0" "split:ATTNBENCH_CUDNN_SPLIT=1"; do
+    name=${v%%:*}; envs=${v#*:}
+    check="--check off"; [[ $name == default ]] && check=""
+    env $envs "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
+      --backends cudnn $check --out "$OUT/forms_$name" >"$OUT/forms_$name.log" 2>&1 || status=1
+    echo "== packed $name ($envs)"; tail -n 6 "$OUT/forms_$name.log"
+  done
+  for v in "default:" "dqdirect:ATTNBENCH_CUDNN_DQ_DIRECT=1 ATTNBENCH_CUDNN_DP_WORKSPACE_LIMIT=17179869184"; do
+    name=${v%%:*}; envs=${v#*:}
+    env $envs "$AB" run scenarios/dense_sweep.json --cases "${DENSE_CASES:-B16-S1024_D128_causal|B4-S4096_D128_(causal|full)|B1-S16384_D128_causal}" \
+      --backends cudnn --check off --no-determinism --out "$OUT/forms_dense_$name" >"$OUT/forms_dense_$name.log" 2>&1 || status=1
+    echo "== dense $name ($envs)"; tail -n 8 "$OUT/forms_dense_$name.log"
+  done
+fi
+if [[ $what == peers ]]; then
+  # dense rows unchecked (the float64 reference of S16384 takes minutes), packed rows checked
+  "$AB" run scenarios/peers_h100.json --cases dense --backends "${PEERS_BACKENDS:-cudnn,torch-sdpa-cudnn,torch-sdpa-flash,torch-sdpa-efficient,torch-flex,torch-varlen}" \
+    --check off --no-determinism --max-seconds 1 --out "$OUT/peers_dense" >"$OUT/peers_dense.log" 2>&1 || status=1
+  "$AB" run scenarios/peers_h100.json --cases codealpaca --backends "${PEERS_BACKENDS:-cudnn,torch-flex,torch-varlen}" \
+    --max-seconds 1 --out "$OUT/peers_packed" >"$OUT/peers_packed.log" 2>&1 || status=1
+  tail -n 25 "$OUT/peers_dense.log" "$OUT/peers_packed.log"
+  python3 ci/peers_table.py "${PEERS_FILE:-$ROOT/../shared/peers/torch-2.11-h100.json}" "$OUT/peers_dense/report.json" \
+    "$OUT/peers_packed/report.json" | tee "$OUT/peers_table.md" || status=1
+fi
+if [[ $what == default ]]; then
+  start=$(date +%s.%N)
+  "$AB" run scenarios/default.json --out "$OUT/default" >"$OUT/default.log" 2>&1 || status=1
+  end=$(date +%s.%N)
+  tail -n 12 "$OUT/default.log"
+  python3 - "$OUT/default/report.json" "$start" "$end" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+print(f"default.json: {float(sys.argv[3]) - float(sys.argv[2]):.1f} s wall, {len(rows)} rows")
+per = {}
+for r in rows:
+    b = (r.get("extra") or {}).get("backend") or {}
+    if "worker_process_s" in b:
+        per.setdefault(r["backend"], []).append((b["worker_process_s"], b.get("worker_mode"), b.get("worker_request_index")))
+for k, v in per.items():
+    print(k, "worker s per case:", [round(x[0], 1) for x in v], "mode", v[0][1], "index", [x[2] for x in v])
+print({s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})})
+PY
 fi
 exit $status

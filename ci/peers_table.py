@@ -30,7 +30,9 @@ def peers_case(row):
     if m:
         b, s, d, kind = m.groups()
         return f"dense-{kind}-S{s}-B{b}-H{p['heads_q']}-D{d}"
-    m = re.match(r"(llama3-8b|llama3\.2-1b)_greedy_fill1_padmax$", cid)
+    if re.match(r"dense-(causal|full)-S\d+-B\d+-H\d+-D\d+$", cid):  # scenarios/peers_h100.json
+        return cid
+    m = re.match(r"(?:codealpaca-)?(llama3-8b|llama3\.2-1b)(?:_greedy_fill1_padmax)?$", cid)
     if m:
         return {"llama3-8b": "codealpaca-llama3-8b S8192 B4",
                 "llama3.2-1b": "codealpaca-llama3.2-1b S8192 B4 D64"}[m.group(1)]

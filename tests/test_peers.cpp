@@ -173,7 +173,9 @@ bool have_python() {
 /// The fake worker: a POSIX shell script speaking the protocol. `fixture` holds
 /// probe.json (optional), mode (ok | unsupported | error | noresult | crash |
 /// hang | garbage), result.json and out/*.npy for mode ok; the script copies what
-/// attnbench wrote into spy_* files there.
+/// attnbench wrote into spy_* files there. With --serve (persistent mode) it
+/// appends its process id to spy_serve_pids, answers each request line with the
+/// JSON of docs/peers.md and exits after an error (restart: true) or at EOF.
 std::string write_fake_worker(const TempDir& fixture) {
   const std::string path = fixture / "fake_worker.sh";
   std::string s = R"(#!/bin/sh
@@ -183,28 +185,68 @@ if [ "$1" = "--probe" ]; then
   if [ -f "$FIX/probe.json" ]; then cat "$FIX/probe.json"; else echo '{"protocol": 1, "ok": true, "peers": {}}'; fi
   exit 0
 fi
+handle() {
+  DIR=$(dirname "$1")
+  cp "$1" "$FIX/spy_request.json"
+  cp "$DIR/problem.json" "$FIX/spy_problem.json"
+  cp "$DIR/q.npy" "$FIX/spy_q.npy"
+  echo "$DIR" > "$FIX/spy_dir"
+  MODE=ok
+  [ -f "$FIX/mode" ] && MODE=$(cat "$FIX/mode")
+  STATUS=ok
+  case "$MODE" in
+    ok) cp "$FIX"/out/*.npy "$DIR"/ && cp "$FIX/result.json" "$DIR/result.json" ;;
+    unsupported) STATUS=unsupported; echo '{"protocol": 1, "status": "unsupported", "reason": "fake: no kernel for this"}' > "$DIR/result.json" ;;
+    error) STATUS=error; echo "fake traceback line" >&2; echo '{"protocol": 1, "status": "error", "message": "fake: CUDA error: boom"}' > "$DIR/result.json" ;;
+    noresult) echo "fake worker died early" >&2; exit 3 ;;
+    crash) kill -KILL $$ ;;
+    hang) sleep 30 ;;
+    garbage) echo 'this is not json' > "$DIR/result.json" ;;
+    chatty) echo "a library printing to stdout"; cp "$FIX"/out/*.npy "$DIR"/ && cp "$FIX/result.json" "$DIR/result.json" ;;
+  esac
+}
+if [ "$1" = "--serve" ]; then
+  echo $$ >> "$FIX/spy_serve_pids"
+  exec 3>&1 1>&2  # answers on the original stdout only
+  N=0
+  while IFS= read -r REQ; do
+    N=$((N + 1))
+    echo "request $N begins" >&2
+    handle "$REQ"
+    RESTART=false
+    [ "$STATUS" = error ] && RESTART=true
+    echo "{\"request\": \"$REQ\", \"exit_code\": 0, \"status\": \"$STATUS\", \"restart\": $RESTART, \"served\": $N}" >&3
+    [ "$RESTART" = true ] && exit 0
+  done
+  exit 0
+fi
 [ "$1" = "--request" ] || { echo "fake worker: bad usage" >&2; exit 2; }
-DIR=$(dirname "$2")
-cp "$2" "$FIX/spy_request.json"
-cp "$DIR/problem.json" "$FIX/spy_problem.json"
-cp "$DIR/q.npy" "$FIX/spy_q.npy"
-echo "$DIR" > "$FIX/spy_dir"
-MODE=ok
-[ -f "$FIX/mode" ] && MODE=$(cat "$FIX/mode")
-case "$MODE" in
-  ok) cp "$FIX"/out/*.npy "$DIR"/ && cp "$FIX/result.json" "$DIR/result.json" ;;
-  unsupported) echo '{"protocol": 1, "status": "unsupported", "reason": "fake: no kernel for this"}' > "$DIR/result.json" ;;
-  error) echo "fake traceback line" >&2; echo '{"protocol": 1, "status": "error", "message": "fake: CUDA error: boom"}' > "$DIR/result.json" ;;
-  noresult) echo "fake worker died early" >&2; exit 3 ;;
-  crash) kill -KILL $$ ;;
-  hang) sleep 30 ;;
-  garbage) echo 'this is not json' > "$DIR/result.json" ;;
-esac
+handle "$2"
 exit 0
 )";
   s.replace(s.find("@FIX@"), 5, fixture.path);
   write_file(path, s);
   return path;
+}
+
+/// Runs `f` (a prepare() and what follows) and names the outcome: f's own pair, or
+/// {"unsupported" | "timeout" | "crashed" | "protocol" | "error", message} for
+/// the exception prepare() threw.
+template <class F>
+std::pair<std::string, std::string> outcome_of(F f) {
+  try {
+    return f();
+  } catch (const Unsupported& e) {
+    return {"unsupported", e.what()};
+  } catch (const PeerTimeout& e) {
+    return {"timeout", e.what()};
+  } catch (const PeerCrashed& e) {
+    return {"crashed", e.what()};
+  } catch (const PeerProtocolError& e) {
+    return {"protocol", e.what()};
+  } catch (const std::runtime_error& e) {
+    return {"error", e.what()};
+  }
 }
 
 LaunchConfig fake_config(const TempDir& fixture, const std::string& worker) {
@@ -258,7 +300,9 @@ TEST_CASE("make_request carries the peer, the passes, the timing policy and the 
   CHECK(r["passes"] == json({"fwd", "bwd", "fwd_bwd"}));
   CHECK(r["determinism"] == true);
   CHECK(r["device"] == 0);
-  CHECK(r["timing"] == TimingPolicy{}.to_json());
+  json want_timing = TimingPolicy{}.to_json();
+  want_timing["hold_stream"] = true;
+  CHECK(r["timing"] == want_timing);
 
   ctx.policy.cold = false;
   ctx.policy.warmup = 7;
@@ -270,7 +314,7 @@ TEST_CASE("make_request carries the peer, the passes, the timing policy and the 
   ctx.device = 2;
   r = make_request("torch-flex", p, ctx);
   CHECK(r["timing"] == json({{"cold", false}, {"warmup", 7}, {"min_samples", 11}, {"max_samples", 13},
-                             {"target_rel_stddev", 0.125}, {"max_seconds", 3.5}}));
+                             {"target_rel_stddev", 0.125}, {"max_seconds", 3.5}, {"hold_stream", true}}));
   CHECK(r["determinism"] == false);
   CHECK(r["device"] == 2);
 
@@ -717,6 +761,27 @@ TEST_CASE("availability: the real worker reports unsupported when torch cannot b
   }
   CHECK(count_entries(d.path, "attnbench-peer-") == 0);  // work dirs cleaned up
 
+  // The real worker's --serve loop: two requests, one process, answers on stdout
+  // only (the worker's prints go to its stderr log), unsupported keeps it alive.
+  stop_serve_workers();
+  for (int i = 1; i <= 2; ++i) {
+    TempDir wd;
+    write_work_dir(wd.path, "torch-flex", p, in, RunContext{});
+    ServeOutcome so = serve_request(c, wd / "request.json");
+    REQUIRE(so.answered);
+    CHECK(so.started == (i == 1));
+    CHECK(so.request_index == i);
+    CHECK(so.reply["status"] == "unsupported");
+    CHECK(so.reply["restart"] == false);
+    CHECK(so.reply["served"] == i);
+    json res = json::parse(read_file(wd / "result.json"));
+    CHECK(res["status"] == "unsupported");
+    CHECK(res["reason"].get<std::string>().find("CUDA is not available") != std::string::npos);
+  }
+  CHECK(serve_workers_alive() == 1);
+  stop_serve_workers();
+  CHECK(serve_workers_alive() == 0);
+
   // The default setup (python3 + the real worker) on this machine: if it is not
   // usable, it says why.
   clear_probe_cache();
@@ -758,6 +823,12 @@ TEST_CASE("round trip through a fake worker: files in, files out, results publis
   CHECK(req == make_request("torch-flex", p, ctx));
   CHECK(req["timing"]["cold"] == false);
   CHECK(req["timing"]["min_samples"] == 9);
+  CHECK(req["timing"]["hold_stream"] == true);
+  {
+    ScopedEnv host_time("ATTNBENCH_PEER_HOLD_STREAM", "0");
+    b.prepare(p, in);
+    CHECK(json::parse(read_file(fix / "spy_request.json"))["timing"]["hold_stream"] == false);
+  }
   CHECK(to_json(problem_from_json(json::parse(read_file(fix / "spy_problem.json")), "spy")) == to_json(p));
   CHECK(npy::read(fix / "spy_q.npy").to_double() == in.q.data);
   // The work dir is gone.
@@ -836,20 +907,10 @@ TEST_CASE("worker outcomes map to unsupported, error, crashed and timeout") {
   TorchPeerBackend impatient(TorchPeer::sdpa_cudnn, c);
   auto outcome = [&](const std::string& mode) -> std::pair<std::string, std::string> {
     write_file(fix / "mode", mode);
-    try {
+    return outcome_of([&]() {
       (mode == "hang" ? impatient : b).prepare(p, in);
-    } catch (const Unsupported& e) {
-      return {"unsupported", e.what()};
-    } catch (const PeerTimeout& e) {
-      return {"timeout", e.what()};
-    } catch (const PeerCrashed& e) {
-      return {"crashed", e.what()};
-    } catch (const PeerProtocolError& e) {
-      return {"protocol", e.what()};
-    } catch (const std::runtime_error& e) {
-      return {"error", e.what()};
-    }
-    return {"none", ""};
+      return std::pair<std::string, std::string>{"none", ""};
+    });
   };
   auto [k1, m1] = outcome("unsupported");
   CHECK(k1 == "unsupported");
@@ -873,6 +934,113 @@ TEST_CASE("worker outcomes map to unsupported, error, crashed and timeout") {
   CHECK(k6 == "protocol");
   CHECK(m6.find("malformed JSON") != std::string::npos);
   CHECK(count_entries(fix / "work", "attnbench-peer-") == 0);  // cleaned up on every path
+}
+
+TEST_CASE("persistent worker: one process serves the requests; failures restart it") {
+  TempDir fix;
+  const std::string w = write_fake_worker(fix);
+  write_file(fix / "probe.json", R"({"protocol": 1, "ok": true, "serve": true, "peers": {}})");
+  Problem p = make_problem(1, 2, 1, 12, 12, 8);
+  ProblemData in = make_inputs(p);
+  AttentionOutputs want = fake_outputs(p);
+  fs::create_directories(fix / "out");
+  write_outputs(fix / "out", want);
+  write_file(fix / "result.json", ok_result().dump());
+  LaunchConfig c = fake_config(fix, w);
+  TorchPeerBackend b(TorchPeer::varlen, c);
+  clear_probe_cache();
+  stop_serve_workers();
+  auto pids = [&]() {
+    std::istringstream is(read_file(fix / "spy_serve_pids"));
+    std::vector<std::string> v;
+    for (std::string l; std::getline(is, l);) v.push_back(l);
+    return v;
+  };
+  auto outcome = [&](const std::string& mode) -> std::pair<std::string, std::string> {
+    write_file(fix / "mode", mode);
+    return outcome_of([&]() {
+      auto inst = b.prepare(p, in);
+      inst->forward();
+      CHECK(same_values(inst->read_outputs(false).o.data, want.o.data));
+      return std::pair<std::string, std::string>{"ok", inst->extra().dump()};
+    });
+  };
+
+  // Three requests, one process; a library's stdout chatter does not break the answers.
+  auto [k1, e1] = outcome("ok");
+  REQUIRE(k1 == "ok");
+  CHECK(json::parse(e1)["worker_mode"] == "serve");
+  CHECK(json::parse(e1)["worker_request_index"] == 1);
+  CHECK(outcome("chatty").first == "ok");
+  auto [k3, e3] = outcome("ok");
+  REQUIRE(k3 == "ok");
+  CHECK(json::parse(e3)["worker_request_index"] == 3);
+  CHECK(pids().size() == 1);
+  CHECK(serve_workers_alive() == 1);
+  CHECK(count_entries(fix / "work", "attnbench-peer-") == 0);
+
+  // unsupported keeps the process; error restarts it, and its message carries the
+  // stderr of that request only.
+  CHECK(outcome("unsupported") == std::pair<std::string, std::string>{"unsupported", "fake: no kernel for this"});
+  CHECK(pids().size() == 1);
+  auto [k5, m5] = outcome("error");
+  CHECK(k5 == "error");
+  CHECK(m5.find("fake: CUDA error: boom") != std::string::npos);
+  CHECK(m5.find("fake traceback line") != std::string::npos);
+  CHECK(m5.find("request 4 begins") == std::string::npos);
+  CHECK(m5.find("request 5 begins") != std::string::npos);
+  CHECK(serve_workers_alive() == 0);
+  CHECK(outcome("ok").first == "ok");
+  CHECK(pids().size() == 2);
+
+  // A worker that exits without answering, one killed by a signal and one past the
+  // timeout: each a row of its kind, and the next request gets a fresh process.
+  auto [k7, m7] = outcome("noresult");
+  CHECK(k7 == "error");
+  CHECK(m7.find("exited with code 3 without answering") != std::string::npos);
+  CHECK(m7.find("fake worker died early") != std::string::npos);
+  CHECK(outcome("ok").first == "ok");
+  auto [k9, m9] = outcome("crash");
+  CHECK(k9 == "crashed");
+  CHECK(m9.find("signal 9") != std::string::npos);
+  c.timeout_s = 0.5;
+  TorchPeerBackend impatient(TorchPeer::varlen, c);
+  write_file(fix / "mode", "hang");
+  CHECK_THROWS_AS(impatient.prepare(p, in), PeerTimeout);
+  CHECK(serve_workers_alive() == 0);
+  CHECK(outcome("ok").first == "ok");
+  CHECK(pids().size() == 5);  // first, after error, after noresult, after crash, after the timeout
+  CHECK(count_entries(fix / "work", "attnbench-peer-") == 0);
+
+  // At the end the workers get EOF and exit; their log directories go.
+  stop_serve_workers();
+  CHECK(serve_workers_alive() == 0);
+  CHECK(count_entries(fix / "work", "attnbench-serve-") == 0);
+}
+
+TEST_CASE("persistent worker: ATTNBENCH_PEER_SERVE=0 or no \"serve\" in the probe means a process per request") {
+  TempDir fix;
+  const std::string w = write_fake_worker(fix);
+  Problem p = make_problem(1, 2, 1, 12, 12, 8);
+  ProblemData in = make_inputs(p);
+  fs::create_directories(fix / "out");
+  write_outputs(fix / "out", fake_outputs(p));
+  write_file(fix / "result.json", ok_result().dump());
+  stop_serve_workers();
+  clear_probe_cache();
+  TorchPeerBackend b(TorchPeer::varlen, fake_config(fix, w));
+  CHECK(b.prepare(p, in)->extra()["worker_mode"] == "process");  // the default probe has no "serve"
+  write_file(fix / "probe.json", R"({"protocol": 1, "ok": true, "serve": true, "peers": {}})");
+  clear_probe_cache();
+  {
+    ScopedEnv off("ATTNBENCH_PEER_SERVE", "0");
+    CHECK(b.launch_config().serve == 0);
+    CHECK(b.prepare(p, in)->extra()["worker_mode"] == "process");
+  }
+  CHECK(b.launch_config().serve == 1);
+  CHECK(b.prepare(p, in)->extra()["worker_mode"] == "serve");
+  CHECK(fs::exists(fix / "spy_serve_pids"));
+  stop_serve_workers();
 }
 
 TEST_CASE("runner end to end: a peer selected by the environment becomes a report row") {

@@ -3,8 +3,10 @@
 #include "backends/peers/peer_backend.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -128,6 +130,7 @@ LaunchConfig resolve_launch_config(const LaunchConfig& in) {
     c.work_root = env_or("ATTNBENCH_PEER_WORKDIR", ec ? std::string("/tmp") : tmp.string());
   }
   if (!c.keep_work_dir) c.keep_work_dir = env_or("ATTNBENCH_PEER_KEEP", "0") == "1";
+  if (c.serve < 0) c.serve = env_or("ATTNBENCH_PEER_SERVE", "1") == "0" ? 0 : 1;
   return c;
 }
 
@@ -143,15 +146,13 @@ RunContext default_run_context() {
 
 // ------------------------------------------------------------------ processes
 
-ProcessResult run_process(const std::vector<std::string>& argv,
-                          const std::vector<std::pair<std::string, std::string>>& env, double timeout_s,
-                          double kill_grace_s, const std::string& stdout_path, const std::string& stderr_path) {
-  ProcessResult r;
-  if (argv.empty() || argv[0].empty()) {
-    r.error = "empty command";
-    return r;
-  }
-  // Environment: ours, with `env` overriding or adding entries.
+namespace {
+
+/// posix_spawnp `argv` with our environment plus `env`, the file actions `fa`,
+/// default signal handling and an empty signal mask, in a new process group.
+/// Returns 0 or the errno of the failure.
+int spawn_in_group(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
+                   posix_spawn_file_actions_t* fa, pid_t* pid) {
   std::map<std::string, std::string> vars;
   for (char** e = environ; e && *e; ++e) {
     const char* eq = std::strchr(*e, '=');
@@ -167,12 +168,6 @@ ProcessResult run_process(const std::vector<std::string>& argv,
   std::vector<std::string> argv_copy = argv;
   for (auto& s : argv_copy) args.push_back(s.data());
   args.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none, defaults;
@@ -183,53 +178,77 @@ ProcessResult run_process(const std::vector<std::string>& argv,
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setpgroup(&attr, 0);  // own process group: a timeout kills helpers too
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const int rc = posix_spawnp(pid, args[0], fa, &attr, args.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
 
+/// Whether process `pid` has exited, without reaping it (WNOWAIT keeps its id, and
+/// with it the process group id, reserved until the group has been cleaned up).
+bool has_exited(pid_t pid) {
+  siginfo_t info{};
+  info.si_pid = 0;
+  for (;;) {
+    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0) return info.si_pid == pid;
+    if (errno != EINTR) return true;  // nothing to wait for: treat as gone
+  }
+}
+
+/// End process group `pid`: SIGTERM first when `terminate`, up to `grace_s` for the
+/// leader to exit, SIGKILL for whatever is left, then reap the leader into `r`.
+void end_group(pid_t pid, bool terminate, double grace_s, ProcessResult& r) {
+  if (terminate) kill(-pid, SIGTERM);
+  const auto t1 = std::chrono::steady_clock::now();
+  while (!has_exited(pid) && seconds_since(t1) < grace_s) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(-pid, SIGKILL);  // whatever is left of the group (the leader may be a zombie: harmless)
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+}
+
+}  // namespace
+
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          const std::vector<std::pair<std::string, std::string>>& env, double timeout_s,
+                          double kill_grace_s, const std::string& stdout_path, const std::string& stderr_path) {
+  ProcessResult r;
+  if (argv.empty() || argv[0].empty()) {
+    r.error = "empty command";
+    return r;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const auto t0 = std::chrono::steady_clock::now();
   pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, args[0], &fa, &attr, args.data(), envp.data());
+  const int rc = spawn_in_group(argv, env, &fa, &pid);
   posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
   if (rc != 0) {
     r.error = std::strerror(rc);
     return r;
   }
   r.launched = true;
-
-  // Poll without reaping (WNOWAIT) so that the exited leader keeps its process id,
-  // and with it the group id, reserved until the group has been cleaned up.
-  auto exited = [&]() {
-    siginfo_t info{};
-    info.si_pid = 0;
-    for (;;) {
-      if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0) return info.si_pid == pid;
-      if (errno != EINTR) return true;  // nothing to wait for: treat as gone
-    }
-  };
   auto nap = std::chrono::milliseconds(1);
   bool done = false;
-  while (!(done = exited())) {
+  while (!(done = has_exited(pid))) {
     if (seconds_since(t0) >= timeout_s) break;
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::milliseconds(50));
   }
-  if (!done) {
-    r.timed_out = true;
-    kill(-pid, SIGTERM);
-    const auto t1 = std::chrono::steady_clock::now();
-    while (!exited() && seconds_since(t1) < kill_grace_s) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(-pid, SIGKILL);  // whatever is left of the group (the leader may be a zombie: harmless)
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  r.timed_out = !done;
+  end_group(pid, !done, kill_grace_s, r);
   r.wall_s = seconds_since(t0);
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   return r;
 }
 
-std::string file_tail(const std::string& path, size_t max_chars) {
+std::string file_tail(const std::string& path, size_t max_chars, size_t from) {
   std::ifstream f(path, std::ios::binary);
+  if (!f) return {};
+  if (from > 0) f.seekg(static_cast<std::streamoff>(from));
   if (!f) return {};
   std::stringstream ss;
   ss << f.rdbuf();
@@ -237,6 +256,195 @@ std::string file_tail(const std::string& path, size_t max_chars) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
   if (s.size() > max_chars) s = "..." + s.substr(s.size() - max_chars);
   return s;
+}
+
+// ------------------------------------------------------------------ persistent workers
+
+namespace {
+
+/// One `PYTHON WORKER --serve` process (docs/peers.md "Persistent workers"): one
+/// end of a socketpair is its stdin and stdout (request paths in, one JSON answer
+/// line out), stderr appends to a log file in its own directory.
+class ServeWorker {
+ public:
+  explicit ServeWorker(const LaunchConfig& c) : c_(c) {}
+  ~ServeWorker() { stop(); }
+  ServeWorker(const ServeWorker&) = delete;
+  ServeWorker& operator=(const ServeWorker&) = delete;
+
+  bool alive() const { return pid_ > 0; }
+
+  /// One request; `timeout_s` and `grace_s` are the caller's (not the starter's).
+  ServeOutcome request(const std::string& path, double timeout_s, double grace_s) {
+    c_.timeout_s = timeout_s;
+    c_.kill_grace_s = grace_s;
+    ServeOutcome out;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!alive()) {
+      if (!start(out.process)) return out;
+      out.started = true;
+    }
+    out.process.launched = true;
+    out.stderr_path = log_path_;
+    std::error_code ec;
+    const auto size = fs::file_size(log_path_, ec);
+    out.stderr_offset = ec ? 0 : static_cast<size_t>(size);
+    out.request_index = ++served_;
+    const std::string line = path + "\n";
+    size_t sent = 0;
+    while (sent < line.size()) {
+      const ssize_t n = send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the worker is gone: reaped below
+      sent += static_cast<size_t>(n);
+    }
+    std::string answer;
+    bool eof = sent < line.size();
+    while (!eof) {
+      const size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        answer = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        break;
+      }
+      const double left = c_.timeout_s - seconds_since(t0);
+      if (left <= 0) {
+        out.process.timed_out = true;
+        kill_worker(true, out.process);
+        out.process.wall_s = seconds_since(t0);
+        return out;
+      }
+      pollfd pfd{fd_, POLLIN, 0};
+      const int pr = poll(&pfd, 1, static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1);
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr <= 0) continue;
+      char tmp[4096];
+      const ssize_t n = recv(fd_, tmp, sizeof tmp, 0);
+      if (n > 0) {
+        buf_.append(tmp, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        eof = true;
+      }
+    }
+    if (eof) {  // died or exited without answering: its exit code or signal says how
+      kill_worker(false, out.process);
+      out.process.wall_s = seconds_since(t0);
+      return out;
+    }
+    out.process.wall_s = seconds_since(t0);
+    try {
+      out.reply = json::parse(answer);
+    } catch (const json::parse_error&) {
+      out.reply = nullptr;
+    }
+    if (!out.reply.is_object() || out.reply.value("request", std::string()) != path) {
+      // Not the protocol: restart rather than trust what comes next.
+      ProcessResult ignored;
+      kill_worker(true, ignored);
+      out.process.error = "the persistent worker answered \"" + answer.substr(0, 300) + "\" instead of {\"request\": \"" +
+                          path + "\", ...}";
+      return out;
+    }
+    out.answered = true;
+    out.process.exit_code = out.reply.value("exit_code", 0);
+    if (out.reply.value("restart", false)) {
+      ProcessResult ignored;
+      kill_worker(false, ignored);  // it exits by itself after saying so
+    }
+    return out;
+  }
+
+  /// EOF on the worker's stdin, then the group ends (SIGKILL after the grace time).
+  void stop() {
+    if (!alive()) return;
+    shutdown(fd_, SHUT_WR);
+    ProcessResult ignored;
+    kill_worker(false, ignored);
+  }
+
+ private:
+  bool start(ProcessResult& r) {
+    if (!dir_) dir_ = std::make_unique<WorkDir>(c_.work_root, "attnbench-serve-", c_.keep_work_dir);
+    log_path_ = dir_->file("worker.stderr.txt");
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+      r.error = std::string("socketpair: ") + std::strerror(errno);
+      return false;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 0);  // dup2 clears close-on-exec on 0 and 1
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    pid_t pid = -1;
+    const int rc = spawn_in_group({c_.python, c_.worker, "--serve"}, c_.env, &fa, &pid);
+    posix_spawn_file_actions_destroy(&fa);
+    close(sv[1]);
+    if (rc != 0) {
+      close(sv[0]);
+      r.error = std::strerror(rc);
+      return false;
+    }
+    pid_ = pid;
+    fd_ = sv[0];
+    served_ = 0;
+    buf_.clear();
+    return true;
+  }
+
+  void kill_worker(bool terminate, ProcessResult& r) {
+    if (!alive()) return;
+    if (!terminate) shutdown(fd_, SHUT_WR);  // a worker between requests exits on EOF
+    end_group(pid_, terminate, c_.kill_grace_s, r);
+    close(fd_);
+    fd_ = -1;
+    pid_ = -1;
+  }
+
+  LaunchConfig c_;
+  std::unique_ptr<WorkDir> dir_;
+  std::string log_path_, buf_;
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int served_ = 0;
+};
+
+std::mutex& serve_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::unique_ptr<ServeWorker>>& serve_pool() {
+  static std::map<std::string, std::unique_ptr<ServeWorker>> pool;
+  return pool;
+}
+
+/// The key of a launch setup (probe cache and persistent workers).
+std::string launch_key(const LaunchConfig& c) {
+  std::string key = c.python + '\n' + c.worker;
+  for (const auto& [k, v] : c.env) key += '\n' + k + '=' + v;
+  return key;
+}
+
+}  // namespace
+
+ServeOutcome serve_request(const LaunchConfig& cfg, const std::string& request_path) {
+  const LaunchConfig c = resolve_launch_config(cfg);
+  std::lock_guard<std::mutex> lock(serve_mutex());
+  auto& w = serve_pool()[launch_key(c)];
+  if (!w) w = std::make_unique<ServeWorker>(c);
+  return w->request(request_path, c.timeout_s, c.kill_grace_s);
+}
+
+void stop_serve_workers() {
+  std::lock_guard<std::mutex> lock(serve_mutex());
+  serve_pool().clear();
+}
+
+size_t serve_workers_alive() {
+  std::lock_guard<std::mutex> lock(serve_mutex());
+  size_t n = 0;
+  for (const auto& [k, w] : serve_pool()) n += w && w->alive();
+  return n;
 }
 
 // ------------------------------------------------------------------ protocol: request
@@ -261,6 +469,7 @@ json make_request(const std::string& peer, const Problem& p, const RunContext& c
   }
   r["passes"] = passes;
   r["timing"] = ctx.policy.to_json();
+  r["timing"]["hold_stream"] = ctx.hold_stream;
   r["determinism"] = ctx.determinism;
   r["device"] = ctx.device;
   r["result"] = "result.json";
@@ -514,8 +723,7 @@ ProbeResult run_probe(const LaunchConfig& c) {
 
 ProbeResult probe(const LaunchConfig& cfg) {
   const LaunchConfig c = resolve_launch_config(cfg);
-  std::string key = c.python + '\n' + c.worker;
-  for (const auto& [k, v] : c.env) key += '\n' + k + '=' + v;
+  const std::string key = launch_key(c);
   std::lock_guard<std::mutex> lock(probe_mutex());
   auto it = probe_cache().find(key);
   if (it != probe_cache().end()) return it->second;
@@ -619,40 +827,58 @@ int64_t PeerBackend::estimate_executed_pairs(const Problem& p) const {
 
 std::unique_ptr<BackendInstance> PeerBackend::prepare(const Problem& p, const ProblemData& inputs) {
   const LaunchConfig c = resolve_launch_config(cfg_);
-  const RunContext ctx = context();
+  RunContext ctx = context();
+  if (env_or("ATTNBENCH_PEER_HOLD_STREAM", "1") == "0") ctx.hold_stream = false;
   WorkDir wd(c.work_root, "attnbench-peer-", c.keep_work_dir);
   write_work_dir(wd.path(), peer_, p, inputs, ctx);
   const std::string out = wd.file("worker.stdout.txt"), err = wd.file("worker.stderr.txt");
   const std::string label = "peer " + name_;
   const std::string keep_hint = wd.kept() ? " (work dir kept: " + wd.path() + ")" : " (set ATTNBENCH_PEER_KEEP=1 to keep the work dir)";
-  ProcessResult pr = run_process({c.python, c.worker, "--request", wd.file("request.json")}, c.env, c.timeout_s,
-                                 c.kill_grace_s, out, err);
+  // A persistent worker when the probe offers one (docs/peers.md), else a process.
+  const bool serve = c.serve == 1 && probe(cfg_).report.value("serve", false) == true;
+  ProcessResult pr;
+  std::optional<ServeOutcome> so;
+  if (serve) {
+    so = serve_request(c, fs::absolute(wd.file("request.json")).string());
+    pr = so->process;
+    if (pr.launched && !so->answered && pr.error.empty() && !pr.timed_out && !pr.signal)
+      pr.error = "the persistent worker exited with code " + std::to_string(pr.exit_code) + " without answering";
+  } else {
+    pr = run_process({c.python, c.worker, "--request", wd.file("request.json")}, c.env, c.timeout_s, c.kill_grace_s,
+                     out, err);
+  }
+  // stderr of this request: its own file, or the persistent worker's log since it was sent
+  auto err_tail = [&](size_t n) { return so ? file_tail(so->stderr_path, n, so->stderr_offset) : file_tail(err, n); };
   if (!pr.launched)
     throw std::runtime_error(label + ": cannot start \"" + c.python + "\" (set ATTNBENCH_PYTHON): " + pr.error);
   if (pr.timed_out)
     throw PeerTimeout(label + ": the worker ran past the timeout of " + seconds_text(c.timeout_s) +
-                      " s and was killed (ATTNBENCH_PEER_TIMEOUT)" + keep_hint + with_tail("stderr", file_tail(err, 2000)));
+                      " s and was killed (ATTNBENCH_PEER_TIMEOUT)" + keep_hint + with_tail("stderr", err_tail(2000)));
   if (pr.signal)
     throw PeerCrashed(label + ": the worker was killed by signal " + signal_name(pr.signal) + keep_hint +
-                      with_tail("stderr", file_tail(err, 2000)));
+                      with_tail("stderr", err_tail(2000)));
+  if (so && !pr.error.empty() && !so->answered)
+    throw std::runtime_error(label + ": " + pr.error + keep_hint + with_tail("stderr", err_tail(2000)));
   std::error_code ec;
   if (!fs::exists(wd.file("result.json"), ec))
     throw std::runtime_error(label + ": the worker exited with code " + std::to_string(pr.exit_code) +
-                             " without writing result.json" + keep_hint + with_tail("stderr", file_tail(err, 2000)));
+                             " without writing result.json" + keep_hint + with_tail("stderr", err_tail(2000)));
   PeerResult r;
   try {
     r = read_result(wd.path(), p, ctx.backward);
   } catch (const PeerProtocolError& e) {
-    throw PeerProtocolError(label + ": " + e.what() + keep_hint + with_tail("stderr", file_tail(err, 1000)));
+    throw PeerProtocolError(label + ": " + e.what() + keep_hint + with_tail("stderr", err_tail(1000)));
   }
   if (r.status == "unsupported") throw Unsupported(r.reason);
   if (r.status == "error")
-    throw std::runtime_error(label + ": " + r.message + keep_hint + with_tail("stderr", file_tail(err, 1500)));
+    throw std::runtime_error(label + ": " + r.message + keep_hint + with_tail("stderr", err_tail(1500)));
 
   json extra = {{"peer", peer_},
                 {"protocol", kProtocolVersion},
                 {"worker", c.worker},
                 {"worker_process_s", pr.wall_s},
+                {"worker_mode", so ? "serve" : "process"},
+                {"worker_request_index", so ? so->request_index : 1},
                 {"compile_ms", r.compile_ms ? json(*r.compile_ms) : json(nullptr)},
                 {"worker_setup_ms", r.setup_ms ? json(*r.setup_ms) : json(nullptr)},
                 {"executed_pairs_source", r.executed_pairs ? "worker" : "estimate"}};

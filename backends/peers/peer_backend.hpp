@@ -9,7 +9,8 @@
 //      bias.npy / offset.npy (learnable score mods) and request.json (peer name,
 //      passes to time, timing policy, determinism, device);
 //   2. runs `PYTHON WORKER --request DIR/request.json` in its own process group,
-//      stdout/stderr captured to files, killed (whole group) after the timeout;
+//      stdout/stderr captured to files, killed (whole group) after the timeout
+//      (or sends DIR/request.json to the persistent `WORKER --serve`, below);
 //   3. reads result.json and o/lse/dq/dk/dv(/dbias).npy, then removes the directory.
 // The worker did all the GPU work inside prepare(): forward() and backward() only
 // publish its results into the instance's outputs (so the runner's NaN poisoning,
@@ -23,11 +24,12 @@
 // past the timeout -> PeerTimeout. Availability is a cached `WORKER --probe` run.
 //
 // Sharp edges:
-//  - The runner does not yet pass its options to backends: the timing policy,
-//    --no-backward, --no-timing and --no-determinism reach a peer only through
-//    set_context() / set_default_run_context() (defaults: TimingPolicy{}, all on).
-//  - Every request starts a fresh interpreter (import torch, CUDA context, and for
-//    torch-flex a torch.compile): seconds of overhead per case, reported in extra().
+//  - The runner passes its options through Backend::configure (set_context());
+//    without it a peer uses set_default_run_context() (TimingPolicy{}, all on).
+//  - A worker whose probe says "serve": true (the PyTorch worker) runs once per
+//    launch setup and process (`WORKER --serve`, serve_request()): torch is
+//    imported and the CUDA context made once per run, not per case. Workers
+//    without it (and ATTNBENCH_PEER_SERVE=0) start one process per request.
 //  - Inputs travel as float64 .npy files: 4 tensors of B*H*S*D*8 bytes each way.
 #pragma once
 
@@ -77,6 +79,11 @@ struct LaunchConfig {
   double kill_grace_s = 5;     ///< SIGTERM -> SIGKILL delay when a timeout kills the group
   std::string work_root;       ///< parent of work dirs: $ATTNBENCH_PEER_WORKDIR, else the system temp dir
   bool keep_work_dir = false;  ///< keep work dirs (also $ATTNBENCH_PEER_KEEP=1), for debugging
+  /// Persistent worker (docs/peers.md "Persistent workers"): when the probe says
+  /// "serve": true, requests go to one `WORKER --serve` process per launch setup
+  /// instead of a process each. -1: $ATTNBENCH_PEER_SERVE ("0" turns it off;
+  /// default on), 0: off, 1: on.
+  int serve = -1;
 };
 
 /// `cfg` with every empty field filled from the environment and the defaults above.
@@ -90,6 +97,11 @@ struct RunContext {
   bool timing = true;        ///< time the passes at all
   bool determinism = true;   ///< run twice and compare bitwise
   int device = 0;            ///< CUDA device index
+  /// request timing.hold_stream: hold the stream while the worker enqueues a pass,
+  /// so samples are GPU time (docs/peers.md). prepare() turns it off when
+  /// $ATTNBENCH_PEER_HOLD_STREAM is "0" (host enqueue time inside the samples, as
+  /// triton.testing.do_bench measures).
+  bool hold_stream = true;
 };
 
 /// Process-wide context used by peer backends without their own (set_context()).
@@ -114,8 +126,34 @@ ProcessResult run_process(const std::vector<std::string>& argv,
                           const std::vector<std::pair<std::string, std::string>>& env, double timeout_s,
                           double kill_grace_s, const std::string& stdout_path, const std::string& stderr_path);
 
-/// The last `max_chars` characters of a text file ("" if unreadable).
-std::string file_tail(const std::string& path, size_t max_chars = 4000);
+/// The last `max_chars` characters of a text file ("" if unreadable), reading only
+/// what follows byte `from` (a persistent worker's log since a request began).
+std::string file_tail(const std::string& path, size_t max_chars = 4000, size_t from = 0);
+
+/// The outcome of one request to a persistent worker (serve_request()).
+struct ServeOutcome {
+  ProcessResult process;    ///< launched / error / timed_out / signal / exit_code as for run_process; wall_s of
+                            ///< this request (worker start included when it started one)
+  bool answered = false;    ///< the worker answered the request (result.json is then written)
+  nlohmann::json reply;     ///< its answer line: {"request", "exit_code", "status", "restart", "served"}
+  int request_index = 0;    ///< 1 for the first request a worker process served
+  bool started = false;     ///< this request started the worker process
+  std::string stderr_path;  ///< the worker's stderr log
+  size_t stderr_offset = 0; ///< size of that log when the request was sent
+};
+
+/// Send `request_path` (absolute) to the persistent `PYTHON WORKER --serve` of
+/// launch setup `c` (started on first use; one per python, worker and env) and wait
+/// up to c.timeout_s for its answer. A worker past the timeout is killed with its
+/// process group (timed_out); one that dies or answers `restart: true` is
+/// replaced by a fresh process on the next request. Never throws for worker
+/// failures; throws std::runtime_error when the log directory cannot be made.
+ServeOutcome serve_request(const LaunchConfig& c, const std::string& request_path);
+/// Stop every persistent worker (EOF on its stdin, then its group is killed after
+/// kill_grace_s). Called at exit; tests call it to start afresh.
+void stop_serve_workers();
+/// Number of persistent worker processes alive now.
+size_t serve_workers_alive();
 
 /// request.json for `peer` and `p` (docs/peers.md): protocol, peer, problem and
 /// input file names, backward, passes ([] without timing; ["fwd"] without

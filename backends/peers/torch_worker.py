@@ -22,6 +22,9 @@ Peers (one attnbench backend each):
   torch-varlen          torch.nn.attention.varlen.varlen_attn on packed sequences
 
 Other modes:
+  --serve                     persistent: one request.json path per stdin line, one
+                              JSON answer line per request on stdout (docs/peers.md
+                              "Persistent workers"); exits at EOF
   --probe                     availability as one JSON line (exit 0 usable, 1 not)
   --self-test [--peers a,b] [--quick] [--keep]
                               every peer on tiny problems against float64 (exit 0 = ok)
@@ -453,8 +456,9 @@ class TorchMask:
     """The problem's mask as torch integer ops. mask_mod is a plain closure (what
     torch.compile traces best) that serves as a FlexAttention mask_mod (0-d index
     tensors under vmap) and, with broadcast index tensors, builds dense boolean
-    masks. Indices are clamped before gathers so that out-of-range positions of
-    tail blocks never read outside the captured tables."""
+    masks. When a length is not a multiple of BLOCK, indices are clamped before
+    gathers so that out-of-range positions of tail blocks never read outside the
+    captured tables."""
 
     def __init__(self, p, T):
         torch = T.torch
@@ -471,6 +475,11 @@ class TorchMask:
         upper_tl, upper_br, lower_br, prefix = p.upper_tl, p.upper_br, p.lower_br, p.prefix_len
         static_off = p.seq_k - p.seq_q
         last_q, last_k = p.seq_q - 1, p.seq_k - 1
+        # FlexAttention evaluates mask_mod on whole 128-blocks, so indices reach past
+        # the last row only when a length is not a multiple of BLOCK; the clamps cost
+        # 10% of the packed Llama-3-8B forward and 13% of forward+backward on an H100
+        # (ci/flex_variants.py), so they are left out where they cannot matter.
+        clamp = p.seq_q % BLOCK != 0 or p.seq_k % BLOCK != 0
 
         def mask_mod(b, h, q_idx, kv_idx):
             conds = []
@@ -491,8 +500,8 @@ class TorchMask:
             if prefix is not None:
                 conds.append((kv_idx < prefix) | (kv_idx <= q_idx))
             if doc is not None or keep is not None:
-                qc = q_idx.clamp(0, last_q)
-                kc = kv_idx.clamp(0, last_k)
+                qc = q_idx.clamp(0, last_q) if clamp else q_idx
+                kc = kv_idx.clamp(0, last_k) if clamp else kv_idx
                 if doc is not None:
                     di = doc[b, qc]
                     dj = doc[b, kc]
@@ -813,6 +822,7 @@ class FlexPeer(Peer):
         if self.bias is not None:
             self.leaves.append(self.bias)
         self.score_mod = score_mod
+        _raise_recompile_limit()
         self.fn = torch.compile(fa.flex_attention, dynamic=False)
         params = _parameters(fa.flex_attention)
         self.kwargs = {"score_mod": score_mod, "block_mask": self.block_mask, "scale": p.scale}
@@ -1181,6 +1191,9 @@ def _save_outputs(T, req_dir, res, want_grads):
     return files
 
 
+LAST_STATUS = {"status": None}  # status of the last run_request (serve mode answers with it)
+
+
 def run_request(req_path):
     """Run one request and write result.json next to it. Returns the exit code."""
     req_path = os.path.abspath(req_path)
@@ -1300,6 +1313,7 @@ def run_request(req_path):
             except Exception as e:  # noqa: BLE001
                 notes.append(f"CUDA synchronize after the request failed: {type(e).__name__}: {e}")
         result["worker_wall_s"] = time.perf_counter() - t_start
+        LAST_STATUS["status"] = result["status"]
         result["notes"] = list(dict.fromkeys(notes))
         try:
             _write_json_atomic(result_path, result)
@@ -1311,12 +1325,87 @@ def run_request(req_path):
     return code
 
 
+# --------------------------------------------------------------------------- serve
+
+
+def _between_requests():
+    """Leave the process as a fresh one would be for the next request, except for
+    what is worth keeping (imported modules, the CUDA context, compiled kernels):
+    free Python garbage and the CUDA caching allocator's unused blocks, so the
+    idle worker holds no memory that attnbench's own backends could use."""
+    import gc
+    gc.collect()
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    initialized = getattr(cuda, "is_initialized", None)
+    if callable(initialized) and initialized():
+        torch = sys.modules["torch"]
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _raise_recompile_limit():
+    """torch.compile keeps a bounded number of specialisations per function (8 by
+    default) and falls back to eager execution beyond it; a persistent worker that
+    serves many shapes must not silently time eager flex_attention."""
+    cfg = getattr(getattr(sys.modules.get("torch"), "_dynamo", None), "config", None)
+    if cfg is None:
+        return
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                 "accumulated_cache_size_limit"):
+        if hasattr(cfg, name):
+            with contextlib.suppress(Exception):
+                setattr(cfg, name, max(int(getattr(cfg, name)), 4096))
+
+
+def serve(stdin=None):
+    """Persistent mode: read one request.json path per line, run it (run_request),
+    answer one JSON line {"request", "exit_code", "status", "restart", "served"} on
+    the original stdout, which carries nothing else (anything printed goes to
+    stderr). After a request whose status is error the worker answers with
+    restart: true and exits, so a CUDA error cannot poison the next request.
+    Returns 0 at EOF."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # C-level and Python prints of libraries go to stderr from now on
+    sys.stdout = sys.stderr
+    stdin = stdin or sys.stdin
+    served = 0
+    while True:
+        line = stdin.readline()
+        if not line:
+            return 0
+        path = line.strip()
+        if not path:
+            continue
+        LAST_STATUS["status"] = None
+        try:
+            code = run_request(path)
+        except BaseException as e:  # noqa: BLE001 - run_request catches everything else
+            print(f"torch_worker --serve: {type(e).__name__}: {e}", file=sys.stderr)
+            code = 3
+        served += 1
+        status = LAST_STATUS["status"]
+        restart = status == "error" or code not in (0,)
+        if not restart:
+            try:
+                _between_requests()
+            except Exception as e:  # noqa: BLE001 - a broken CUDA context: start afresh
+                print(f"torch_worker --serve: cleanup failed ({type(e).__name__}: {e}); restarting",
+                      file=sys.stderr)
+                restart = True
+        proto.write(json.dumps({"request": path, "exit_code": code, "status": status, "restart": restart,
+                                "served": served}) + "\n")
+        proto.flush()
+        if restart:
+            return 0
+
+
 # --------------------------------------------------------------------------- probe
 
 
 def probe():
     """Availability of every peer on this machine. Returns (ok, report dict)."""
-    rep = {"protocol": PROTOCOL, "ok": False, "reason": "", "peers": {}, "versions": {"python": platform.python_version()}}
+    rep = {"protocol": PROTOCOL, "ok": False, "reason": "", "serve": True, "peers": {},
+           "versions": {"python": platform.python_version()}}
     try:
         T = _Torch(0)
     except Unsupported as e:
@@ -1644,6 +1733,8 @@ def main(argv=None):
                                              "(protocol: docs/peers.md)")
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--request", metavar="REQUEST_JSON", help="run one request (writes result.json next to it)")
+    g.add_argument("--serve", action="store_true",
+                   help="persistent: request.json paths on stdin, one JSON answer line each on stdout")
     g.add_argument("--probe", action="store_true", help="print availability as JSON; exit 0 if usable")
     g.add_argument("--self-test", action="store_true", help="check every peer against float64 on tiny problems")
     g.add_argument("--dump-mask", nargs="+", metavar="PROBLEM_JSON",
@@ -1661,6 +1752,8 @@ def main(argv=None):
                 print(f"torch_worker: no such directory for {args.request}", file=sys.stderr)
                 return 2
             return run_request(args.request)
+        if args.serve:
+            return serve()
         if args.probe:
             ok, rep = probe()
             print(json.dumps(rep))
