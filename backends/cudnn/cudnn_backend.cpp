@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <variant>
 
@@ -88,6 +89,12 @@ class Instance final : public CudnnInstanceApi {
         auto rt = std::make_unique<PartRuntime>();
         rt->fwd = get_plan(gp.fwd, &rt->fwd_hit);
         rt->bwd = get_plan(gp.bwd, &rt->bwd_hit);
+        rt->fwd_plan = rt->fwd->plan.get();
+        rt->bwd_plan = rt->bwd->plan.get();
+        if (env_.autotune) {
+          rt->fwd_variants = knob_variants(*rt->fwd);
+          rt->bwd_variants = knob_variants(*rt->bwd);
+        }
         parts_.push_back(std::move(rt));
       }
     }
@@ -163,6 +170,8 @@ class Instance final : public CudnnInstanceApi {
       rt.bwd_pack = make_variant_pack(*rt.bwd, ptrs, workspace_.data());
     }
     ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
+    if (env_.autotune)
+      for (auto& part : parts_) autotune(*part);
   }
 
   ~Instance() override {
@@ -172,7 +181,7 @@ class Instance final : public CudnnInstanceApi {
   void forward() override {
     if (plan_.has_graph) {
       ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
-      for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->fwd->plan.get(), rt->fwd_pack.get()));
+      for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->fwd_plan, rt->fwd_pack.get()));
     }
     zero_rows(o_.data(), 2, dead_q_.as<int64_t>(), static_cast<int64_t>(plan_.dead_q.unit.size()),
               plan_.dead_q.heads, plan_.dead_q.head_stride, p_.head_dim_v, stream_);
@@ -188,7 +197,7 @@ class Instance final : public CudnnInstanceApi {
       ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
       if (env_.version < 90600 && !dq_accum_.empty())  // cuDNN < 9.6 expects a zeroed dQ accumulator
         ATTNBENCH_CHECK(cudaMemsetAsync(dq_accum_.data(), 0, dq_accum_.bytes(), stream_));
-      for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->bwd->plan.get(), rt->bwd_pack.get()));
+      for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->bwd_plan, rt->bwd_pack.get()));
     }
     const auto nq = static_cast<int64_t>(plan_.dead_q.unit.size());
     const auto nk = static_cast<int64_t>(plan_.dead_k.unit.size());
@@ -264,6 +273,22 @@ class Instance final : public CudnnInstanceApi {
       for (const auto& rt : parts_) all.push_back({{"forward", graph(rt->fwd)}, {"backward", graph(rt->bwd)}});
       j["parts"] = std::move(all);
     }
+    if (!parts_.empty()) {
+      auto knobs = [](const std::shared_ptr<const BuiltGraph>& g) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const KnobInfo& k : g->knobs)
+          a.push_back({{"knob", knob_name(k.type)}, {"min", k.min}, {"max", k.max}, {"stride", k.stride},
+                       {"chosen", k.chosen}});
+        return a;
+      };
+      j["forward"]["knobs"] = knobs(parts_.front()->fwd);
+      j["backward"]["knobs"] = knobs(parts_.front()->bwd);
+    }
+    if (env_.autotune) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const auto& rt : parts_) all.push_back(rt->tuning);
+      j["autotune"] = std::move(all);
+    }
     j["fixup_rows"] = {{"dead_query_rows", plan_.dead_q.unit.size()}, {"unattended_key_rows", plan_.dead_k.unit.size()}};
     j["notes"] = plan_.notes;
     return j;
@@ -278,7 +303,11 @@ class Instance final : public CudnnInstanceApi {
   }
   int64_t plan_workspace_bytes() const override {
     int64_t ws = 0;
-    for (const auto& rt : parts_) ws = std::max({ws, rt->fwd->workspace_bytes, rt->bwd->workspace_bytes});
+    for (const auto& rt : parts_) {
+      ws = std::max({ws, rt->fwd->workspace_bytes, rt->bwd->workspace_bytes});
+      for (const auto* vs : {&rt->fwd_variants, &rt->bwd_variants})
+        for (const PlanVariant& v : *vs) ws = std::max(ws, v.workspace_bytes);
+    }
     return ws;
   }
   bool guards_intact() const override {
@@ -294,7 +323,69 @@ class Instance final : public CudnnInstanceApi {
     bool fwd_hit = false, bwd_hit = false;
     DeviceBuffer seq_q, seq_kv, rag_q, rag_k, rag_v, rag_o, rag_stats;
     Descriptor fwd_pack, bwd_pack;
+    cudnnBackendDescriptor_t fwd_plan = nullptr, bwd_plan = nullptr;  ///< executed: the graph's or a tuned variant
+    std::vector<PlanVariant> fwd_variants, bwd_variants;               ///< autotuning candidates (knob variants)
+    nlohmann::json tuning;                                             ///< autotuning table (extra()["autotune"])
   };
+
+  /// Median time (ms) of `plan` over 5 executions after 2 warm-ups, CUDA events on
+  /// the instance's stream; nullopt when cuDNN fails to execute it.
+  std::optional<double> time_plan(cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack) {
+    ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
+    for (int i = 0; i < 2; ++i)
+      if (cudnnBackendExecute(handle_, plan, pack) != CUDNN_STATUS_SUCCESS) {
+        ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
+        return std::nullopt;
+      }
+    cudaEvent_t a = nullptr, b = nullptr;
+    ATTNBENCH_CHECK(cudaEventCreate(&a));
+    ATTNBENCH_CHECK(cudaEventCreate(&b));
+    std::vector<double> ms;
+    for (int i = 0; i < 5; ++i) {
+      ATTNBENCH_CHECK(cudaEventRecord(a, stream_));
+      const cudnnStatus_t st = cudnnBackendExecute(handle_, plan, pack);
+      ATTNBENCH_CHECK(cudaEventRecord(b, stream_));
+      ATTNBENCH_CHECK(cudaEventSynchronize(b));
+      if (st != CUDNN_STATUS_SUCCESS) break;
+      float t = 0;
+      ATTNBENCH_CHECK(cudaEventElapsedTime(&t, a, b));
+      ms.push_back(t);
+    }
+    (void)cudaEventDestroy(a);
+    (void)cudaEventDestroy(b);
+    if (ms.size() < 5) return std::nullopt;
+    std::sort(ms.begin(), ms.end());
+    return ms[2];
+  }
+
+  /// ATTNBENCH_CUDNN_AUTOTUNE=1: time the heuristics' plan and every knob variant
+  /// of both graphs of `rt` with this instance's buffers (hot L2, outside every
+  /// timed pass) and execute the fastest from now on. The outputs the tuning
+  /// writes are overwritten by the runner's passes.
+  void autotune(PartRuntime& rt) {
+    auto pick = [&](const char* which, const BuiltGraph& g, std::vector<PlanVariant>& vars,
+                    cudnnBackendDescriptor_t pack, cudnnBackendDescriptor_t& chosen) {
+      nlohmann::json table = nlohmann::json::array();
+      std::optional<double> best = time_plan(g.plan.get(), pack);
+      table.push_back({{"plan", "heuristics"}, {"ms", best ? nlohmann::json(*best) : nlohmann::json(nullptr)}});
+      std::string best_label = "heuristics";
+      for (PlanVariant& v : vars) {
+        const std::optional<double> t = time_plan(v.plan.get(), pack);
+        table.push_back({{"plan", v.label}, {"ms", t ? nlohmann::json(*t) : nlohmann::json(nullptr)}});
+        if (t && (!best || *t < *best)) {
+          best = t;
+          best_label = v.label;
+          chosen = v.plan.get();
+        }
+      }
+      rt.tuning[which] = {{"chosen", best_label}, {"candidates", std::move(table)}};
+    };
+    pick("forward", *rt.fwd, rt.fwd_variants, rt.fwd_pack.get(), rt.fwd_plan);
+    // the backward reads O and Stats of a forward
+    ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt.fwd_plan, rt.fwd_pack.get()));
+    pick("backward", *rt.bwd, rt.bwd_variants, rt.bwd_pack.get(), rt.bwd_plan);
+    ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   std::vector<const DeviceBuffer*> buffers() const {
     std::vector<const DeviceBuffer*> all = {&q_,     &k_,     &v_,       &o_,     &do_,        &dq_,
@@ -378,6 +469,8 @@ Env current_env() {
   e.sm = major * 10 + minor;
   const char* split = std::getenv("ATTNBENCH_CUDNN_SPLIT");
   e.split_by_length = split && std::string(split) == "1";
+  const char* tune = std::getenv("ATTNBENCH_CUDNN_AUTOTUNE");
+  e.autotune = tune && std::string(tune) == "1";
   const char* fullhead = std::getenv("ATTNBENCH_CUDNN_FULLHEAD");
   e.fullhead_tokens = !(fullhead && std::string(fullhead) == "padded");
   if (const char* dq = std::getenv("ATTNBENCH_CUDNN_DQ_DIRECT"))

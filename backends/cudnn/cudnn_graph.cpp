@@ -7,6 +7,7 @@
 
 #if defined(ATTNBENCH_HAVE_CUDNN)
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -54,6 +55,16 @@ void finalize(cudnnBackendDescriptor_t d, const std::string& what) {
   } catch (const device::DeviceError& e) {
     throw device::DeviceError("cuDNN graph: finalizing " + what + " failed: " + e.what());
   }
+}
+
+/// A finalized engine descriptor: engine `index` of operation graph `graph`.
+Descriptor make_engine(cudnnBackendDescriptor_t graph, int64_t index) {
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
+  set_attr(engine.get(), ATTNBENCH_ATTR(CUDNN_ATTR_ENGINE_OPERATION_GRAPH), CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph,
+           "engine");
+  set_attr(engine.get(), ATTNBENCH_ATTR(CUDNN_ATTR_ENGINE_GLOBAL_INDEX), CUDNN_TYPE_INT64, 1, &index, "engine");
+  finalize(engine.get(), "engine " + std::to_string(index));
+  return engine;
 }
 
 cudnnDataType_t io_type(DType t) { return t == DType::fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16; }
@@ -353,6 +364,8 @@ class Builder {
         out_.heuristic_rank = static_cast<int>(i);
         out_.heuristic_mode = mode_name;
         out_.engine_index = engine_index(cfg);
+        out_.knobs = read_knobs(graph.get(), cfg, out_.engine_index);
+        out_.op_graph = graph.get();
         out_.plan = std::move(plan);
         out_.keep.push_back(std::move(cfgs[static_cast<size_t>(i)]));
         out_.keep.push_back(std::move(heur));
@@ -384,6 +397,68 @@ class Builder {
     if (desc.get()) out_.keep.push_back(std::move(desc));
     out_.keep.push_back(std::move(op));
   }
+  /// The knobs of engine `index` on `graph` and the values `cfg` chose; empty on any
+  /// failure (knob information is informative, never required).
+  static std::vector<KnobInfo> read_knobs(cudnnBackendDescriptor_t graph, cudnnBackendDescriptor_t cfg,
+                                          int64_t index) {
+    std::vector<KnobInfo> out;
+    if (index < 0) return out;
+    try {
+      Descriptor engine = make_engine(graph, index);
+      std::vector<Descriptor> infos;
+      std::vector<cudnnBackendDescriptor_t> raw;
+      for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+        infos.emplace_back(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, "knob info");
+        raw.push_back(infos.back().get());
+      }
+      int64_t n = 0;
+      if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                   CUDNN_KNOB_TYPE_COUNTS, &n, raw.data()) != CUDNN_STATUS_SUCCESS)
+        return {};
+      for (int64_t i = 0; i < n; ++i) {
+        KnobInfo k;
+        cudnnBackendKnobType_t t{};
+        int64_t c = 0;
+        if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &c, &t) !=
+                CUDNN_STATUS_SUCCESS ||
+            cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &c, &k.max) !=
+                CUDNN_STATUS_SUCCESS ||
+            cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &c, &k.min) !=
+                CUDNN_STATUS_SUCCESS ||
+            cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &c, &k.stride) !=
+                CUDNN_STATUS_SUCCESS)
+          return {};
+        k.type = static_cast<int64_t>(t);
+        out.push_back(k);
+      }
+      // The heuristics' choices.
+      std::vector<Descriptor> choices;
+      std::vector<cudnnBackendDescriptor_t> craw;
+      for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+        choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
+        craw.push_back(choices.back().get());
+      }
+      int64_t nc = 0;
+      if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                   CUDNN_KNOB_TYPE_COUNTS, &nc, craw.data()) == CUDNN_STATUS_SUCCESS) {
+        for (int64_t i = 0; i < nc; ++i) {
+          cudnnBackendKnobType_t t{};
+          int64_t v = 0, c = 0;
+          if (cudnnBackendGetAttribute(craw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &c, &t) !=
+                  CUDNN_STATUS_SUCCESS ||
+              cudnnBackendGetAttribute(craw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &c, &v) !=
+                  CUDNN_STATUS_SUCCESS)
+            continue;
+          for (auto& k : out)
+            if (k.type == static_cast<int64_t>(t)) k.chosen = v;
+        }
+      }
+    } catch (const std::exception&) {
+      return {};
+    }
+    return out;
+  }
+
   static int64_t engine_index(cudnnBackendDescriptor_t cfg) {
     try {
       Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
@@ -739,6 +814,95 @@ std::shared_ptr<const BuiltGraph> get_plan(const GraphSpec& spec, bool* cache_hi
 size_t plan_cache_size() {
   std::lock_guard<std::mutex> lock(cache_mutex());
   return cache().size();
+}
+
+std::string knob_name(int64_t type) {
+  switch (type) {
+    case CUDNN_KNOB_TYPE_SWIZZLE: return "SWIZZLE";
+    case CUDNN_KNOB_TYPE_TILE_SIZE: return "TILE_SIZE";
+    case CUDNN_KNOB_TYPE_EDGE: return "EDGE";
+    case CUDNN_KNOB_TYPE_MULTIPLY: return "MULTIPLY";
+    case CUDNN_KNOB_TYPE_SPLIT_K_BUF: return "SPLIT_K_BUF";
+    case CUDNN_KNOB_TYPE_TILEK: return "TILEK";
+    case CUDNN_KNOB_TYPE_STAGES: return "STAGES";
+    case CUDNN_KNOB_TYPE_REDUCTION_MODE: return "REDUCTION_MODE";
+    case CUDNN_KNOB_TYPE_SPLIT_K_SLC: return "SPLIT_K_SLC";
+    case CUDNN_KNOB_TYPE_IDX_MODE: return "IDX_MODE";
+    case CUDNN_KNOB_TYPE_SPECFILT: return "SPECFILT";
+    case CUDNN_KNOB_TYPE_KERNEL_CFG: return "KERNEL_CFG";
+    case CUDNN_KNOB_TYPE_WORKSPACE: return "WORKSPACE";
+    case CUDNN_KNOB_TYPE_TILE_CGA_M: return "TILE_CGA_M";
+    case CUDNN_KNOB_TYPE_TILE_CGA_N: return "TILE_CGA_N";
+    case CUDNN_KNOB_TYPE_BLOCK_SIZE: return "BLOCK_SIZE";
+    case CUDNN_KNOB_TYPE_OCCUPANCY: return "OCCUPANCY";
+    case CUDNN_KNOB_TYPE_ARRAY_SIZE_PER_THREAD: return "ARRAY_SIZE_PER_THREAD";
+    case CUDNN_KNOB_TYPE_SPLIT_COLS: return "SPLIT_COLS";
+    case CUDNN_KNOB_TYPE_TILE_ROWS: return "TILE_ROWS";
+    case CUDNN_KNOB_TYPE_TILE_COLS: return "TILE_COLS";
+    case CUDNN_KNOB_TYPE_LOAD_SIZE: return "LOAD_SIZE";
+    case CUDNN_KNOB_TYPE_CTA_COUNT: return "CTA_COUNT";
+    case CUDNN_KNOB_TYPE_STREAM_K: return "STREAM_K";
+    case CUDNN_KNOB_TYPE_SPLIT_P_SLC: return "SPLIT_P_SLC";
+    case CUDNN_KNOB_TYPE_TILE_M: return "TILE_M";
+    case CUDNN_KNOB_TYPE_TILE_N: return "TILE_N";
+    case CUDNN_KNOB_TYPE_WARP_SPEC_CFG: return "WARP_SPEC_CFG";
+    case CUDNN_KNOB_TYPE_SWAP_AB: return "SWAP_AB";
+    default: return "KNOB_" + std::to_string(type);
+  }
+}
+
+std::vector<PlanVariant> knob_variants(const BuiltGraph& g, int max_per_knob, int max_total) {
+  std::vector<PlanVariant> out;
+  if (!g.op_graph || g.engine_index < 0 || g.knobs.empty()) return out;
+  for (size_t which = 0; which < g.knobs.size(); ++which) {
+    const KnobInfo& k = g.knobs[which];
+    const int64_t step = std::max<int64_t>(1, k.stride);
+    int tried = 0;
+    for (int64_t v = k.min; v <= k.max && tried < max_per_knob; v += step) {
+      if (v == k.chosen) continue;
+      if (static_cast<int>(out.size()) >= max_total) return out;
+      ++tried;
+      try {
+        PlanVariant pv;
+        pv.label = knob_name(k.type) + "=" + std::to_string(v);
+        Descriptor engine = make_engine(g.op_graph, g.engine_index);
+        std::vector<cudnnBackendDescriptor_t> raw;
+        for (size_t j = 0; j < g.knobs.size(); ++j) {
+          const int64_t value = j == which ? v : g.knobs[j].chosen;
+          if (value < 0) continue;  // the heuristics left it to the engine's default
+          Descriptor c(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
+          const auto t = static_cast<cudnnBackendKnobType_t>(g.knobs[j].type);
+          set_attr(c.get(), ATTNBENCH_ATTR(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE), CUDNN_TYPE_KNOB_TYPE, 1, &t, pv.label);
+          set_attr(c.get(), ATTNBENCH_ATTR(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE), CUDNN_TYPE_INT64, 1, &value, pv.label);
+          finalize(c.get(), "knob choice " + pv.label);
+          raw.push_back(c.get());
+          pv.keep.push_back(std::move(c));
+        }
+        Descriptor cfg(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
+        cudnnBackendDescriptor_t e = engine.get();
+        set_attr(cfg.get(), ATTNBENCH_ATTR(CUDNN_ATTR_ENGINECFG_ENGINE), CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e, pv.label);
+        if (!raw.empty())
+          set_attr(cfg.get(), ATTNBENCH_ATTR(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES), CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                   static_cast<int64_t>(raw.size()), raw.data(), pv.label);
+        finalize(cfg.get(), "engine config " + pv.label);
+        Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
+        cudnnBackendDescriptor_t cd = cfg.get();
+        set_attr(plan.get(), ATTNBENCH_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                 &cd, pv.label);
+        if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) continue;  // not a valid combination
+        int64_t n = 0;
+        ATTNBENCH_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                 CUDNN_TYPE_INT64, 1, &n, &pv.workspace_bytes));
+        pv.plan = std::move(plan);
+        pv.keep.push_back(std::move(engine));
+        pv.keep.push_back(std::move(cfg));
+        out.push_back(std::move(pv));
+      } catch (const std::exception&) {
+        continue;  // refused: skip this value
+      }
+    }
+  }
+  return out;
 }
 
 Descriptor make_variant_pack(const BuiltGraph& g, const std::map<int64_t, void*>& device_ptrs, void* workspace) {

@@ -104,6 +104,22 @@ class Descriptor {
   cudnnBackendDescriptor_t d_ = nullptr;
 };
 
+/// One tunable knob of an engine (CUDNN_ATTR_ENGINE_KNOB_INFO) and the value the
+/// heuristics' engine config chose for it (-1 when it set none).
+struct KnobInfo {
+  int64_t type = 0;  ///< cudnnBackendKnobType_t, e.g. 40 = CUDNN_KNOB_TYPE_TILE_M
+  int64_t min = 0, max = 0, stride = 1;
+  int64_t chosen = -1;
+};
+
+/// A finalized execution plan of the same graph and engine with other knob values.
+struct PlanVariant {
+  std::string label;          ///< "TILE_M=3" (knob name = value); "heuristics" for the chosen config
+  Descriptor plan;
+  int64_t workspace_bytes = 0;
+  std::vector<Descriptor> keep;  ///< engine, knob choices and config the plan refers to
+};
+
 /// A finalized execution plan and what executing it needs.
 struct BuiltGraph {
   std::vector<Descriptor> keep;  ///< every descriptor the plan refers to (tensors, ops, graph, config)
@@ -123,7 +139,19 @@ struct BuiltGraph {
   int ops = 0;                   ///< operations in the graph
   double build_ms = 0.0;         ///< wall time of descriptor construction + heuristics + plan finalize
   std::string description;       ///< GraphSpec::describe()
+  std::vector<KnobInfo> knobs;    ///< knobs of the chosen engine (empty if it has none or they cannot be read)
+  cudnnBackendDescriptor_t op_graph = nullptr;  ///< the finalized operation graph (owned by keep)
 };
+
+/// Short name of a knob type ("TILE_M", "KERNEL_CFG"; "KNOB_<n>" for others).
+std::string knob_name(int64_t type);
+
+/// Plans of g's engine with one knob moved away from the heuristics' choice, for
+/// every knob and every value in [min, max] by stride (at most `max_per_knob` values
+/// per knob, `max_total` plans). Configurations cuDNN refuses are skipped. Used by
+/// the cudnn backend's autotuning (ATTNBENCH_CUDNN_AUTOTUNE=1), the way
+/// cudnn-frontend's autotune times several plans of one graph.
+std::vector<PlanVariant> knob_variants(const BuiltGraph& g, int max_per_knob = 64, int max_total = 128);
 
 /// Process-wide cuDNN handle of CUDA device `device`, created on first use and
 /// intentionally never destroyed (plans in the cache refer to it).

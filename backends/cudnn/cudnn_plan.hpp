@@ -61,6 +61,10 @@ struct Env {
   /// Largest dP workspace dq_direct may ask for. current_env():
   /// ATTNBENCH_CUDNN_DP_WORKSPACE_LIMIT (bytes; default 4 GiB).
   int64_t dp_workspace_limit = int64_t{4} << 30;
+  /// Time the heuristics' plan and every knob variant of each graph once per
+  /// instance and run the fastest (cudnn_graph.hpp knob_variants()).
+  /// current_env(): ATTNBENCH_CUDNN_AUTOTUNE=1 (default off).
+  bool autotune = false;
 };
 
 /// cuDNN's diagonal alignment of the band mask.

@@ -256,6 +256,48 @@ TEST_CASE("cudnn: length classes (several graphs per pass) and one graph agree w
   unsetenv("ATTNBENCH_CUDNN_SPLIT");
 }
 
+TEST_CASE("cudnn: ragged backward forms and autotuning agree with the reference") {
+  // GQA 8:2 documents: the default backward is fullhead-thd + dq-direct; the older
+  // forms stay reachable through the environment and must stay correct too.
+  const std::vector<std::vector<int64_t>> docs = {{20, 300, 33, 128, 129}, {300, 77, 1, 64, 45}};
+  const Problem p = with_causal(with_documents(make_problem(2, 8, 2, 700, 700, 128, DType::bf16), docs),
+                                CausalAlign::bottom_right);
+  struct Form {
+    const char* name;
+    const char* value;
+    const char* graph_has;      // expected in the backward graph description
+    const char* graph_lacks;
+  };
+  const Form forms[] = {{"ATTNBENCH_CUDNN_FULLHEAD", "", "fullhead-thd dq-direct", nullptr},
+                        {"ATTNBENCH_CUDNN_FULLHEAD", "padded", "dq-direct", "fullhead-thd"},
+                        {"ATTNBENCH_CUDNN_DQ_DIRECT", "0", "fullhead-thd", "dq-direct"},
+                        {"ATTNBENCH_CUDNN_AUTOTUNE", "1", "fullhead-thd dq-direct", nullptr}};
+  for (const Form& f : forms) {
+    INFO(f.name << "=" << f.value);
+    REQUIRE(setenv(f.name, f.value, 1) == 0);
+    run_and_check(p);
+    CudnnBackend be;
+    auto inst = be.prepare(p, make_inputs(p));
+    const auto ex = inst->extra();
+    const std::string g = ex["backward"]["graph"].get<std::string>();
+    CHECK_MESSAGE(g.find(f.graph_has) != std::string::npos, g);
+    if (f.graph_lacks) CHECK_MESSAGE(g.find(f.graph_lacks) == std::string::npos, g);
+    if (std::string(f.name) == "ATTNBENCH_CUDNN_AUTOTUNE") {
+      REQUIRE(ex.contains("autotune"));
+      for (const char* pass : {"forward", "backward"}) {
+        const auto& t = ex["autotune"][0][pass];
+        CHECK_FALSE(t["chosen"].get<std::string>().empty());
+        REQUIRE(t["candidates"].size() >= 1);
+        CHECK(t["candidates"][0]["plan"] == "heuristics");
+        CHECK(t["candidates"][0]["ms"].get<double>() > 0);
+      }
+      MESSAGE("autotune: " << ex["autotune"].dump());
+      MESSAGE("knobs: fwd " << ex["forward"]["knobs"].dump() << " bwd " << ex["backward"]["knobs"].dump());
+    }
+    unsetenv(f.name);
+  }
+}
+
 TEST_CASE("cudnn: score mods softcap and alibi") {
   Problem soft = make_problem(2, 4, 4, 257, 257, 64, DType::bf16);
   soft.score_mod.kind = ScoreMod::Kind::softcap;
