@@ -16,6 +16,8 @@
 #           ci/flex_variants.py on a kept torch-flex work dir (layout x mask_mod)
 #   forms   cudnn: the default graphs (checked) against dQ through the accumulator,
 #           length classes, and dQ direct on the dense rows (timing only)
+#   tune    cudnn with ATTNBENCH_CUDNN_AUTOTUNE=1 on the packed and dense rows: the
+#           engine's knobs, every candidate's time and the chosen plans
 #   peers   scenarios/peers_h100.json (the peers file's workloads as it measured
 #           them) with cudnn and every PyTorch peer; ci/peers_table.py table
 #   default scenarios/default.json with every backend, timed (the quick start's job)
@@ -125,6 +127,29 @@ if [[ $what == forms ]]; then
     env $envs "$AB" run scenarios/dense_sweep.json --cases "${DENSE_CASES:-B16-S1024_D128_causal|B4-S4096_D128_(causal|full)|B1-S16384_D128_causal}" \
       --backends cudnn --check off --no-determinism --out "$OUT/forms_dense_$name" >"$OUT/forms_dense_$name.log" 2>&1 || status=1
     echo "== dense $name ($envs)"; tail -n 8 "$OUT/forms_dense_$name.log"
+  done
+fi
+if [[ $what == tune ]]; then
+  ATTNBENCH_CUDNN_AUTOTUNE=1 "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
+    --backends cudnn --out "$OUT/tune_packed" >"$OUT/tune_packed.log" 2>&1 || status=1
+  ATTNBENCH_CUDNN_AUTOTUNE=1 "$AB" run scenarios/dense_sweep.json --cases "${DENSE_CASES:-B16-S1024_D128_causal|B4-S4096_D128_(causal|full)|B1-S16384_D128_causal}" \
+    --backends cudnn --check off --no-determinism --out "$OUT/tune_dense" >"$OUT/tune_dense.log" 2>&1 || status=1
+  for r in tune_packed tune_dense; do
+    python3 - "$OUT/$r/report.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    t = r.get("timing") or {}
+    ms = {k: round(v["median_ms"], 4) for k, v in t.items() if isinstance(v, dict) and "median_ms" in v}
+    b = (r.get("extra") or {}).get("backend") or {}
+    print(r["case_id"], r["status"], ms)
+    print("  knobs fwd", json.dumps((b.get("forward") or {}).get("knobs")), "bwd", json.dumps((b.get("backward") or {}).get("knobs")))
+    for part in b.get("autotune") or []:
+        for pas in ("forward", "backward"):
+            c = part.get(pas) or {}
+            cands = sorted((x for x in c.get("candidates", []) if x.get("ms")), key=lambda x: x["ms"])
+            print(f"  {pas}: chosen {c.get('chosen')}; " + ", ".join(f"{x['plan']} {x['ms']:.4f}" for x in cands[:8]),
+                  f"({len(c.get('candidates', []))} candidates)")
+PY
   done
 fi
 if [[ $what == peers ]]; then

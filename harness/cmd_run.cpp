@@ -33,12 +33,13 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_flag("--no-timing", args->no_timing, "check only, do not time");
   cmd->add_flag("--no-backward", args->no_backward, "forward pass only");
   cmd->add_flag("--no-determinism", args->no_determinism, "skip the run-twice bitwise comparison");
-  cmd->add_option("--max-seconds", args->max_seconds, "time cap per (case, backend, pass)")->capture_default_str();
+  cmd->add_option("--max-seconds", args->max_seconds, "time cap per (case, backend, pass); default: the scenario's timing.max_seconds, else 2")->capture_default_str();
   cmd->add_option("--rel-stddev", args->rel_stddev, "stop sampling at this relative stddev")->capture_default_str();
   cmd->add_option("--min-samples", args->min_samples, "minimum timing samples")->capture_default_str();
   cmd->add_option("--device", args->device, "CUDA device index")->capture_default_str();
-  cmd->callback([args, &action] {
-    action = [args]() -> int {
+  cmd->callback([args, cmd, &action] {
+    const bool max_seconds_given = cmd->count("--max-seconds") > 0;
+    action = [args, max_seconds_given]() -> int {
       RunOptions o;
       std::string list = args->backends;
       size_t pos = 0;
@@ -66,6 +67,7 @@ void add_run_command(CLI::App& app, Action& action) {
       o.device = args->device;
       o.command_line = command_line();
       Scenario s = load_scenario(resolve_scenario_path(args->scenario), o.seed);
+      if (s.max_seconds && !max_seconds_given) o.policy.max_seconds = *s.max_seconds;
       RunSummary sum = run_scenario(s, o);
       std::printf("attnbench: %lld rows: %lld pass, %lld fail, %lld unsupported, %lld error, %lld oom\n",
                   static_cast<long long>(sum.rows), static_cast<long long>(sum.pass), static_cast<long long>(sum.fail),

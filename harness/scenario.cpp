@@ -702,6 +702,15 @@ Scenario scenario_from_json(const json& j, const std::string& file, std::optiona
   const std::string stem = file.empty() ? std::string("scenario") : std::filesystem::path(file).stem().string();
   s.name = j.contains("name") ? jsonu::get_string(j["name"], file, "/name") : stem;
   if (j.contains("description")) s.description = jsonu::get_string(j["description"], file, "/description");
+  if (j.contains("timing")) {
+    jsonu::require_object(j["timing"], file, "/timing");
+    jsonu::reject_unknown_keys(j["timing"], {"max_seconds"}, file, "/timing");
+    if (j["timing"].contains("max_seconds")) {
+      const double v = jsonu::get_number(j["timing"]["max_seconds"], file, "/timing/max_seconds");
+      if (!(v > 0)) throw InputError(file, "/timing/max_seconds", "expected a positive number of seconds, got " + show(j["timing"]["max_seconds"]));
+      s.max_seconds = v;
+    }
+  }
 
   Expander ex{file, seed_override, {}};
   if (!is_matrix(j)) {
@@ -709,6 +718,7 @@ Scenario scenario_from_json(const json& j, const std::string& file, std::optiona
     json p = j;
     p.erase("name");
     p.erase("description");
+    p.erase("timing");
     Case c;
     c.id = sanitize(s.name);
     c.problem = problem_from_json(p, file, "");
@@ -717,7 +727,7 @@ Scenario scenario_from_json(const json& j, const std::string& file, std::optiona
     return s;
   }
   if (j.contains("parts")) {
-    jsonu::reject_unknown_keys(j, {"name", "description", "base", "parts"}, file, "");
+    jsonu::reject_unknown_keys(j, {"name", "description", "timing", "base", "parts"}, file, "");
     json base = json::object();
     std::map<std::string, std::string> paths;
     if (j.contains("base")) {
@@ -743,7 +753,7 @@ Scenario scenario_from_json(const json& j, const std::string& file, std::optiona
       ex.expand(parts[i], pp, base, paths, name, name);
     }
   } else {
-    jsonu::reject_unknown_keys(j, {"name", "description", "base", "axes", "zip", "exclude"}, file, "");
+    jsonu::reject_unknown_keys(j, {"name", "description", "timing", "base", "axes", "zip", "exclude"}, file, "");
     ex.expand(j, "", json::object(), {}, "", sanitize(s.name));
   }
   if (ex.cases.empty()) throw InputError(file, "/exclude", "every case is excluded: the scenario is empty");

@@ -76,6 +76,10 @@ struct Scenario {
   std::string description;
   std::string file;    ///< path it was loaded from ("" if built in memory)
   std::vector<Case> cases;
+  /// "timing": {"max_seconds": x}: the scenario's default time cap per (case,
+  /// backend, pass) in seconds, used when the command line gives no
+  /// --max-seconds (small scenarios converge long before the 2 s default).
+  std::optional<double> max_seconds;
 };
 
 /// A model preset: head shape (and default mask / score mod where the model has one).

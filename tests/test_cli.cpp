@@ -207,3 +207,22 @@ TEST_CASE("list backends and list scenarios") {
   r = run("describe tiny", t, "ATTNBENCH_SCENARIOS_DIR='" + t.path.string() + "'");
   CHECK(r.code == 0);
 }
+
+TEST_CASE("run: the scenario's timing.max_seconds is the default time cap; --max-seconds wins") {
+  TempDir t;
+  const std::string f = t.write("capped.json", R"({"name": "capped", "timing": {"max_seconds": 0.25},
+    "base": {"batch": 1, "heads_q": 2, "heads_kv": 2, "head_dim": 16, "seq": 32, "dtype": "fp32"}})");
+  auto cap_of = [&](const std::string& extra) {
+    const std::string out = (t.path / "out").string();
+    Result r = run("run '" + f + "' --backends cpu --check off --no-determinism --out '" + out + "'" + extra, t);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    return nlohmann::json::parse(slurp(out + "/report.json"))["measurement"]["max_seconds"].get<double>();
+  };
+  CHECK(cap_of("") == 0.25);
+  CHECK(cap_of(" --max-seconds 0.125") == 0.125);
+  const std::string bad = t.write("bad.json", R"({"timing": {"max_seconds": -1}, "base": {"batch": 1, "heads_q": 2,
+    "heads_kv": 2, "head_dim": 16, "seq": 32}})");
+  Result r = run("run '" + bad + "' --backends cpu --out '" + (t.path / "o2").string() + "'", t);
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "/timing/max_seconds"));
+}

@@ -89,6 +89,28 @@ TEST_CASE("the DESIGN.md problem example is a one-case scenario") {
   CHECK(scenario_from_json(design_example(), "f.json", 99).cases[0].problem.seed == 99);
 }
 
+TEST_CASE("timing.max_seconds: a scenario's default time cap, validated") {
+  json j = {{"base", {{"batch", 1}, {"heads_q", 2}, {"heads_kv", 2}, {"seq", 16}, {"head_dim", 8}}},
+            {"axes", {{"seq", {16, 32}}}}};
+  CHECK_FALSE(scenario_from_json(j, kFile).max_seconds.has_value());
+  j["timing"] = {{"max_seconds", 0.25}};
+  Scenario s = scenario_from_json(j, kFile);
+  REQUIRE(s.max_seconds.has_value());
+  CHECK(*s.max_seconds == 0.25);
+  CHECK(s.cases.size() == 2);
+  json bad = j;
+  bad["timing"]["max_seconds"] = 0;
+  std::string e = error_of(bad);
+  CHECK(e.find("/timing/max_seconds") != std::string::npos);
+  CHECK(e.find("positive") != std::string::npos);
+  bad["timing"] = {{"max_second", 1}};
+  CHECK(error_of(bad).find("max_second") != std::string::npos);
+  // default.json sets one (the quick start's job on small problems).
+  const Scenario d = load_scenario(std::string(ATTNBENCH_SOURCE_DIR) + "/scenarios/default.json");
+  REQUIRE(d.max_seconds.has_value());
+  CHECK(*d.max_seconds == 0.5);
+}
+
 TEST_CASE("cartesian expansion: canonical axis order, last axis fastest, stable ids") {
   Scenario s = scenario_from_json(small_matrix(), kFile);
   CHECK(s.name == "m");
