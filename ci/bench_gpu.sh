@@ -3,7 +3,7 @@
 # PyTorch peer, reports under $OUT. Builds first unless build-gpu/attnbench exists
 # (run ci/gpu.sh before it in the same session to reuse its build).
 #
-#   ci/bench_gpu.sh [dense|packed|repeat|split|all]     (default all)
+#   ci/bench_gpu.sh [dense|packed|repeat|split|variants|forms|tune|peers|default|all]   (default all = dense + packed)
 #
 #   dense   the peers file's dense rows (DENSE_CASES) with cudnn, naive and peers
 #   packed  packed CodeAlpaca (PACKED_CASES) with cudnn, naive and peers, checked

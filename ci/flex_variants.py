@@ -6,7 +6,9 @@ the .npy inputs) and times flex_attention on that problem four ways, each timed
 two ways:
 
   variants  bshd-generic    the worker's inputs (a [B, S, H, D] buffer viewed as
-                            [B, H, S, D]) and its generic mask_mod (TorchMask)
+                            [B, H, S, D]) and its generic mask_mod (TorchMask; it
+                            clamped indices until the results of this script
+                            showed their cost, see docs/results/)
             bhsd-generic    contiguous [B, H, S, D] copies, generic mask_mod
             bshd-minimal    worker inputs, the two-comparison document-causal
                             mask_mod (doc[b,q] == doc[b,kv] & doc >= 0 & q >= kv)
@@ -14,7 +16,8 @@ two ways:
   timers    do_bench        triton.testing.do_bench median (how the peers file was
                             measured: host enqueue included, L2 flushed by do_bench)
             events          CUDA events around the pass with the stream held by a
-                            spin kernel (the worker's StreamHold): GPU time only
+                            spin kernel (as the worker's StreamHold): GPU time only
+                            (both in ci/two_ways.py)
 
 Prints one JSON line per (variant, pass) and exits 0. Usage (on the GPU machine):
   python3 ci/flex_variants.py /tmp/attnbench-peer-XXXX [--reps 50]
@@ -25,13 +28,14 @@ with a note.
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "backends", "peers"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch_worker as W  # noqa: E402
+from two_ways import two_ways  # noqa: E402
 
 
 def main():
@@ -43,7 +47,6 @@ def main():
     p = W.Problem(W._load_json(os.path.join(args.work_dir, "problem.json"), "problem"))
     T = W._Torch(0)
     torch = T.torch
-    import triton.testing
     from torch.nn.attention import flex_attention as fa
 
     inp = W.load_inputs(T, args.work_dir, req, p)
@@ -60,7 +63,6 @@ def main():
     else:
         print(json.dumps({"note": "minimal mask_mod needs a document mask and S % 128 == 0: skipped"}))
     fn = torch.compile(fa.flex_attention, dynamic=False)
-    hold = W.StreamHold(T, [], True)
     for name, contiguous, mod in variants:
         t0 = time.perf_counter()
         bm = fa.create_block_mask(mod, p.batch, None, p.seq_q, p.seq_k, device=T.dev, BLOCK_SIZE=W.BLOCK)
@@ -86,26 +88,10 @@ def main():
             fwd_bwd()
         torch.cuda.synchronize()
         for pname, body in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
-            db = triton.testing.do_bench(body, grad_to_none=[q, k, v], return_mode="median")
-            flush = torch.empty(2 * torch.cuda.get_device_properties(T.dev).L2_cache_size, dtype=torch.uint8,
-                                device=T.dev)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            ev, host = [], []
-            for _ in range(args.reps):
-                for t in (q, k, v):
-                    t.grad = None
-                flush.zero_()
-                hold.hold(20.0)
-                s.record()
-                h0 = time.perf_counter()
-                body()
-                host.append((time.perf_counter() - h0) * 1e3)
-                e.record()
-                e.synchronize()
-                ev.append(s.elapsed_time(e))
+            db, ev, host = two_ways(torch, body, [q, k, v], args.reps)
             print(json.dumps({"variant": name, "pass": pname, "do_bench_ms": round(db, 4),
-                              "events_ms": round(statistics.median(ev), 4),
-                              "host_enqueue_ms": round(statistics.median(host), 4),
+                              "events_ms": round(ev, 4),
+                              "host_enqueue_ms": round(host, 4),
                               "mask_build_ms": round(mask_ms, 2), "sparsity": round(float(bm.sparsity()), 3)}),
                   flush=True)
     return 0
