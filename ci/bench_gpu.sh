@@ -11,9 +11,10 @@
 #           the spread of the medians of identical cases timed twice in one run
 #   split   cudnn on the packed cases with one cuDNN graph (the default) and with
 #           length classes (ATTNBENCH_CUDNN_SPLIT=1), timing only
-#   variants  cudnn backward graph forms on the packed cases (full-head dK/dV as
-#           token-major buffers or padded, dQ direct, the next engine config), then
-#           ci/flex_variants.py on a kept torch-flex work dir (layout x mask_mod)
+#   variants  cudnn backward graph forms on the packed cases (the default, dQ
+#           through the accumulator, and also padded full-head dK/dV: the forms
+#           before session 3), then ci/flex_variants.py on a kept torch-flex work
+#           dir (layout x mask_mod)
 #   forms   cudnn: the default graphs (checked) against dQ through the accumulator,
 #           length classes, and dQ direct on the dense rows (timing only)
 #   tune    cudnn with ATTNBENCH_CUDNN_AUTOTUNE=1 on the packed and dense rows: the
@@ -86,10 +87,10 @@ for r in json.load(open(sys.argv[1]))["results"]:
           r.get("reason", "")[:300])
 PY
   }
-  for v in "default:" "padded:ATTNBENCH_CUDNN_FULLHEAD=padded" "dqdirect:ATTNBENCH_CUDNN_DQ_DIRECT=1" \
-           "rank1:ATTNBENCH_CUDNN_ENGINE_RANK=1" "padded-rank1:ATTNBENCH_CUDNN_FULLHEAD=padded ATTNBENCH_CUDNN_ENGINE_RANK=1"; do
+  for v in "default:" "accum:ATTNBENCH_CUDNN_DQ_DIRECT=0" \
+           "padded-accum:ATTNBENCH_CUDNN_FULLHEAD=padded ATTNBENCH_CUDNN_DQ_DIRECT=0"; do
     name=${v%%:*}; envs=${v#*:}
-    check="--check off"; [[ $name == default || $name == dqdirect ]] && check=""
+    check="--check off"; [[ $name == default ]] && check=""
     env $envs "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-llama3-8b_greedy_fill1_padmax|llama3.2-1b_greedy_fill1_padmax}" \
       --backends cudnn $check --no-determinism --out "$OUT/var_$name" >"$OUT/var_$name.log" 2>&1 || status=1
     echo "== $name ($envs)"; summary "$OUT/var_$name/report.json"
