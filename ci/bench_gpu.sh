@@ -11,12 +11,13 @@
 #           the spread of the medians of identical cases timed twice in one run
 #   split   cudnn on the packed cases with one cuDNN graph (the default) and with
 #           length classes (ATTNBENCH_CUDNN_SPLIT=1), timing only
-#   variants  cudnn backward graph forms on the packed cases (the default, dQ
-#           through the accumulator, and also padded full-head dK/dV: the forms
-#           before session 3), then ci/flex_variants.py on a kept torch-flex work
+#   variants  an nsys kernel summary of cudnn on the packed Llama-3-8B case (when
+#           nsys is installed), then ci/flex_variants.py on a kept torch-flex work
 #           dir (layout x mask_mod)
-#   forms   cudnn: the default graphs (checked) against dQ through the accumulator,
-#           length classes, and dQ direct on the dense rows (timing only)
+#   forms   cudnn backward forms: on the packed cases the default graphs (checked)
+#           against dQ through the accumulator, the padded full-head dK/dV of
+#           before (both timing only) and length classes; on the dense rows the
+#           default against dQ direct (timing only)
 #   tune    cudnn with ATTNBENCH_CUDNN_AUTOTUNE=1 on the packed and dense rows: the
 #           engine's knobs, every candidate's time and the chosen plans
 #   peers   scenarios/peers_h100.json (the peers file's workloads as it measured
@@ -76,25 +77,6 @@ if [[ $what == split ]]; then
   done
 fi
 if [[ $what == variants ]]; then
-  summary() { python3 - "$1" <<'PY'
-import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    t = r.get("timing") or {}
-    ms = {k: round(v["median_ms"], 4) for k, v in t.items() if isinstance(v, dict) and "median_ms" in v}
-    b = (r.get("extra") or {}).get("backend") or {}
-    print(r["case_id"], r["backend"], r["status"], ms, (b.get("backward") or {}).get("graph"),
-          (b.get("backward") or {}).get("heuristics"), (b.get("backward") or {}).get("workspace_bytes"),
-          r.get("reason", "")[:300])
-PY
-  }
-  for v in "default:" "accum:ATTNBENCH_CUDNN_DQ_DIRECT=0" \
-           "padded-accum:ATTNBENCH_CUDNN_FULLHEAD=padded ATTNBENCH_CUDNN_DQ_DIRECT=0"; do
-    name=${v%%:*}; envs=${v#*:}
-    check="--check off"; [[ $name == default ]] && check=""
-    env $envs "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-llama3-8b_greedy_fill1_padmax|llama3.2-1b_greedy_fill1_padmax}" \
-      --backends cudnn $check --no-determinism --out "$OUT/var_$name" >"$OUT/var_$name.log" 2>&1 || status=1
-    echo "== $name ($envs)"; summary "$OUT/var_$name/report.json"
-  done
   if command -v nsys >/dev/null || [[ -x /usr/local/cuda/bin/nsys ]]; then
     NSYS=$(command -v nsys || echo /usr/local/cuda/bin/nsys)
     $NSYS profile -o "$OUT/nsys_packed" --force-overwrite true "$AB" run scenarios/packed_codealpaca.json \
@@ -116,7 +98,8 @@ PY
   fi
 fi
 if [[ $what == forms ]]; then
-  for v in "default:" "accum:ATTNBENCH_CUDNN_DQ_DIRECT=0" "split:ATTNBENCH_CUDNN_SPLIT=1"; do
+  for v in "default:" "accum:ATTNBENCH_CUDNN_DQ_DIRECT=0" \
+           "padded-accum:ATTNBENCH_CUDNN_FULLHEAD=padded ATTNBENCH_CUDNN_DQ_DIRECT=0" "split:ATTNBENCH_CUDNN_SPLIT=1"; do
     name=${v%%:*}; envs=${v#*:}
     check="--check off"; [[ $name == default ]] && check=""
     env $envs "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \

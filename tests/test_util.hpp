@@ -55,9 +55,9 @@ inline std::pair<int, std::string> run_command(const std::string& cmd) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
-/// A [B, H, S, D] problem with no mask, seed 20240611.
+/// A [B, H, S, D] problem with no mask (seed 20240611 unless given).
 inline Problem make_problem(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D, DType t,
-                     Layout layout = Layout::bshd) {
+                            Layout layout = Layout::bshd, uint64_t seed = 20240611) {
   Problem p;
   p.batch = B;
   p.heads_q = Hq;
@@ -68,11 +68,11 @@ inline Problem make_problem(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int6
   p.head_dim_v = D;
   p.dtype = t;
   p.layout = layout;
-  p.seed = 20240611;
+  p.seed = seed;
   return p;
 }
 
-inline Problem with_causal(Problem p, CausalAlign a) {
+inline Problem with_causal(Problem p, CausalAlign a = CausalAlign::bottom_right) {
   p.mask.push_back(CausalTerm{a});
   return p;
 }

@@ -67,6 +67,21 @@ Descriptor make_engine(cudnnBackendDescriptor_t graph, int64_t index) {
   return engine;
 }
 
+/// `n` new descriptors of `type` (owned) and their handles, to receive an
+/// array-valued attribute through cudnnBackendGetAttribute.
+struct DescriptorArray {
+  std::vector<Descriptor> owned;
+  std::vector<cudnnBackendDescriptor_t> raw;
+};
+DescriptorArray make_descriptors(cudnnBackendDescriptorType_t type, int64_t n, const std::string& what) {
+  DescriptorArray a;
+  for (int64_t i = 0; i < n; ++i) {
+    a.owned.emplace_back(type, what);
+    a.raw.push_back(a.owned.back().get());
+  }
+  return a;
+}
+
 cudnnDataType_t io_type(DType t) { return t == DType::fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16; }
 
 /// A tensor of the graph under construction.
@@ -335,12 +350,8 @@ class Builder {
       int64_t count = 0;
       ATTNBENCH_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-      std::vector<Descriptor> cfgs;
-      std::vector<cudnnBackendDescriptor_t> raw;
-      for (int64_t i = 0; i < count; ++i) {
-        cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, hwhat + " result");
-        raw.push_back(cfgs.back().get());
-      }
+      DescriptorArray cfgs = make_descriptors(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, count, hwhat + " result");
+      std::vector<cudnnBackendDescriptor_t>& raw = cfgs.raw;
       int64_t got = 0;
       if (count > 0)
         ATTNBENCH_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
@@ -367,7 +378,7 @@ class Builder {
         out_.knobs = read_knobs(graph.get(), cfg, out_.engine_index);
         out_.op_graph = graph.get();
         out_.plan = std::move(plan);
-        out_.keep.push_back(std::move(cfgs[static_cast<size_t>(i)]));
+        out_.keep.push_back(std::move(cfgs.owned[static_cast<size_t>(i)]));
         out_.keep.push_back(std::move(heur));
         out_.keep.push_back(std::move(graph));
         return;
@@ -405,12 +416,8 @@ class Builder {
     if (index < 0) return out;
     try {
       Descriptor engine = make_engine(graph, index);
-      std::vector<Descriptor> infos;
-      std::vector<cudnnBackendDescriptor_t> raw;
-      for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
-        infos.emplace_back(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, "knob info");
-        raw.push_back(infos.back().get());
-      }
+      DescriptorArray infos = make_descriptors(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS, "knob info");
+      std::vector<cudnnBackendDescriptor_t>& raw = infos.raw;
       int64_t n = 0;
       if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                    CUDNN_KNOB_TYPE_COUNTS, &n, raw.data()) != CUDNN_STATUS_SUCCESS)
@@ -432,12 +439,9 @@ class Builder {
         out.push_back(k);
       }
       // The heuristics' choices.
-      std::vector<Descriptor> choices;
-      std::vector<cudnnBackendDescriptor_t> craw;
-      for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
-        choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
-        craw.push_back(choices.back().get());
-      }
+      DescriptorArray choices =
+          make_descriptors(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS, "knob choice");
+      std::vector<cudnnBackendDescriptor_t>& craw = choices.raw;
       int64_t nc = 0;
       if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                    CUDNN_KNOB_TYPE_COUNTS, &nc, craw.data()) == CUDNN_STATUS_SUCCESS) {

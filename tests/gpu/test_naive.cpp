@@ -23,37 +23,19 @@
 #include "harness/problem.hpp"
 #include "harness/tensors.hpp"
 #include "reference/reference.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 using naive::NaiveBackend;
 using naive::NaiveInstanceApi;
+using namespace attnbench::test;
 
 namespace {
 
+/// tests/test_util.hpp's make_problem with this suite's default seed (1).
 Problem make(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D, DType dt,
              Layout layout = Layout::bshd, uint64_t seed = 1) {
-  Problem p;
-  p.batch = B;
-  p.heads_q = Hq;
-  p.heads_kv = Hkv;
-  p.seq_q = Sq;
-  p.seq_k = Sk;
-  p.head_dim = D;
-  p.head_dim_v = D;
-  p.dtype = dt;
-  p.layout = layout;
-  p.seed = seed;
-  return p;
-}
-
-Problem with_causal(Problem p, CausalAlign a = CausalAlign::bottom_right) {
-  p.mask.push_back(CausalTerm{a});
-  return p;
-}
-
-Problem with_window(Problem p, int64_t left, int64_t right) {
-  p.mask.push_back(SlidingWindowTerm{left, right});
-  return p;
+  return make_problem(B, Hq, Hkv, Sq, Sk, D, dt, layout, seed);
 }
 
 Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0, int64_t m = 0, int64_t size = 0) {
@@ -61,11 +43,6 @@ Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0, int64_t m = 0, int
   p.score_mod.cap = cap;
   p.score_mod.max_distance = m;
   p.score_mod.size = size;
-  return p;
-}
-
-Problem with_doc_lengths(Problem p, std::vector<std::vector<int64_t>> lengths) {
-  p.mask.push_back(document_term_from_lengths(lengths, p.seq_q));
   return p;
 }
 
@@ -295,7 +272,7 @@ TEST_CASE("naive: documents with padding and zero-length documents") {
   for (DType t : {DType::fp16, DType::bf16})
     for (Layout l : {Layout::bshd, Layout::bhsd}) {
       Problem p = make(2, 4, 2, 128, 128, 64, t, l, 80);
-      p = with_doc_lengths(p, {{40, 0, 25, 0, 30}, {0, 64, 30, 0}});  // 33 and 34 padding tokens
+      p = with_documents(p, {{40, 0, 25, 0, 30}, {0, 64, 30, 0}});  // 33 and 34 padding tokens
       run_case(p);
       run_case(with_causal(p));  // block-causal packed training mask
     }
@@ -310,7 +287,7 @@ TEST_CASE("naive: documents with padding and zero-length documents") {
     run_case(p);
   }
   // A row that is all padding.
-  run_case(with_doc_lengths(make(2, 2, 2, 64, 64, 64, DType::bf16, Layout::bshd, 82), {{64}, {0, 0}}));
+  run_case(with_documents(make(2, 2, 2, 64, 64, 64, DType::bf16, Layout::bshd, 82), {{64}, {0, 0}}));
 }
 
 TEST_CASE("naive: every score mod, learnable biases included") {
@@ -333,7 +310,7 @@ TEST_CASE("naive: every score mod, learnable biases included") {
     p.mask.push_back(PaddingTerm{{60, 100}, {140, 20}});
     run_case(with_causal(with_mod(p, ScoreMod::Kind::rel_bias, 0, 8)));
     run_case(with_mod(p, ScoreMod::Kind::offset_bias, 0, 0, 5));
-    Problem d = with_doc_lengths(make(2, 2, 2, 96, 96, 64, t, Layout::bhsd, 92), {{30, 0, 40}, {96}});
+    Problem d = with_documents(make(2, 2, 2, 96, 96, 64, t, Layout::bhsd, 92), {{30, 0, 40}, {96}});
     run_case(with_mod(d, ScoreMod::Kind::rel_bias, 0, 4));
     run_case(with_causal(with_mod(d, ScoreMod::Kind::softcap, 2.0)));
   }
