@@ -3,7 +3,7 @@
 # PyTorch peer, reports under $OUT. Builds first unless build-gpu/attnbench exists
 # (run ci/gpu.sh before it in the same session to reuse its build).
 #
-#   ci/bench_gpu.sh [dense|packed|repeat|split|variants|forms|tune|peers|default|all]   (default all = dense + packed)
+#   ci/bench_gpu.sh [dense|packed|repeat|split|trace|variants|forms|tune|peers|default|all]   (default all = dense + packed)
 #
 #   dense   the peers file's dense rows (DENSE_CASES) with cudnn, naive and peers
 #   packed  packed CodeAlpaca (PACKED_CASES) with cudnn, naive and peers, checked
@@ -11,9 +11,9 @@
 #           the spread of the medians of identical cases timed twice in one run
 #   split   cudnn on the packed cases with one cuDNN graph (the default) and with
 #           length classes (ATTNBENCH_CUDNN_SPLIT=1), timing only
-#   variants  an nsys kernel summary of cudnn on the packed Llama-3-8B case (when
-#           nsys is installed), then ci/flex_variants.py on a kept torch-flex work
-#           dir (layout x mask_mod)
+#   trace   kernel traces (--kernel-trace, CUPTI) of cudnn on the peers file's
+#           packed cases (default and dQ-accumulator backward) and dense rows
+#   variants  ci/flex_variants.py on a kept torch-flex work dir (layout x mask_mod)
 #   forms   cudnn backward forms: on the packed cases the default graphs (checked)
 #           against dQ through the accumulator, the padded full-head dK/dV of
 #           before (both timing only) and length classes; on the dense rows the
@@ -76,16 +76,25 @@ if [[ $what == split ]]; then
     tail -n 8 "$OUT/split$split.log"
   done
 fi
-if [[ $what == variants ]]; then
-  if command -v nsys >/dev/null || [[ -x /usr/local/cuda/bin/nsys ]]; then
-    NSYS=$(command -v nsys || echo /usr/local/cuda/bin/nsys)
-    $NSYS profile -o "$OUT/nsys_packed" --force-overwrite true "$AB" run scenarios/packed_codealpaca.json \
-      --cases llama3-8b_greedy_fill1_padmax --backends cudnn --check off --no-determinism --max-seconds 0.3 \
-      --out "$OUT/var_nsys" >"$OUT/nsys.log" 2>&1 &&
-      $NSYS stats --report cuda_gpu_kern_sum --format csv "$OUT/nsys_packed.nsys-rep" 2>/dev/null | head -30
-  else
-    echo "nsys: not installed"
+if [[ $what == trace ]]; then
+  # Kernel traces (CUPTI, --kernel-trace) of cudnn on the packed cases, default
+  # backward form and dQ through the accumulator, and on the dense rows.
+  # TRACE_FORMS picks the packed forms (default: all), TRACE_DENSE=0 skips the dense rows.
+  for v in "default:" "accum:ATTNBENCH_CUDNN_DQ_DIRECT=0" "split:ATTNBENCH_CUDNN_SPLIT=1" \
+           "split-streams:ATTNBENCH_CUDNN_SPLIT=1 ATTNBENCH_CUDNN_SPLIT_STREAMS=1"; do
+    name=${v%%:*}; envs=${v#*:}
+    [[ -n ${TRACE_FORMS:-} && " $TRACE_FORMS " != *" $name "* ]] && continue
+    env $envs "$AB" run scenarios/peers_h100.json --cases "${TRACE_CASES:-codealpaca}" --backends cudnn --check off \
+      --no-determinism --max-seconds 0.5 --kernel-trace --out "$OUT/trace_$name" >"$OUT/trace_$name.log" 2>&1 || status=1
+    echo "== packed $name ($envs)"; python3 ci/kernel_table.py "$OUT/trace_$name/report.json" || status=1
+  done
+  if [[ ${TRACE_DENSE:-1} != 0 ]]; then
+    "$AB" run scenarios/peers_h100.json --cases dense --backends cudnn --check off --no-determinism --max-seconds 0.5 \
+      --kernel-trace --out "$OUT/trace_dense" >"$OUT/trace_dense.log" 2>&1 || status=1
+    echo "== dense"; python3 ci/kernel_table.py --top 6 "$OUT/trace_dense/report.json" || status=1
   fi
+fi
+if [[ $what == variants ]]; then
   ATTNBENCH_PEER_KEEP=1 ATTNBENCH_PEER_WORKDIR=$OUT/flexwd "$AB" run scenarios/packed_codealpaca.json \
     --cases llama3-8b_greedy_fill1_padmax --backends torch-flex --check off --no-timing --no-determinism \
     --out "$OUT/var_flex" >"$OUT/var_flex.log" 2>&1 || status=1

@@ -17,7 +17,8 @@ void add_run_command(CLI::App& app, Action& action) {
     std::string check = "auto";
     std::string shard = "0/1";
     std::string cases;
-    bool hot = false, no_timing = false, no_backward = false, no_determinism = false;
+    bool hot = false, no_timing = false, no_backward = false, no_determinism = false, kernel_trace = false,
+         no_hold = false;
     double max_seconds = 2.0, rel_stddev = 0.02;
     int min_samples = 5, device = 0;
   };
@@ -33,6 +34,11 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_flag("--no-timing", args->no_timing, "check only, do not time");
   cmd->add_flag("--no-backward", args->no_backward, "forward pass only");
   cmd->add_flag("--no-determinism", args->no_determinism, "skip the run-twice bitwise comparison");
+  cmd->add_flag("--no-stream-hold", args->no_hold,
+                "GPU samples include host launch latency (default: a spin kernel holds the stream while a pass is "
+                "enqueued, as nvbench does)");
+  cmd->add_flag("--kernel-trace", args->kernel_trace,
+                "record the kernels of one untimed forward and backward per GPU row (CUPTI) in extra.kernel_trace");
   cmd->add_option("--max-seconds", args->max_seconds, "time cap per (case, backend, pass); default: the scenario's timing.max_seconds, else 2")->capture_default_str();
   cmd->add_option("--rel-stddev", args->rel_stddev, "stop sampling at this relative stddev")->capture_default_str();
   cmd->add_option("--min-samples", args->min_samples, "minimum timing samples")->capture_default_str();
@@ -58,12 +64,14 @@ void add_run_command(CLI::App& app, Action& action) {
       o.shard_count = sn;
       o.case_filter = args->cases;
       o.policy.cold = !args->hot;
+      o.policy.hold_stream = !args->no_hold;
       o.policy.max_seconds = args->max_seconds;
       o.policy.target_rel_stddev = args->rel_stddev;
       o.policy.min_samples = args->min_samples;
       o.timing = !args->no_timing;
       o.backward = !args->no_backward;
       o.determinism = !args->no_determinism;
+      o.kernel_trace = args->kernel_trace;
       o.device = args->device;
       o.command_line = command_line();
       Scenario s = load_scenario(resolve_scenario_path(args->scenario), o.seed);

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "harness/device/device.hpp"
+#include "harness/device/kernel_trace.hpp"
 
 namespace attnbench::device {
 bool cuda_device_available(std::string* why) {
@@ -11,5 +12,13 @@ bool cuda_device_available(std::string* why) {
 }
 void select_device(int) { throw std::runtime_error("attnbench was built without CUDA"); }
 int selected_device() { return 0; }
+bool kernel_trace_available(std::string* why) {
+  if (why) *why = "attnbench was built without CUDA";
+  return false;
+}
+void kernel_trace_start() { throw std::runtime_error("kernel trace: attnbench was built without CUDA"); }
+std::vector<TracedActivity> kernel_trace_stop() {
+  throw std::runtime_error("kernel trace: attnbench was built without CUDA");
+}
 }  // namespace attnbench::device
 #endif

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "harness/device/check.hpp"
+#include "harness/device/hold.hpp"
 #endif
 
 namespace attnbench {
@@ -50,7 +51,8 @@ nlohmann::json TimingPolicy::to_json() const {
           {"min_samples", min_samples},
           {"max_samples", max_samples},
           {"target_rel_stddev", target_rel_stddev},
-          {"max_seconds", max_seconds}};
+          {"max_seconds", max_seconds},
+          {"hold_stream", hold_stream}};
 }
 
 void TimingPolicy::validate() const {
@@ -61,6 +63,10 @@ void TimingPolicy::validate() const {
     bad("max_samples (" + std::to_string(max_samples) + ") must be >= min_samples (" + std::to_string(min_samples) + ")");
   if (!(target_rel_stddev >= 0)) bad("target_rel_stddev must be >= 0, got " + std::to_string(target_rel_stddev));
   if (!(max_seconds > 0)) bad("max_seconds must be > 0, got " + std::to_string(max_seconds));
+}
+
+double next_hold_ms(double hold_ms, double host_ms) {
+  return std::clamp(std::max(hold_ms, 2.0 * host_ms), 0.2, 100.0);
 }
 
 // ------------------------------------------------------------------ statistics
@@ -114,6 +120,11 @@ nlohmann::json TimingStats::to_json() const {
   j["cold"] = cold;
   j["warmup"] = warmup;
   j["wall_seconds"] = wall_seconds;
+  if (stream_hold) {
+    j["stream_hold"] = true;
+    j["hold_ms"] = hold_ms;
+    j["hold_gaps"] = hold_gaps;
+  }
   j["samples_ms"] = samples_ms;
   return j;
 }
@@ -152,6 +163,9 @@ TimingStats TimingStats::from_json(const nlohmann::json& j, const std::string& f
   if (j.contains("cold") && j["cold"].is_boolean()) t.cold = j["cold"].get<bool>();
   t.warmup = static_cast<int>(jsonu::opt_int(j, "warmup", 0, file, path));
   t.wall_seconds = jsonu::opt_number(j, "wall_seconds", 0.0, file, path);
+  if (j.contains("stream_hold") && j["stream_hold"].is_boolean()) t.stream_hold = j["stream_hold"].get<bool>();
+  t.hold_ms = jsonu::opt_number(j, "hold_ms", 0.0, file, path);
+  t.hold_gaps = jsonu::opt_int(j, "hold_gaps", 0, file, path);
   return t;
 }
 
@@ -345,6 +359,8 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
 
   std::function<double()> take_sample;
   std::function<void()> warm;
+  double hold_ms = 0.2;  // GPU stream hold (policy.hold_stream), adapted to the host enqueue time
+  int64_t hold_gaps = 0;
 #if defined(ATTNBENCH_HAVE_CUDA)
   std::unique_ptr<EventPair> events;
   cudaStream_t stream = static_cast<cudaStream_t>(inst.stream());
@@ -352,22 +368,40 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
   if (gpu) {
     events = std::make_unique<EventPair>();
     if (policy.cold) l2 = &L2Flusher::for_current_device();
+    // With the hold, the stream is: [hold: spins while the host enqueues] [L2
+    // flush] start [pass] stop. A sample whose enqueue outlasted the hold (the GPU
+    // may have idled inside the events) is retaken with a longer hold, or kept and
+    // counted in hold_gaps once the hold is at its cap.
     take_sample = [&]() -> double {
-      pre();
-      if (l2) l2->flush(stream);
-      ATTNBENCH_CHECK(cudaEventRecord(events->start, stream));
-      timed();
-      ATTNBENCH_CHECK(cudaEventRecord(events->stop, stream));
-      ATTNBENCH_CHECK(cudaEventSynchronize(events->stop));
-      float ms = 0;
-      ATTNBENCH_CHECK(cudaEventElapsedTime(&ms, events->start, events->stop));
-      return static_cast<double>(ms);
+      for (;;) {
+        pre();
+        if (policy.hold_stream) device::hold_stream(stream, hold_ms);
+        if (l2) l2->flush(stream);
+        ATTNBENCH_CHECK(cudaEventRecord(events->start, stream));
+        const double h0 = steady_seconds();
+        timed();
+        const double host_ms = (steady_seconds() - h0) * 1e3;
+        ATTNBENCH_CHECK(cudaEventRecord(events->stop, stream));
+        ATTNBENCH_CHECK(cudaEventSynchronize(events->stop));
+        float ms = 0;
+        ATTNBENCH_CHECK(cudaEventElapsedTime(&ms, events->start, events->stop));
+        if (policy.hold_stream && host_ms > hold_ms) {
+          const double before = hold_ms;
+          hold_ms = next_hold_ms(hold_ms, host_ms);
+          if (hold_ms > before) continue;  // retake behind the longer hold
+          ++hold_gaps;
+        }
+        return static_cast<double>(ms);
+      }
     };
     warm = [&] {
       pre();
+      const double h0 = steady_seconds();
       timed();
+      const double host_ms = (steady_seconds() - h0) * 1e3;
       inst.synchronize();
       ATTNBENCH_CHECK(cudaStreamSynchronize(stream));
+      hold_ms = next_hold_ms(hold_ms, host_ms);
     };
   }
 #endif
@@ -426,6 +460,11 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
   if (ran != 1 || reporter.runs().size() != 1 || run_failed(reporter.runs()[0], 0))
     throw std::logic_error("Google Benchmark did not run the timing loop of " + name);
   result.timer = gpu ? "cuda_events" : "steady_clock";
+  if (gpu && policy.hold_stream) {
+    result.stream_hold = true;
+    result.hold_ms = hold_ms;
+    result.hold_gaps = hold_gaps;
+  }
   result.cold = policy.cold;
   result.warmup = policy.warmup;
   return result;

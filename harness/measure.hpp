@@ -19,9 +19,12 @@
 //  - Cold mode writes one reused device buffer of the L2 size on the stream
 //    before each sample, outside the timed events (nvbench's L2 flush). On the CPU
 //    the host last-level cache is flushed the same way with a host buffer.
-//  - GPU event times include host launch gaps inside the timed region (no
-//    blocking kernel holds the stream while the work is enqueued): for passes
-//    of a few microseconds that overhead can dominate.
+//  - GPU samples are taken behind a stream hold (TimingPolicy::hold_stream): a
+//    spin kernel (harness/device/hold.hpp) keeps the stream busy while the host
+//    enqueues the pass, so the events measure GPU time, not the host's launch
+//    latency (nvbench's blocking kernel). The hold is twice the enqueue time seen
+//    in the warm-up; a sample whose enqueue outlasts it is retaken behind a longer
+//    one. With hold_stream off, the first launch's host latency is in the number.
 //  - time_pass() clears Google Benchmark's registry when it returns: do not call
 //    it from inside a Google Benchmark benchmark, nor mix it with statically
 //    registered benchmarks in one process.
@@ -53,6 +56,10 @@ struct TimingPolicy {
   int max_samples = 1000;
   double target_rel_stddev = 0.02;  ///< stop once stddev / mean of the samples <= this
   double max_seconds = 2.0;     ///< wall-clock cap per (case, backend, pass), warm-up excluded
+  /// GPU: hold the stream with a spin kernel while a sample is enqueued, so the
+  /// events measure GPU time, not host launch latency (nvbench's blocking kernel;
+  /// the PyTorch peers' workers hold their stream the same way). `--no-stream-hold`.
+  bool hold_stream = true;
   /// The policy as JSON (recorded in the report header as "measurement").
   nlohmann::json to_json() const;
   /// Throws std::invalid_argument naming the field unless min_samples >= 1,
@@ -74,6 +81,9 @@ struct TimingStats {
   bool cold = false;                 ///< caches were flushed before each sample
   int warmup = 0;                    ///< untimed runs before the first sample
   double wall_seconds = 0;           ///< wall time spent sampling (warm-up excluded)
+  bool stream_hold = false;          ///< GPU samples were taken behind a stream hold
+  double hold_ms = 0;                ///< the hold's length at the last sample (ms)
+  int64_t hold_gaps = 0;             ///< kept samples whose enqueue outlasted the hold (host time inside)
 
   /// JSON object with every field above (samples_ms included); the "timing"
   /// entries of a report row (docs/report-format.md).
@@ -115,6 +125,11 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass,
 /// summarised samples with converged / stop_reason set. No warm-up.
 TimingStats sample_until_stable(const TimingPolicy& policy, const std::function<double()>& sample_ms,
                                 const TimeSource& now);
+
+/// Length (ms) of the next stream hold after a pass whose host enqueue took
+/// `host_ms`: at least twice the enqueue time, never shorter than `hold_ms` was,
+/// clamped to [0.2, 100] ms.
+double next_hold_ms(double hold_ms, double host_ms);
 
 /// Quantile q in [0, 1] of `sorted` (ascending, non-empty) by linear
 /// interpolation between order statistics (type 7).

@@ -10,6 +10,8 @@
 #include "harness/block_mask.hpp"
 #include "harness/environment.hpp"
 #include "harness/errors.hpp"
+#include "harness/kernel_trace.hpp"
+#include "harness/device/kernel_trace.hpp"
 #include "harness/mask.hpp"
 #include "harness/report.hpp"
 #include "reference/reference.hpp"
@@ -80,6 +82,45 @@ bool is_oom(const std::exception& e) {
   std::string w = e.what();
   return w.find("out of memory") != std::string::npos || w.find("OutOfMemory") != std::string::npos ||
          w.find("ALLOC_FAILED") != std::string::npos || w.find("cudaErrorMemoryAllocation") != std::string::npos;
+}
+
+/// extra.kernel_trace of a row: one untimed forward, then (with `backward`) one
+/// untimed backward, each traced on its own. A trace that cannot be taken
+/// (no CUPTI, CUPTI busy) is recorded as {"unavailable": why} or {"error": what}
+/// and never fails the row; an exception of the backend itself propagates.
+nlohmann::json trace_passes(BackendInstance& inst, bool backward) {
+  std::string why;
+  if (inst.external_samples_ms(static_cast<int>(Pass::forward)))
+    return {{"unavailable", "the backend runs and times itself in a worker process"}};
+  if (!device::kernel_trace_available(&why)) return {{"unavailable", why}};
+  nlohmann::json out;
+  out["note"] = "one untimed pass each, traced with CUPTI; kernels of other processes (peer workers) are not seen";
+  auto traced = [&](const char* key, auto&& pass) {
+    try {
+      device::kernel_trace_start();
+    } catch (const std::exception& e) {
+      out[key] = {{"error", e.what()}};
+      return;
+    }
+    try {
+      pass();
+      inst.synchronize();
+    } catch (...) {
+      try {
+        (void)device::kernel_trace_stop();
+      } catch (const std::exception&) {
+      }
+      throw;
+    }
+    try {
+      out[key] = summarize_trace(device::kernel_trace_stop());
+    } catch (const std::exception& e) {
+      out[key] = {{"error", e.what()}};
+    }
+  };
+  traced("fwd", [&] { inst.forward(); });
+  if (backward) traced("bwd", [&] { inst.backward(); });
+  return out;
 }
 
 }  // namespace
@@ -228,6 +269,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
               row.timing[to_string(pass)] = st.to_json();
             }
           }
+          if (opts.kernel_trace && on_gpu) row.extra["kernel_trace"] = trace_passes(*inst, opts.backward);
           if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
           row.extra["prepare_ms"] = prepare_ms;
           row.extra["setup_ms"] = inst->setup_ms();

@@ -23,6 +23,10 @@ struct RunOptions {
   bool determinism = true;            ///< run twice and compare bitwise
   bool timing = true;                 ///< time fwd, bwd and fwd+bwd
   bool backward = true;               ///< run and check the backward pass
+  /// After the timed passes, trace one untimed forward and one untimed backward
+  /// of each in-process GPU backend (CUPTI) into extra.kernel_trace
+  /// (harness/kernel_trace.hpp); `--kernel-trace`.
+  bool kernel_trace = false;
   TimingPolicy policy;
   int shard_index = 0, shard_count = 1;  ///< run cases with index % count == shard_index
   std::string case_filter;            ///< ECMAScript regex searched in case ids; empty = all

@@ -349,6 +349,15 @@ TEST_CASE("TimingStats JSON round trip and input errors") {
   CHECK(r.timer == "cuda_events");
   CHECK(r.cold);
   CHECK(r.warmup == 2);
+  CHECK_FALSE(j.contains("stream_hold"));  // only written for held GPU samples
+  CHECK_FALSE(r.stream_hold);
+  s.stream_hold = true;
+  s.hold_ms = 0.4;
+  s.hold_gaps = 1;
+  TimingStats h = TimingStats::from_json(s.to_json(), "r.json", "/t");
+  CHECK(h.stream_hold);
+  CHECK(h.hold_ms == doctest::Approx(0.4));
+  CHECK(h.hold_gaps == 1);
 
   // summary only (samples dropped)
   nlohmann::json summary = j;
@@ -370,6 +379,17 @@ TEST_CASE("TimingStats JSON round trip and input errors") {
   neg["samples_ms"][0] = -1.0;
   CHECK_THROWS_AS(TimingStats::from_json(neg, "r.json", "/t"), InputError);
   CHECK_THROWS_AS(TimingStats::from_json(nlohmann::json::array(), "r.json", "/t"), InputError);
+}
+
+TEST_CASE("the stream hold covers twice the host enqueue time, grows only, within [0.2, 100] ms") {
+  CHECK(next_hold_ms(0.2, 0.05) == doctest::Approx(0.2));   // floor
+  CHECK(next_hold_ms(0.2, 0.3) == doctest::Approx(0.6));    // 2 x enqueue
+  CHECK(next_hold_ms(1.0, 0.3) == doctest::Approx(1.0));    // never shrinks
+  CHECK(next_hold_ms(1.0, 80.0) == doctest::Approx(100.0)); // cap
+  CHECK(next_hold_ms(100.0, 500.0) == doctest::Approx(100.0));
+  TimingPolicy p;
+  CHECK(p.hold_stream);
+  CHECK(p.to_json()["hold_stream"] == true);
 }
 
 TEST_CASE("pass names") {

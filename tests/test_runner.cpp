@@ -205,3 +205,67 @@ TEST_CASE("samples a backend timed itself are marked external, with the run's co
   CHECK(fwd["n"] == 3);
   CHECK(fwd["median_ms"].get<double>() == doctest::Approx(1.5));
 }
+
+namespace {
+/// A GPU-flavoured backend that launches nothing (for --kernel-trace): its rows
+/// go through the GPU branch of the runner without touching the device.
+class FakeGpuInstance : public FakeInstance {
+ public:
+  using FakeInstance::FakeInstance;
+  std::optional<std::vector<double>> external_samples_ms(int) const override { return std::nullopt; }
+};
+class FakeGpuBackend : public FakeBackend {
+ public:
+  std::string name() const override { return "fake-gpu-runner-test"; }
+  Device device() const override { return Device::cuda; }
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData&) override {
+    return std::make_unique<FakeGpuInstance>(p);
+  }
+};
+ATTNBENCH_REGISTER_BACKEND(FakeGpuBackend);
+/// A GPU backend timed by its own worker process (like the PyTorch peers).
+class FakeGpuWorkerBackend : public FakeBackend {
+ public:
+  std::string name() const override { return "fake-gpu-worker-test"; }
+  Device device() const override { return Device::cuda; }
+};
+ATTNBENCH_REGISTER_BACKEND(FakeGpuWorkerBackend);
+}  // namespace
+
+TEST_CASE("--kernel-trace: GPU rows get extra.kernel_trace, CPU rows and worker-timed rows say why not") {
+  Scenario s = three_cases();
+  s.cases.resize(1);
+  RunOptions o;
+  o.backends = {"fake-gpu-runner-test", "fake-gpu-worker-test", "fake-runner-test"};
+  o.out_dir = (std::filesystem::temp_directory_path() / "attnbench_runner_test6").string();
+  o.check = CheckMode::off;
+  o.timing = false;
+  o.determinism = false;
+  o.kernel_trace = true;
+  RunSummary sum = run_scenario(s, o);
+  REQUIRE(sum.pass == 3);
+  auto j = read_json(sum.report_path);
+  const auto& gpu_row = j["results"][0];
+  const auto& worker_row = j["results"][1];
+  const auto& cpu_row = j["results"][2];
+  REQUIRE(gpu_row["backend"] == "fake-gpu-runner-test");
+  REQUIRE(gpu_row["extra"].contains("kernel_trace"));
+  const auto& kt = gpu_row["extra"]["kernel_trace"];
+  if (kt.contains("unavailable")) {
+    // No CUDA, no device or no CUPTI here: the reason is recorded instead.
+    MESSAGE("kernel trace unavailable here: " << kt["unavailable"].get<std::string>());
+    CHECK(!kt["unavailable"].get<std::string>().empty());
+    CHECK(!kt.contains("fwd"));
+  } else {
+    // A GPU with CUPTI: the fake launches nothing, so both passes trace empty.
+    CHECK(kt["fwd"]["activities"] == 0);
+    CHECK(kt["bwd"]["activities"] == 0);
+    CHECK(kt["fwd"]["kernels"].empty());
+  }
+  // A backend whose samples come from a worker launches its kernels in another
+  // process: marked as such, whatever this machine has. The CPU backend is not traced.
+  REQUIRE(worker_row["backend"] == "fake-gpu-worker-test");
+  CHECK(worker_row["extra"]["kernel_trace"]["unavailable"] ==
+        "the backend runs and times itself in a worker process");
+  CHECK(!cpu_row["extra"].contains("kernel_trace"));
+}

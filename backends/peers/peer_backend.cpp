@@ -828,7 +828,7 @@ int64_t PeerBackend::estimate_executed_pairs(const Problem& p) const {
 std::unique_ptr<BackendInstance> PeerBackend::prepare(const Problem& p, const ProblemData& inputs) {
   const LaunchConfig c = resolve_launch_config(cfg_);
   RunContext ctx = context();
-  if (env_or("ATTNBENCH_PEER_HOLD_STREAM", "1") == "0") ctx.hold_stream = false;
+  if (!ctx.policy.hold_stream || env_or("ATTNBENCH_PEER_HOLD_STREAM", "1") == "0") ctx.hold_stream = false;
   WorkDir wd(c.work_root, "attnbench-peer-", c.keep_work_dir);
   write_work_dir(wd.path(), peer_, p, inputs, ctx);
   const std::string out = wd.file("worker.stdout.txt"), err = wd.file("worker.stderr.txt");

@@ -16,6 +16,8 @@
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
+#include "harness/device/hold.hpp"
+#include "harness/device/kernel_trace.hpp"
 #include "harness/tensors.hpp"
 
 using namespace attnbench;
@@ -24,6 +26,13 @@ using device::DeviceBuffer;
 namespace {
 
 __global__ void write_float_at(float* p, long long index, float value) { p[index] = value; }
+
+/// Spins for about `ns` nanoseconds so that the traced duration is measurable.
+__global__ void attnbench_trace_probe(unsigned long long ns) {
+  unsigned long long t0 = clock64();
+  while (clock64() - t0 < ns) {
+  }
+}
 
 /// RAII stream for the tests.
 struct TestStream {
@@ -262,4 +271,62 @@ TEST_CASE("select_device validates the index") {
   CHECK(device::selected_device() == 0);
   std::string why;
   CHECK(device::cuda_device_available(&why));
+}
+
+TEST_CASE("kernel trace records our kernels with their launch shape, and memsets with their bytes") {
+  std::string why;
+  if (!device::kernel_trace_available(&why)) {
+    // A CUDA build without CUPTI: say so loudly instead of passing.
+    FAIL("kernel trace unavailable on a machine with a GPU: " << why);
+  }
+  TestStream ts;
+  DeviceBuffer buf(1 << 20, 1);
+  device::kernel_trace_start();
+  CHECK_THROWS_WITH(device::kernel_trace_start(), doctest::Contains("already running"));
+  attnbench_trace_probe<<<dim3(3, 2, 1), dim3(64, 1, 1), 0, ts.s>>>(200000);
+  ATTNBENCH_CHECK(cudaGetLastError());
+  attnbench_trace_probe<<<dim3(3, 2, 1), dim3(64, 1, 1), 0, ts.s>>>(200000);
+  ATTNBENCH_CHECK(cudaGetLastError());
+  ATTNBENCH_CHECK(cudaMemsetAsync(buf.data(), 0, 1 << 20, ts.s));
+  auto acts = device::kernel_trace_stop();
+  CHECK_THROWS_WITH(device::kernel_trace_stop(), doctest::Contains("no trace"));
+  auto j = summarize_trace(acts);
+  REQUIRE(j["kernels"].size() == 2);
+  const auto& k = j["kernels"][0];
+  CHECK(k["kind"] == "kernel");
+  CHECK(k["name"].get<std::string>().find("attnbench_trace_probe") != std::string::npos);
+  CHECK(k["calls"] == 2);
+  CHECK(k["grid"] == nlohmann::json::array({3, 2, 1}));
+  CHECK(k["block"] == nlohmann::json::array({64, 1, 1}));
+  CHECK(k["ctas"] == 6);
+  CHECK(k["registers"].get<int>() > 0);
+  // 200,000 clock cycles at 1-2.1 GHz: 95-200 us per call.
+  CHECK(k["mean_us"].get<double>() > 50.0);
+  CHECK(k["mean_us"].get<double>() < 1000.0);
+  const auto& m = j["kernels"][1];
+  CHECK(m["kind"] == "memset");
+  CHECK(m["bytes"] == (1 << 20));
+  // A second trace starts empty: nothing of the first one leaks into it.
+  device::kernel_trace_start();
+  auto none = device::kernel_trace_stop();
+  CHECK(none.empty());
+}
+
+TEST_CASE("hold_stream keeps the stream busy for the requested time") {
+  TestStream ts;
+  cudaEvent_t a = nullptr, b = nullptr;
+  ATTNBENCH_CHECK(cudaEventCreate(&a));
+  ATTNBENCH_CHECK(cudaEventCreate(&b));
+  for (double ms : {0.5, 3.0}) {
+    ATTNBENCH_CHECK(cudaEventRecord(a, ts.s));
+    device::hold_stream(ts.s, ms);
+    ATTNBENCH_CHECK(cudaEventRecord(b, ts.s));
+    ATTNBENCH_CHECK(cudaEventSynchronize(b));
+    float got = 0;
+    ATTNBENCH_CHECK(cudaEventElapsedTime(&got, a, b));
+    CHECK(got >= 0.95 * ms);
+    CHECK(got < ms + 0.5);
+  }
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
 }

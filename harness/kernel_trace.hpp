@@ -1,0 +1,44 @@
+// Kernel trace of one backend pass: which GPU kernels (and memsets / copies) a
+// pass launched, with their grid, registers, shared memory and device time.
+// `attnbench run --kernel-trace` records one untimed forward and one untimed
+// backward per (case, backend) after the timed passes and stores the summary in
+// the row's extra.kernel_trace (docs/report-format.md).
+//
+// The activities are collected by harness/device/kernel_trace.hpp (CUPTI's
+// activity API); the summary here is plain C++ so that it is tested without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace attnbench {
+
+/// One device activity of a traced pass, as CUPTI reports it.
+struct TracedActivity {
+  std::string kind;           ///< "kernel", "memset" or "memcpy"
+  std::string name;           ///< demangled kernel name; "memset" / "memcpy <direction>"
+  uint64_t start_ns = 0;      ///< device timestamps, nanoseconds (CUPTI's clock)
+  uint64_t end_ns = 0;
+  int grid[3] = {0, 0, 0};    ///< kernels only
+  int block[3] = {0, 0, 0};
+  int registers = 0;          ///< per thread
+  int64_t shared_bytes = 0;   ///< static + dynamic shared memory per block
+  uint64_t bytes = 0;         ///< memsets / copies only
+};
+
+/// Group `acts` by (kind, name) and summarise one pass:
+///   {"activities": N, "device_us": sum of durations, "span_us": last end - first start,
+///    "kernels": [{"kind", "name", "calls", "total_us", "mean_us", "share" (of device_us),
+///                 "grid": [x,y,z], "block": [x,y,z], "ctas", "registers", "shared_bytes",
+///                 "bytes"}...]}
+/// Groups are sorted by total_us, largest first (ties by name); grid, block,
+/// registers and shared memory are those of the group's first call (by start time),
+/// "ctas" is the product of that grid and "bytes" the sum over the group's calls.
+/// Durations are end - start (0 when end < start). No activity gives
+/// {"activities": 0, "device_us": 0, "span_us": 0, "kernels": []}.
+nlohmann::json summarize_trace(const std::vector<TracedActivity>& acts);
+
+}  // namespace attnbench
