@@ -6,6 +6,9 @@
 // backend's tests is tests/gpu/test_cudnn.cpp.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <stdexcept>
+
 #if defined(ATTNBENCH_HAVE_CUDNN)
 
 #include <string>
@@ -102,7 +105,7 @@ TEST_CASE("cudnn plan: executed pairs estimate 128 x 128 tiles") {
   CHECK(w.executed_pairs == 128 * 128 + 128 * 128 + 44 * 44);
 }
 
-TEST_CASE("cudnn plan: documents become ragged sequences; padding tokens and empty documents are fixed up") {
+TEST_CASE("cudnn plan: documents become ragged sequences; padding tokens and empty documents get no token row") {
   const Env env = fake_env(91900);
   Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 0, 150}, {40, 40, 40, 100}}),
                           CausalAlign::bottom_right);
@@ -118,16 +121,52 @@ TEST_CASE("cudnn plan: documents become ragged sequences; padding tokens and emp
   CHECK(c.seqs[1].q_pos == 100);
   CHECK(c.seqs[1].q_len == 150);
   CHECK(c.seqs[1].q_row == 100);
-  CHECK(c.seqs[2].q_row == 300);  // batch row 1 starts at token 300
+  CHECK(c.seqs[2].q_row == 250);  // batch row 1 starts after row 0's 250 document tokens
   CHECK(c.rag_q[1] == 100 * 4 * 64);
   CHECK(c.rag_k[1] == 100 * 2 * 64);
   CHECK(c.rag_stats[1] == 100 * 4);
-  CHECK(c.dead_q.unit.size() == 50 + 80);  // padding tokens of both rows
-  CHECK(c.dead_k.unit.size() == 50 + 80);
+  // The padding tokens of both rows (50 + 80) are not stored: nothing to fix up,
+  // their LSE is -inf and their rows read back as zeros.
+  CHECK(c.q_rows == 250 + 220 + kRowSlack);
+  CHECK(c.k_rows == 250 + 220 + kRowSlack);
+  CHECK(c.q_row_of[249] == 249);
+  CHECK(c.q_row_of[250] == -1);
+  CHECK(c.q_row_of[300] == 250);
+  CHECK(c.k_row_of[300 + 219] == 469);
+  CHECK(c.k_row_of[300 + 220] == -1);
+  CHECK(c.dead_q.unit.empty());
+  CHECK(c.dead_k.unit.empty());
+  CHECK(c.stats_dead.unit.empty());
+  REQUIRE(c.lse_src.size() == 600);
+  CHECK(c.lse_src[0] == 0);
+  CHECK(c.lse_src[260] == -1);
+  CHECK(c.lse_src[300 + 1] == 251 * 4);
+  // lse_from_stats: -inf for the padding rows, head h at + h for token-major stats.
+  std::vector<double> stats(static_cast<size_t>(c.stats_elems));
+  for (size_t i = 0; i < stats.size(); ++i) stats[i] = 0.5 * static_cast<double>(i);
+  HostTensor lse = lse_from_stats(c, stats, 2, 4, 300);
+  CHECK(lse.data[static_cast<size_t>((0 * 4 + 3) * 300 + 10)] == 0.5 * (10 * 4 + 3));
+  CHECK(lse.data[static_cast<size_t>((1 * 4 + 2) * 300 + 1)] == 0.5 * (251 * 4 + 2));
+  CHECK(std::isinf(lse.data[static_cast<size_t>((0 * 4 + 1) * 300 + 260)]));
+  CHECK(lse.data[static_cast<size_t>((0 * 4 + 1) * 300 + 260)] < 0);
+  CHECK_THROWS_AS(lse_from_stats(c, std::vector<double>(10), 2, 4, 300), std::out_of_range);
   // 1D sequence work: causal per document.
   CHECK(c.executed_pairs > 0);
   CHECK(c.executed_pairs >= count_allowed_pairs(p) * 4);
 
+  SUBCASE("sequence order: the ragged offsets list the documents longest first; rows do not move") {
+    Env e2 = env;
+    e2.seq_order = SeqOrder::long_first;
+    CasePlan l = plan_ok(p, e2);
+    CHECK(l.q_row_of == c.q_row_of);
+    REQUIRE(l.seqs.size() == 6);
+    CHECK(l.seqs[0].q_len == 150);
+    CHECK(l.rag_q == std::vector<int64_t>{100 * 256, 0, 370 * 256, 250 * 256, 290 * 256, 330 * 256, 470 * 256});
+    CHECK(l.seq_len_q == std::vector<int32_t>{150, 100, 100, 40, 40, 40});
+    CHECK(l.executed_pairs == c.executed_pairs);
+    e2.seq_order = SeqOrder::short_first;
+    CHECK(plan_ok(p, e2).seq_len_q == std::vector<int32_t>{40, 40, 40, 100, 100, 150});
+  }
   SUBCASE("only padding left: no graph, every row is fixed up") {
     Problem q = with_padding(make_problem(2, 2, 2, 64, 64, 64, DType::fp16), {0, 0}, {64, 0});
     CasePlan e = plan_ok(q, env);
@@ -192,18 +231,23 @@ TEST_CASE("cudnn plan: backward graph forms (token-major full-head dK/dV, dQ wit
 
 TEST_CASE("cudnn plan: ragged sequences are split into length classes, one graph each") {
   Env env = fake_env(91900);
-  CHECK_FALSE(env.split_by_length);  // off unless ATTNBENCH_CUDNN_SPLIT=1
-  env.split_by_length = true;
+  CHECK(env.split_by_length);  // on unless ATTNBENCH_CUDNN_SPLIT=0
+  CHECK(env.split_streams);
+  CHECK(env.split_long_first);
+  env.split_long_first = false;  // class 0 first below
   // Documents 100, 150 | 40, 40, 40, 100 (row 0 ends in 50 padding tokens): lengths
   // <= 128 form class 0 (5 sequences, 1 query tile each), 150 forms class 1 (2
   // tiles). One graph would launch 6 x 2 tiles per head, the split 5 + 2.
   Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 0, 150}, {40, 40, 40, 100}}),
                           CausalAlign::bottom_right);
   validate(p);
+  env.split_forward = true;  // the forward runs the classes too
   CasePlan c = plan_ok(p, env);
   REQUIRE(c.parts.size() == 2);
   const GraphPart& a = c.parts[0];
   const GraphPart& b = c.parts[1];
+  CHECK(a.run_fwd);
+  CHECK(a.run_bwd);
   CHECK(a.fwd.n == 5);
   CHECK(a.fwd.sq == 100);
   CHECK(a.fwd.sk == 100);
@@ -211,10 +255,11 @@ TEST_CASE("cudnn plan: ragged sequences are split into length classes, one graph
   CHECK(a.bwd.n == 5);
   CHECK(a.fwd.q_stride[0] == 100 * 4 * 64);  // the n stride follows the part's s_max
   CHECK(a.seq_len_q == std::vector<int32_t>{100, 40, 40, 40, 100});
-  // Offsets point into the shared token buffers: rows 0, 300, 340, 380, 420.
-  CHECK(a.rag_q == std::vector<int64_t>{0, 300 * 256, 340 * 256, 380 * 256, 420 * 256, 520 * 256});
-  CHECK(a.rag_k == std::vector<int64_t>{0, 300 * 128, 340 * 128, 380 * 128, 420 * 128, 520 * 128});
-  CHECK(a.rag_stats == std::vector<int64_t>{0, 300 * 4, 340 * 4, 380 * 4, 420 * 4, 520 * 4});
+  // Offsets point into the shared token buffers: rows 0, 250, 290, 330, 370 (row 0
+  // stores its 250 document tokens, no padding).
+  CHECK(a.rag_q == std::vector<int64_t>{0, 250 * 256, 290 * 256, 330 * 256, 370 * 256, 470 * 256});
+  CHECK(a.rag_k == std::vector<int64_t>{0, 250 * 128, 290 * 128, 330 * 128, 370 * 128, 470 * 128});
+  CHECK(a.rag_stats == std::vector<int64_t>{0, 250 * 4, 290 * 4, 330 * 4, 370 * 4, 470 * 4});
   CHECK(b.fwd.n == 1);
   CHECK(b.fwd.sq == 150);
   CHECK(b.seq_len_kv == std::vector<int32_t>{150});
@@ -227,6 +272,45 @@ TEST_CASE("cudnn plan: ragged sequences are split into length classes, one graph
   for (const auto& n : c.notes) noted = noted || n.find("2 length classes") != std::string::npos;
   CHECK(noted);
 
+  SUBCASE("default: the forward stays one graph, the backward runs the classes") {
+    env.split_forward = false;
+    CasePlan f = plan_ok(p, env);
+    REQUIRE(f.parts.size() == 3);
+    CHECK(f.parts[0].run_fwd);
+    CHECK_FALSE(f.parts[0].run_bwd);
+    CHECK(f.parts[0].fwd.key() == f.fwd.key());
+    CHECK(f.parts[0].rag_q == f.rag_q);
+    for (int i : {1, 2}) {
+      CHECK_FALSE(f.parts[static_cast<size_t>(i)].run_fwd);
+      CHECK(f.parts[static_cast<size_t>(i)].run_bwd);
+    }
+    CHECK(f.parts[1].bwd.n == 5);
+    CHECK(f.parts[2].bwd.n == 1);
+    SUBCASE("long-first puts the class of the longest sequences first") {
+      env.split_long_first = true;
+      CasePlan l = plan_ok(p, env);
+      REQUIRE(l.parts.size() == 3);
+      CHECK(l.parts[1].bwd.n == 1);
+      CHECK(l.parts[1].bwd.sq == 150);
+      CHECK(l.parts[2].bwd.n == 5);
+    }
+  }
+  SUBCASE("class bounds from the environment") {
+    // Bound 40: the three 40-token documents, then everything longer (100, 150, 100).
+    env.split_bounds = parse_split_bounds("40");
+    CasePlan f = plan_ok(p, env);
+    REQUIRE(f.parts.size() == 2);
+    CHECK(f.parts[0].fwd.n == 3);
+    CHECK(f.parts[0].fwd.sq == 40);
+    CHECK(f.parts[1].fwd.n == 3);
+    CHECK(f.parts[1].fwd.sq == 150);
+    CHECK(parse_split_bounds("128,256,1024") == std::vector<int64_t>{128, 256, 1024});
+    CHECK_THROWS_WITH_AS(parse_split_bounds("128,64"), doctest::Contains("must increase"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(parse_split_bounds("0"), doctest::Contains("positive"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(parse_split_bounds("12x"), doctest::Contains("ATTNBENCH_CUDNN_SPLIT_BOUNDS=\"12x\""),
+                         std::invalid_argument);
+    CHECK_THROWS_AS(parse_split_bounds(""), std::invalid_argument);
+  }
   SUBCASE("turned off: one part equal to the whole") {
     env.split_by_length = false;
     CasePlan one = plan_ok(p, env);

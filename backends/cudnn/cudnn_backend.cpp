@@ -87,13 +87,16 @@ class Instance final : public CudnnInstanceApi {
       handle_ = shared_handle(env_.device);
       for (const GraphPart& gp : plan_.parts) {
         auto rt = std::make_unique<PartRuntime>();
-        rt->fwd = get_plan(gp.fwd, &rt->fwd_hit);
-        rt->bwd = get_plan(gp.bwd, &rt->bwd_hit);
-        rt->fwd_plan = rt->fwd->plan.get();
-        rt->bwd_plan = rt->bwd->plan.get();
-        if (env_.autotune) {
-          rt->fwd_variants = knob_variants(*rt->fwd);
-          rt->bwd_variants = knob_variants(*rt->bwd);
+        rt->fwd_hit = rt->bwd_hit = true;
+        if (gp.run_fwd) {
+          rt->fwd = get_plan(gp.fwd, &rt->fwd_hit);
+          rt->fwd_plan = rt->fwd->plan.get();
+          if (env_.autotune) rt->fwd_variants = knob_variants(*rt->fwd);
+        }
+        if (gp.run_bwd) {
+          rt->bwd = get_plan(gp.bwd, &rt->bwd_hit);
+          rt->bwd_plan = rt->bwd->plan.get();
+          if (env_.autotune) rt->bwd_variants = knob_variants(*rt->bwd);
         }
         parts_.push_back(std::move(rt));
       }
@@ -115,7 +118,6 @@ class Instance final : public CudnnInstanceApi {
     dk_ = DeviceBuffer(k_.count(), eb);
     dv_ = DeviceBuffer(v_.count(), eb);
     stats_ = DeviceBuffer(static_cast<size_t>(plan_.stats_elems), sizeof(float));
-    if (!plan_.lse_src.empty()) lse_ = DeviceBuffer(static_cast<size_t>(B * Hq * Sq), sizeof(float));
     for (size_t i = 0; i < parts_.size(); ++i) {
       const GraphPart& gp = plan_.parts[i];
       PartRuntime& rt = *parts_[i];
@@ -136,20 +138,35 @@ class Instance final : public CudnnInstanceApi {
       const int64_t rows = g.ragged ? plan_.q_rows : g.n * g.sq;  // token rows or n * s_q
       dsum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq), sizeof(float));
       if (!g.dq_direct) dq_accum_ = DeviceBuffer(static_cast<size_t>(rows * g.hq * g.dqk), sizeof(float));
-      if (g.fullhead_tokens) {  // float32-sized like cudnn-frontend's dK/dV_fullhead_size
+      bool fullhead = false;
+      for (const GraphPart& gp : plan_.parts) fullhead = fullhead || (gp.run_bwd && gp.bwd.fullhead_tokens);
+      if (fullhead) {  // float32-sized like cudnn-frontend's dK/dV_fullhead_size
         dk_full_ = DeviceBuffer(static_cast<size_t>(plan_.k_rows * g.hq * g.dqk), sizeof(float));
         dv_full_ = DeviceBuffer(static_cast<size_t>(plan_.k_rows * g.hq * g.dv), sizeof(float));
       }
-      // The parts run one after another on one stream: one workspace serves all.
-      const int64_t ws = plan_workspace_bytes();
+      // Parts that run one after another on one stream share one workspace;
+      // concurrent parts (split_streams) get one slice each.
+      concurrent_ = env_.split_streams && parts_.size() > 1;
+      int64_t ws = 0;
+      for (auto& rt : parts_) {
+        rt->workspace_offset = concurrent_ ? ws : 0;
+        const int64_t need = (part_workspace_bytes(*rt) + 255) / 256 * 256;
+        ws = concurrent_ ? ws + need : std::max(ws, need);
+      }
       if (ws > 0) workspace_ = DeviceBuffer(static_cast<size_t>(ws), 1);
+      if (concurrent_) {
+        for (size_t i = 1; i < parts_.size(); ++i) {
+          aux_streams_.push_back(std::make_unique<StreamHolder>());
+          joins_.push_back(std::make_unique<EventHolder>());
+        }
+        fork_ = std::make_unique<EventHolder>();
+      }
     }
     if (!plan_.alibi_slopes.empty())
       alibi_ = device::upload_f32(std::vector<double>(plan_.alibi_slopes.begin(), plan_.alibi_slopes.end()), stream_);
     dead_q_ = upload_i64(plan_.dead_q.unit, stream_);
     dead_k_ = upload_i64(plan_.dead_k.unit, stream_);
     stats_dead_ = upload_i64(plan_.stats_dead.unit, stream_);
-    lse_src_ = upload_i64(plan_.lse_src, stream_);
 
     for (auto& part : parts_) {
       PartRuntime& rt = *part;
@@ -166,38 +183,35 @@ class Instance final : public CudnnInstanceApi {
           {kUidAlibi, alibi_.data()},   {kUidDKFull, dk_full_.data()},
           {kUidDVFull, dv_full_.data()},
       };
-      rt.fwd_pack = make_variant_pack(*rt.fwd, ptrs, workspace_.data());
-      rt.bwd_pack = make_variant_pack(*rt.bwd, ptrs, workspace_.data());
+      void* ws = workspace_.empty() ? nullptr : static_cast<char*>(workspace_.data()) + rt.workspace_offset;
+      if (rt.fwd) rt.fwd_pack = make_variant_pack(*rt.fwd, ptrs, ws);
+      if (rt.bwd) rt.bwd_pack = make_variant_pack(*rt.bwd, ptrs, ws);
     }
     ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
-    if (env_.autotune)
-      for (auto& part : parts_) autotune(*part);
+    if (env_.autotune) autotune();
   }
 
   ~Instance() override {
     if (stream_) (void)cudaStreamSynchronize(stream_);  // before the buffers are freed
+    for (const auto& a : aux_streams_) (void)cudaStreamSynchronize(a->s);
   }
 
   void forward() override {
-    if (plan_.has_graph) {
-      ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
-      for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->fwd_plan, rt->fwd_pack.get()));
-    }
+    if (plan_.has_graph)
+      run_parts([](const PartRuntime& rt) { return std::make_pair(rt.fwd_plan, rt.fwd_pack.get()); });
     zero_rows(o_.data(), 2, dead_q_.as<int64_t>(), static_cast<int64_t>(plan_.dead_q.unit.size()),
               plan_.dead_q.heads, plan_.dead_q.head_stride, p_.head_dim_v, stream_);
     zero_rows(stats_.data(), 4, stats_dead_.as<int64_t>(), static_cast<int64_t>(plan_.stats_dead.unit.size()),
               plan_.stats_dead.heads, plan_.stats_dead.head_stride, 1, stream_);
-    if (!plan_.lse_src.empty())
-      gather_lse(lse_.as<float>(), stats_.as<float>(), lse_src_.as<int64_t>(), p_.batch, p_.heads_q, p_.seq_q,
-                 plan_.lse_head_stride, stream_);
+    // LSE stays in cuDNN's Stats layout (what the backward reads); read_outputs
+    // maps it to [B, Hq, Sq] with -inf for fully masked rows.
   }
 
   void backward() override {
     if (plan_.has_graph) {
-      ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
       if (env_.version < 90600 && !dq_accum_.empty())  // cuDNN < 9.6 expects a zeroed dQ accumulator
         ATTNBENCH_CHECK(cudaMemsetAsync(dq_accum_.data(), 0, dq_accum_.bytes(), stream_));
-      for (const auto& rt : parts_) ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt->bwd_plan, rt->bwd_pack.get()));
+      run_parts([](const PartRuntime& rt) { return std::make_pair(rt.bwd_plan, rt.bwd_pack.get()); });
     }
     const auto nq = static_cast<int64_t>(plan_.dead_q.unit.size());
     const auto nk = static_cast<int64_t>(plan_.dead_k.unit.size());
@@ -212,7 +226,6 @@ class Instance final : public CudnnInstanceApi {
   void poison_outputs() override {
     for (const DeviceBuffer* b : {&o_, &dq_, &dk_, &dv_}) device::poison_nan(*b, p_.dtype, stream_);
     device::poison_nan(stats_, DType::fp32, stream_);
-    if (!lse_.empty()) device::poison_nan(lse_, DType::fp32, stream_);
   }
 
   void synchronize() override { ATTNBENCH_CHECK(cudaStreamSynchronize(stream_)); }
@@ -221,11 +234,7 @@ class Instance final : public CudnnInstanceApi {
     synchronize();
     AttentionOutputs r;
     r.o = from_storage(device::download(o_, p_.dtype, stream_), TensorRole::o);
-    r.lse = HostTensor({p_.batch, p_.heads_q, p_.seq_q});
-    const DeviceBuffer& lse = plan_.lse_src.empty() ? stats_ : lse_;
-    std::vector<double> l = device::download(lse, DType::fp32, stream_);
-    l.resize(static_cast<size_t>(p_.batch * p_.heads_q * p_.seq_q));
-    r.lse.data = std::move(l);
+    r.lse = lse_from_stats(plan_, device::download(stats_, DType::fp32, stream_), p_.batch, p_.heads_q, p_.seq_q);
     if (with_grads) {
       r.dq = from_storage(device::download(dq_, p_.dtype, stream_), TensorRole::q);
       r.dk = from_storage(device::download(dk_, p_.dtype, stream_), TensorRole::k);
@@ -238,7 +247,7 @@ class Instance final : public CudnnInstanceApi {
 
   double setup_ms() const override {
     double ms = analysis_ms_;
-    for (const auto& rt : parts_) ms += rt->fwd->build_ms + rt->bwd->build_ms;
+    for (const auto& rt : parts_) ms += (rt->fwd ? rt->fwd->build_ms : 0.0) + (rt->bwd ? rt->bwd->build_ms : 0.0);
     return ms;
   }
 
@@ -256,6 +265,7 @@ class Instance final : public CudnnInstanceApi {
     j["storage"] = storage_name(plan_.storage);
     j["sequences"] = plan_.has_graph ? plan_.fwd.n : 0;
     j["graphs"] = parts_.size();  // graph pairs executed per pass (length classes of a ragged case)
+    j["concurrent_parts"] = concurrent_;  // split_streams: one stream per part
     j["plan_cache_hit"] = plan_cache_hit();
     j["analysis_ms"] = analysis_ms_;
     auto graph = [](const std::shared_ptr<const BuiltGraph>& g) -> nlohmann::json {
@@ -264,26 +274,29 @@ class Instance final : public CudnnInstanceApi {
               {"heuristics", g->heuristic_mode + "[" + std::to_string(g->heuristic_rank) + "/" + std::to_string(g->heuristic_count) + "]"},
               {"workspace_bytes", g->workspace_bytes}, {"operations", g->ops}, {"build_ms", g->build_ms}};
     };
-    // One graph pair per part: "forward"/"backward" describe the first (the only
-    // one unless the sequences were split into length classes), "parts" all.
-    j["forward"] = parts_.empty() ? nlohmann::json(nullptr) : graph(parts_.front()->fwd);
-    j["backward"] = parts_.empty() ? nlohmann::json(nullptr) : graph(parts_.front()->bwd);
+    // "forward" / "backward" describe the first part that runs that pass (the only
+    // part unless the sequences were split into length classes), "parts" all.
+    std::shared_ptr<const BuiltGraph> first_fwd, first_bwd;
+    for (const auto& rt : parts_) {
+      if (!first_fwd) first_fwd = rt->fwd;
+      if (!first_bwd) first_bwd = rt->bwd;
+    }
+    j["forward"] = graph(first_fwd);
+    j["backward"] = graph(first_bwd);
     if (parts_.size() > 1) {
       nlohmann::json all = nlohmann::json::array();
       for (const auto& rt : parts_) all.push_back({{"forward", graph(rt->fwd)}, {"backward", graph(rt->bwd)}});
       j["parts"] = std::move(all);
     }
-    if (!parts_.empty()) {
-      auto knobs = [](const std::shared_ptr<const BuiltGraph>& g) {
-        nlohmann::json a = nlohmann::json::array();
-        for (const KnobInfo& k : g->knobs)
-          a.push_back({{"knob", knob_name(k.type)}, {"min", k.min}, {"max", k.max}, {"stride", k.stride},
-                       {"chosen", k.chosen}});
-        return a;
-      };
-      j["forward"]["knobs"] = knobs(parts_.front()->fwd);
-      j["backward"]["knobs"] = knobs(parts_.front()->bwd);
-    }
+    auto knobs = [](const std::shared_ptr<const BuiltGraph>& g) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const KnobInfo& k : g->knobs)
+        a.push_back({{"knob", knob_name(k.type)}, {"min", k.min}, {"max", k.max}, {"stride", k.stride},
+                     {"chosen", k.chosen}});
+      return a;
+    };
+    if (first_fwd) j["forward"]["knobs"] = knobs(first_fwd);
+    if (first_bwd) j["backward"]["knobs"] = knobs(first_bwd);
     if (env_.autotune) {
       nlohmann::json all = nlohmann::json::array();
       for (const auto& rt : parts_) all.push_back(rt->tuning);
@@ -303,11 +316,8 @@ class Instance final : public CudnnInstanceApi {
   }
   int64_t plan_workspace_bytes() const override {
     int64_t ws = 0;
-    for (const auto& rt : parts_) {
-      ws = std::max({ws, rt->fwd->workspace_bytes, rt->bwd->workspace_bytes});
-      for (const auto* vs : {&rt->fwd_variants, &rt->bwd_variants})
-        for (const PlanVariant& v : *vs) ws = std::max(ws, v.workspace_bytes);
-    }
+    for (const auto& rt : parts_)
+      ws = concurrent_ ? ws + (part_workspace_bytes(*rt) + 255) / 256 * 256 : std::max(ws, part_workspace_bytes(*rt));
     return ws;
   }
   bool guards_intact() const override {
@@ -320,6 +330,7 @@ class Instance final : public CudnnInstanceApi {
   /// The built graphs of one GraphPart and the per-sequence tensors they read.
   struct PartRuntime {
     std::shared_ptr<const BuiltGraph> fwd, bwd;
+    int64_t workspace_offset = 0;    ///< bytes into the instance's workspace (own slice with split_streams)
     bool fwd_hit = false, bwd_hit = false;
     DeviceBuffer seq_q, seq_kv, rag_q, rag_k, rag_v, rag_o, rag_stats;
     Descriptor fwd_pack, bwd_pack;
@@ -327,6 +338,52 @@ class Instance final : public CudnnInstanceApi {
     std::vector<PlanVariant> fwd_variants, bwd_variants;               ///< autotuning candidates (knob variants)
     nlohmann::json tuning;                                             ///< autotuning table (extra()["autotune"])
   };
+
+  /// Owns a CUDA event without timing (fork / join of concurrent parts).
+  struct EventHolder {
+    cudaEvent_t e = nullptr;
+    EventHolder() { ATTNBENCH_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+    ~EventHolder() {
+      if (e) (void)cudaEventDestroy(e);
+    }
+    EventHolder(const EventHolder&) = delete;
+    EventHolder& operator=(const EventHolder&) = delete;
+  };
+
+  /// Execute the plan of every part that runs this pass (`pick` returns the plan
+  /// and its variant pack, or a null plan for a part the pass skips): on the
+  /// instance's stream one after another, or with split_streams the k-th such
+  /// part on its own stream (the first on the instance's stream), forked from and
+  /// joined back to the instance's stream with events.
+  template <class Pick>
+  void run_parts(Pick pick) {
+    // The fork is recorded before anything of this pass is enqueued, so that no
+    // part waits for another.
+    if (concurrent_) ATTNBENCH_CHECK(cudaEventRecord(fork_->e, stream_));
+    size_t k = 0;
+    for (const auto& part : parts_) {
+      auto [plan, pack] = pick(*part);
+      if (!plan) continue;
+      cudaStream_t s = stream_;
+      if (concurrent_ && k > 0) {
+        s = aux_streams_[k - 1]->s;
+        ATTNBENCH_CHECK(cudaStreamWaitEvent(s, fork_->e, 0));
+      }
+      ATTNBENCH_CHECK(cudnnSetStream(handle_, s));
+      ATTNBENCH_CHECK(cudnnBackendExecute(handle_, plan, pack));
+      if (concurrent_ && k > 0) ATTNBENCH_CHECK(cudaEventRecord(joins_[k - 1]->e, s));
+      ++k;
+    }
+    for (size_t j = 1; concurrent_ && j < k; ++j) ATTNBENCH_CHECK(cudaStreamWaitEvent(stream_, joins_[j - 1]->e, 0));
+    ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
+  }
+
+  int64_t part_workspace_bytes(const PartRuntime& rt) const {
+    int64_t ws = std::max(rt.fwd ? rt.fwd->workspace_bytes : 0, rt.bwd ? rt.bwd->workspace_bytes : 0);
+    for (const auto* vs : {&rt.fwd_variants, &rt.bwd_variants})
+      for (const PlanVariant& v : *vs) ws = std::max(ws, v.workspace_bytes);
+    return ws;
+  }
 
   /// Median time (ms) of `plan` over 5 executions after 2 warm-ups, CUDA events on
   /// the instance's stream; nullopt when cuDNN fails to execute it.
@@ -359,12 +416,23 @@ class Instance final : public CudnnInstanceApi {
   }
 
   /// ATTNBENCH_CUDNN_AUTOTUNE=1: time the heuristics' plan and every knob variant
-  /// of both graphs of `rt` with this instance's buffers (hot L2, outside every
-  /// timed pass) and execute the fastest from now on. The outputs the tuning
-  /// writes are overwritten by the runner's passes.
-  void autotune(PartRuntime& rt) {
-    auto pick = [&](const char* which, const BuiltGraph& g, std::vector<PlanVariant>& vars,
-                    cudnnBackendDescriptor_t pack, cudnnBackendDescriptor_t& chosen) {
+  /// of every graph with this instance's buffers (hot L2, outside every timed
+  /// pass; the forwards first, then one forward pass, then the backwards) and
+  /// execute the fastest from now on. The outputs the tuning writes are
+  /// overwritten by the runner's passes.
+  void autotune() {
+    for (auto& rt : parts_)
+      if (rt->fwd) tune(*rt, "forward", *rt->fwd, rt->fwd_variants, rt->fwd_pack.get(), rt->fwd_plan);
+    // the backward reads O and Stats of a forward
+    forward();
+    for (auto& rt : parts_)
+      if (rt->bwd) tune(*rt, "backward", *rt->bwd, rt->bwd_variants, rt->bwd_pack.get(), rt->bwd_plan);
+    ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void tune(PartRuntime& rt, const char* which, const BuiltGraph& g, std::vector<PlanVariant>& vars,
+            cudnnBackendDescriptor_t pack, cudnnBackendDescriptor_t& chosen) {
+    {
       nlohmann::json table = nlohmann::json::array();
       std::optional<double> best = time_plan(g.plan.get(), pack);
       table.push_back({{"plan", "heuristics"}, {"ms", best ? nlohmann::json(*best) : nlohmann::json(nullptr)}});
@@ -379,19 +447,13 @@ class Instance final : public CudnnInstanceApi {
         }
       }
       rt.tuning[which] = {{"chosen", best_label}, {"candidates", std::move(table)}};
-    };
-    pick("forward", *rt.fwd, rt.fwd_variants, rt.fwd_pack.get(), rt.fwd_plan);
-    // the backward reads O and Stats of a forward
-    ATTNBENCH_CHECK(cudnnBackendExecute(handle_, rt.fwd_plan, rt.fwd_pack.get()));
-    pick("backward", *rt.bwd, rt.bwd_variants, rt.bwd_pack.get(), rt.bwd_plan);
-    ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
+    }
   }
 
   std::vector<const DeviceBuffer*> buffers() const {
     std::vector<const DeviceBuffer*> all = {&q_,     &k_,     &v_,       &o_,     &do_,        &dq_,
-                                            &dk_,    &dv_,    &stats_,   &lse_,   &dsum_,      &dq_accum_,
-                                            &dk_full_, &dv_full_,
-                                            &alibi_, &workspace_, &dead_q_, &dead_k_, &stats_dead_, &lse_src_};
+                                            &dk_,    &dv_,    &stats_,   &dsum_,  &dq_accum_,  &dk_full_,
+                                            &dv_full_, &alibi_, &workspace_, &dead_q_, &dead_k_, &stats_dead_};
     for (const auto& rt : parts_)
       for (const DeviceBuffer* b : {&rt->seq_q, &rt->seq_kv, &rt->rag_q, &rt->rag_k, &rt->rag_v, &rt->rag_o,
                                     &rt->rag_stats})
@@ -452,9 +514,13 @@ class Instance final : public CudnnInstanceApi {
   cudaStream_t stream_ = stream_holder_.s;
   cudnnHandle_t handle_ = nullptr;
   std::vector<std::unique_ptr<PartRuntime>> parts_;  ///< one per plan_.parts entry
-  DeviceBuffer q_, k_, v_, o_, do_, dq_, dk_, dv_, stats_, lse_;
+  bool concurrent_ = false;                          ///< split_streams with more than one part
+  std::vector<std::unique_ptr<StreamHolder>> aux_streams_;  ///< parts 1.. when concurrent_
+  std::unique_ptr<EventHolder> fork_;
+  std::vector<std::unique_ptr<EventHolder>> joins_;
+  DeviceBuffer q_, k_, v_, o_, do_, dq_, dk_, dv_, stats_;
   DeviceBuffer dsum_, dq_accum_, dk_full_, dv_full_, alibi_, workspace_;
-  DeviceBuffer dead_q_, dead_k_, stats_dead_, lse_src_;
+  DeviceBuffer dead_q_, dead_k_, stats_dead_;
 };
 
 }  // namespace
@@ -468,7 +534,22 @@ Env current_env() {
   ATTNBENCH_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, e.device));
   e.sm = major * 10 + minor;
   const char* split = std::getenv("ATTNBENCH_CUDNN_SPLIT");
-  e.split_by_length = split && std::string(split) == "1";
+  e.split_by_length = !(split && std::string(split) == "0");
+  const char* streams = std::getenv("ATTNBENCH_CUDNN_SPLIT_STREAMS");
+  e.split_streams = !(streams && std::string(streams) == "0");
+  if (const char* bounds = std::getenv("ATTNBENCH_CUDNN_SPLIT_BOUNDS"); bounds && *bounds)
+    e.split_bounds = parse_split_bounds(bounds);
+  const char* split_fwd = std::getenv("ATTNBENCH_CUDNN_SPLIT_FORWARD");
+  e.split_forward = split_fwd && std::string(split_fwd) == "1";
+  if (const char* so = std::getenv("ATTNBENCH_CUDNN_SEQ_ORDER"); so && *so) {
+    const std::string v = so;
+    if (v == "long-first") e.seq_order = SeqOrder::long_first;
+    else if (v == "short-first") e.seq_order = SeqOrder::short_first;
+    else if (v != "natural")
+      throw std::invalid_argument("ATTNBENCH_CUDNN_SEQ_ORDER=\"" + v + "\": expected natural, long-first or short-first");
+  }
+  const char* order = std::getenv("ATTNBENCH_CUDNN_SPLIT_ORDER");
+  e.split_long_first = !(order && std::string(order) == "short-first");
   const char* tune = std::getenv("ATTNBENCH_CUDNN_AUTOTUNE");
   e.autotune = tune && std::string(tune) == "1";
   const char* fullhead = std::getenv("ATTNBENCH_CUDNN_FULLHEAD");

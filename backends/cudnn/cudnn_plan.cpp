@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
 #include <map>
 #include <set>
 #include <sstream>
@@ -107,9 +109,12 @@ void set_graph_dims(GraphSpec& g, int64_t n, int64_t sq, int64_t sk) {
   else set_strides(g.stats_stride, g.hq * sq, sq, 1, 1);
 }
 
-/// Length class of a ragged sequence: 0 for len <= kTile, then
-/// ceil(log2(ceil(len / kTile))) (1: <= 256, 2: <= 512, ...).
-int length_class(int64_t len) {
+/// Length class of a ragged sequence. Without bounds: 0 for len <= kTile, then
+/// ceil(log2(ceil(len / kTile))) (1: <= 256, 2: <= 512, ...). With bounds: the
+/// index of the first bound >= len, or bounds.size().
+int length_class(int64_t len, const std::vector<int64_t>& bounds) {
+  if (!bounds.empty())
+    return static_cast<int>(std::lower_bound(bounds.begin(), bounds.end(), len) - bounds.begin());
   int c = 0;
   for (int64_t tiles = (len + kTile - 1) / kTile; (int64_t{1} << c) < tiles;) ++c;
   return c;
@@ -141,8 +146,11 @@ GraphPart make_part(const GraphSpec& fwd, const GraphSpec& bwd, const std::vecto
     auto offsets = [&](bool q_side, int64_t per_row) {
       std::vector<int64_t> off;
       for (const auto& s : seqs) off.push_back((q_side ? s.q_row : s.k_row) * per_row);
-      const Sequence& last = seqs.empty() ? Sequence{} : seqs.back();
-      off.push_back(q_side ? (last.q_row + last.q_len) * per_row : (last.k_row + last.k_len) * per_row);
+      // The last entry is the end of the token rows the sequences cover (the end of
+      // the last sequence when they are in row order).
+      int64_t end = 0;
+      for (const auto& s : seqs) end = std::max(end, q_side ? s.q_row + s.q_len : s.k_row + s.k_len);
+      off.push_back(end * per_row);
       return off;
     };
     part.rag_q = offsets(true, p.heads_q * p.head_dim);
@@ -191,6 +199,52 @@ std::string GraphSpec::describe() const {
   if (mod == ScoreMod::Kind::softcap) o << " softcap(" << cap << ")";
   if (mod == ScoreMod::Kind::alibi) o << " alibi";
   return o.str();
+}
+
+std::vector<int64_t> parse_split_bounds(const std::string& text) {
+  std::vector<int64_t> out;
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument("ATTNBENCH_CUDNN_SPLIT_BOUNDS=\"" + text + "\": " + why);
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      throw bad("\"" + item + "\" is not an integer");
+    }
+    if (used != item.size()) throw bad("\"" + item + "\" is not an integer");
+    if (v <= 0) throw bad("bounds must be positive");
+    if (!out.empty() && v <= out.back()) throw bad("bounds must increase");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+HostTensor lse_from_stats(const CasePlan& plan, const std::vector<double>& stats, int64_t B, int64_t Hq,
+                          int64_t Sq) {
+  HostTensor lse({B, Hq, Sq});
+  const auto n = static_cast<size_t>(B * Hq * Sq);
+  if (plan.lse_src.empty()) {
+    if (stats.size() < n) throw std::out_of_range("lse_from_stats: stats has fewer than B * Hq * Sq entries");
+    std::copy(stats.begin(), stats.begin() + static_cast<std::ptrdiff_t>(n), lse.data.begin());
+    return lse;
+  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < Sq; ++i) {
+        const int64_t src = plan.lse_src.at(static_cast<size_t>(b * Sq + i));
+        lse.data[static_cast<size_t>((b * Hq + h) * Sq + i)] =
+            src < 0 ? -std::numeric_limits<double>::infinity()
+                    : stats.at(static_cast<size_t>(src + h * plan.lse_head_stride));
+      }
+  return lse;
 }
 
 std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) {
@@ -244,20 +298,6 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   }
   plan.storage = ragged ? Storage::tokens : (p.layout == Layout::bhsd ? Storage::bhsd : Storage::bshd);
 
-  if (ragged) {
-    plan.q_row_of.assign(static_cast<size_t>(B * Sq), -1);
-    plan.k_row_of.assign(static_cast<size_t>(B * Sk), -1);
-    int64_t rq = 0, rk = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t nq = p.layout == Layout::thd ? p.valid_q(b) : Sq;
-      const int64_t nk = p.layout == Layout::thd ? p.valid_k(b) : Sk;
-      for (int64_t s = 0; s < nq; ++s) plan.q_row_of[static_cast<size_t>(b * Sq + s)] = rq++;
-      for (int64_t s = 0; s < nk; ++s) plan.k_row_of[static_cast<size_t>(b * Sk + s)] = rk++;
-    }
-    plan.q_rows = rq + kRowSlack;
-    plan.k_rows = rk + kRowSlack;
-  }
-
   std::vector<Sequence> seqs;
   if (doc) {
     for (int64_t b = 0; b < B; ++b) {
@@ -292,14 +332,48 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
     }
   }
   if (ragged) {
+    // Token rows. Without documents: every position of a row up to its valid length
+    // (THD) or the whole row. With documents: only the tokens of the cuDNN
+    // sequences, so padding tokens, zero-length documents and positions past a
+    // row's valid length have no row at all (their rows are fully masked, so
+    // read_outputs gives them O = 0, LSE = -inf and zero gradients, and the timed
+    // passes fix nothing up for them).
+    std::vector<char> q_in(static_cast<size_t>(B * Sq), doc ? 0 : 1), k_in(static_cast<size_t>(B * Sk), doc ? 0 : 1);
+    if (doc) {
+      for (const auto& s : seqs) {
+        if (s.q_len == 0 || s.k_len == 0) continue;
+        std::fill_n(q_in.begin() + s.b * Sq + s.q_pos, s.q_len, 1);
+        std::fill_n(k_in.begin() + s.b * Sk + s.k_pos, s.k_len, 1);
+      }
+    }
+    plan.q_row_of.assign(static_cast<size_t>(B * Sq), -1);
+    plan.k_row_of.assign(static_cast<size_t>(B * Sk), -1);
+    int64_t rq = 0, rk = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t nq = p.layout == Layout::thd ? p.valid_q(b) : Sq;
+      const int64_t nk = p.layout == Layout::thd ? p.valid_k(b) : Sk;
+      for (int64_t s = 0; s < nq; ++s)
+        if (q_in[static_cast<size_t>(b * Sq + s)]) plan.q_row_of[static_cast<size_t>(b * Sq + s)] = rq++;
+      for (int64_t s = 0; s < nk; ++s)
+        if (k_in[static_cast<size_t>(b * Sk + s)]) plan.k_row_of[static_cast<size_t>(b * Sk + s)] = rk++;
+    }
+    plan.q_rows = rq + kRowSlack;
+    plan.k_rows = rk + kRowSlack;
     std::vector<Sequence> kept;
     for (auto s : seqs) {
-      if (s.q_len == 0 || s.k_len == 0) continue;  // fully masked rows / keys: fix-ups only
+      if (s.q_len == 0 || s.k_len == 0) continue;  // fully masked rows / keys: not stored, or fixed up
       s.q_row = plan.q_row_of[static_cast<size_t>(s.b * Sq + s.q_pos)];
       s.k_row = plan.k_row_of[static_cast<size_t>(s.b * Sk + s.k_pos)];
       kept.push_back(s);
     }
     seqs.swap(kept);
+    if (env.seq_order != SeqOrder::natural) {
+      const bool longest = env.seq_order == SeqOrder::long_first;
+      std::stable_sort(seqs.begin(), seqs.end(), [longest](const Sequence& a, const Sequence& b) {
+        const int64_t la = std::max(a.q_len, a.k_len), lb = std::max(b.q_len, b.k_len);
+        return longest ? la > lb : la < lb;
+      });
+    }
   }
 
   // ---------------------------------------------------------------- diagonal band
@@ -446,7 +520,7 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   plan.rag_stats = whole.rag_stats;
   if (ragged && env.split_by_length && seqs.size() > 1) {
     std::map<int, std::vector<Sequence>> classes;
-    for (const auto& s : seqs) classes[length_class(std::max(s.q_len, s.k_len))].push_back(s);
+    for (const auto& s : seqs) classes[length_class(std::max(s.q_len, s.k_len), env.split_bounds)].push_back(s);
     std::vector<GraphPart> split;
     int64_t tiles = 0;
     bool ok = classes.size() > 1;
@@ -459,6 +533,13 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
       plan.notes.push_back("ragged sequences split into " + std::to_string(split.size()) +
                            " length classes (one graph each): " + std::to_string(tiles) + " query tiles instead of " +
                            std::to_string(whole.tiles));
+      if (env.split_long_first) std::reverse(split.begin(), split.end());
+      if (!env.split_forward) {
+        for (auto& part : split) part.run_fwd = false;
+        whole.run_bwd = false;
+        split.insert(split.begin(), std::move(whole));
+        plan.notes.push_back("the forward runs one graph over every sequence, the backward the length classes");
+      }
       plan.parts = std::move(split);
     }
   }

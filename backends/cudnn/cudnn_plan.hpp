@@ -15,7 +15,8 @@
 //            masks), with per-sequence lengths. A document mask therefore never
 //            builds Sq x Sk: cuDNN sees short sequences. Padding tokens (id -1),
 //            positions past a row's valid length and zero-length documents belong
-//            to no sequence; their outputs are written by the fix-up kernels.
+//            to no sequence and have no token row: they are fully masked, and
+//            read_outputs gives them O = 0, LSE = -inf and zero gradients.
 //
 // Diagonal band (causal and sliding window, DESIGN.md section 1). cuDNN's graph has
 // one diagonal alignment per graph: a right bound (keep j <= i + R [+ off]) and a
@@ -31,8 +32,13 @@
 #include <vector>
 
 #include "harness/problem.hpp"
+#include "harness/tensors.hpp"
 
 namespace attnbench::cudnn_sdpa {
+
+/// Order of a ragged case's sequences in its cuDNN graphs (the ragged-offset
+/// arrays may list the sequences in any order; token rows do not move).
+enum class SeqOrder { natural, long_first, short_first };
 
 /// The runtime facts a plan depends on.
 struct Env {
@@ -40,10 +46,33 @@ struct Env {
   int sm = 0;           ///< compute capability major * 10 + minor, e.g. 90
   int device = 0;       ///< CUDA device index (part of the plan-cache key)
   /// Split ragged sequences into length classes, one graph each (see GraphPart).
-  /// current_env() sets it from ATTNBENCH_CUDNN_SPLIT ("1" turns it on; default
-  /// off: on the packed CodeAlpaca workload it launched half the query tiles but
-  /// was 2-7% slower on an H100 with cuDNN 9.19, see backends/cudnn/README.md).
-  bool split_by_length = false;
+  /// current_env(): on unless ATTNBENCH_CUDNN_SPLIT=0. With split_streams and the
+  /// forward kept whole it took the packed CodeAlpaca Llama-3-8B fwd+bwd from
+  /// 2.09 to 1.99 ms on an H100 (backends/cudnn/README.md); run one after another
+  /// the classes were slower than one graph.
+  bool split_by_length = true;
+  /// Run the length classes of a split case concurrently, one CUDA stream each
+  /// (forked from and joined to the instance's stream with events; each part has
+  /// its own workspace). current_env(): on unless ATTNBENCH_CUDNN_SPLIT_STREAMS=0
+  /// (then the parts run one after another on the instance's stream).
+  bool split_streams = true;
+  /// Upper bounds (tokens, increasing) of the length classes: a sequence of length
+  /// L is in the first class whose bound is >= L, or in the class after the last
+  /// bound. Empty: kTile x 2^c (<= 128, <= 256, <= 512, ...). current_env():
+  /// ATTNBENCH_CUDNN_SPLIT_BOUNDS="128,256" (throws std::invalid_argument naming
+  /// the variable and value unless positive increasing integers).
+  std::vector<int64_t> split_bounds;
+  /// The forward runs the length classes too (false: the forward is one graph over
+  /// every sequence and only the backward runs the classes). current_env():
+  /// ATTNBENCH_CUDNN_SPLIT_FORWARD=1.
+  bool split_forward = false;
+  /// The class of the longest sequences runs first (issued first; with
+  /// split_streams it is the one on the instance's stream). current_env(): on
+  /// unless ATTNBENCH_CUDNN_SPLIT_ORDER=short-first.
+  bool split_long_first = true;
+  /// Order of the sequences inside each ragged graph. current_env():
+  /// ATTNBENCH_CUDNN_SEQ_ORDER=natural|long-first|short-first (default natural).
+  SeqOrder seq_order = SeqOrder::natural;
   /// Ragged GQA backward: give cuDNN the full-head dK/dV as token-major float32
   /// device buffers (sized by total tokens, cudnn-frontend's max_total_seq_len_kv
   /// form) instead of virtual [n, Hq, s_max, D] tensors it sizes itself.
@@ -144,6 +173,10 @@ struct Sequence {
 /// another on the instance's stream.
 struct GraphPart {
   GraphSpec fwd, bwd;
+  /// Which passes execute this part: a split case whose forward stays one graph
+  /// has a whole-case part that runs only the forward and class parts that run
+  /// only the backward (Env::split_forward).
+  bool run_fwd = true, run_bwd = true;
   std::vector<int32_t> seq_len_q, seq_len_kv;  ///< [n] when fwd.padded || bwd.padded
   std::vector<int64_t> rag_q, rag_k, rag_v, rag_o, rag_stats;  ///< [n + 1] each (ragged only)
   int64_t tiles = 0;  ///< n * ceil(sq / kTile) * hq: the query tiles cuDNN's forward grid launches
@@ -170,7 +203,9 @@ struct CasePlan {
   /// The graphs executed, in order: one part equal to (fwd, bwd, seq_len_*, rag_*)
   /// above, or the length classes of a ragged case (GraphPart) when
   /// Env::split_by_length is set and splitting launches at most
-  /// kSplitMaxTileFraction of the tiles of one graph.
+  /// kSplitMaxTileFraction of the tiles of one graph. Then, unless
+  /// Env::split_forward, parts[0] is the whole case running only the forward and
+  /// the classes run only the backward.
   std::vector<GraphPart> parts;
   /// Token-major storage: buffer row of logical (b, s), or -1 when not stored.
   std::vector<int64_t> q_row_of, k_row_of;  ///< [B * Sq], [B * Sk]
@@ -182,9 +217,10 @@ struct CasePlan {
   /// feed a NaN into the backward pass (its scores are all masked, so any finite
   /// value gives P = 0).
   RowList dead_q, dead_k, stats_dead;
-  /// When non-empty, LSE [B, Hq, Sq] is gathered from stats: lse_src[b * Sq + i]
-  /// is the stats unit of row (b, i) (head h adds h * lse_head_stride) or -1 for
-  /// a fully masked row (LSE = -inf). Empty: the stats buffer is the LSE.
+  /// When non-empty, LSE [B, Hq, Sq] is gathered from stats by lse_from_stats():
+  /// lse_src[b * Sq + i] is the stats unit of row (b, i) (head h adds h *
+  /// lse_head_stride) or -1 for a fully masked row (LSE = -inf). Empty: the stats
+  /// buffer is the LSE.
   std::vector<int64_t> lse_src;
   int64_t lse_head_stride = 0;
   /// ALiBi slopes 2^(-8 (h + 1) / Hq) for the alibi score mod ([Hq]).
@@ -195,6 +231,22 @@ struct CasePlan {
   /// Notes for the report (e.g. "bwd uses sequence lengths: cuDNN <= 9.15.0 workaround").
   std::vector<std::string> notes;
 };
+
+/// The logical LSE [B, Hq, Sq] from the Stats buffer `stats` as downloaded (float
+/// values of the natural-log LSE cuDNN wrote, with the plan's fix-ups): with
+/// plan.lse_src empty the first B * Hq * Sq entries are already [B, Hq, Sq];
+/// otherwise lse[b, h, i] = -inf where lse_src[b * Sq + i] < 0 (a fully masked
+/// row) and stats[lse_src[b * Sq + i] + h * lse_head_stride] elsewhere. The
+/// backend keeps LSE in cuDNN's layout during the timed passes (the backward reads
+/// it there) and maps it here, untimed. Throws std::out_of_range when `stats` is
+/// shorter than the plan needs.
+HostTensor lse_from_stats(const CasePlan& plan, const std::vector<double>& stats, int64_t B, int64_t Hq,
+                          int64_t Sq);
+
+/// Parse ATTNBENCH_CUDNN_SPLIT_BOUNDS' value ("128,256": positive, strictly
+/// increasing integers). Throws std::invalid_argument naming the variable and the
+/// value otherwise.
+std::vector<int64_t> parse_split_bounds(const std::string& text);
 
 /// Analyse `p` for cuDNN: the plan, or the reason it is unsupported (a string).
 std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env);
