@@ -422,6 +422,60 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
   }
   cases << "</div>";
 
+  // ---- kernel traces (attnbench run --kernel-trace): one collapsible table per row
+  std::ostringstream kernels;
+  int traced = 0;
+  for (const auto& r : results) {
+    if (!r.contains("extra") || !r["extra"].is_object() || !r["extra"].contains("kernel_trace")) continue;
+    const json& kt = r["extra"]["kernel_trace"];
+    if (!kt.is_object()) continue;
+    const std::string label = str(r, "case_id") + " | " + str(r, "backend");
+    if (kt.contains("unavailable")) {
+      kernels << "<p class=\"subtitle\">" << escape_html(label) << ": not traced ("
+              << escape_html(str(kt, "unavailable")) << ")</p>";
+      continue;
+    }
+    ++traced;
+    kernels << "<details class=\"kernels\"><summary>" << escape_html(label);
+    for (const char* pass : {"fwd", "bwd"})
+      if (kt.contains(pass) && kt[pass].is_object() && !kt[pass].contains("error"))
+        kernels << " &middot; " << pass << ": " << fmt("%.0f", num(kt[pass], "activities", 0)) << " activities, "
+                << fmt("%.1f", num(kt[pass], "device_us", 0)) << " us on the device";
+    kernels << "</summary>";
+    for (const char* pass : {"fwd", "bwd"}) {
+      if (!kt.contains(pass) || !kt[pass].is_object()) continue;
+      const json& t = kt[pass];
+      if (t.contains("error")) {
+        kernels << "<p>" << pass << ": " << escape_html(str(t, "error")) << "</p>";
+        continue;
+      }
+      kernels << "<table class=\"kernel-table\"><thead><tr><th>" << pass
+              << "</th><th>kernel</th><th>calls</th><th>total us</th><th>share</th><th>grid</th><th>CTAs</th>"
+                 "<th>regs</th><th>smem bytes</th></tr></thead><tbody>";
+      for (const auto& k : t.value("kernels", json::array())) {
+        const bool is_kernel = str(k, "kind") == "kernel";
+        std::string grid;
+        if (is_kernel && k.contains("grid") && k["grid"].is_array())
+          for (const auto& g : k["grid"]) grid += (grid.empty() ? "" : " x ") + fmt("%.0f", g.is_number() ? g.get<double>() : 0.0);
+        kernels << "<tr><td>" << escape_html(str(k, "kind")) << "</td><td class=\"kname\">" << escape_html(str(k, "name"))
+                << "</td>" << cell_num(k.value("calls", json()), "%.0f") << cell_num(k.value("total_us", json()), "%.1f")
+                << cell_num(k.contains("share") && k["share"].is_number() ? json(100.0 * k["share"].get<double>()) : json(),
+                            "%.1f%%")
+                << "<td>" << escape_html(is_kernel ? grid : fmt("%.0f bytes", num(k, "bytes", 0))) << "</td>"
+                << cell_num(k.value("ctas", json()), "%.0f") << cell_num(k.value("registers", json()), "%.0f")
+                << cell_num(k.value("shared_bytes", json()), "%.0f") << "</tr>";
+      }
+      kernels << "</tbody></table>";
+    }
+    kernels << "</details>";
+  }
+  std::string kernels_html;
+  if (!kernels.str().empty())
+    kernels_html = "<h2 id=\"kernels-heading\">Kernels</h2><p class=\"subtitle\">One untimed forward and backward per "
+                   "row traced with CUPTI (<code>attnbench run --kernel-trace</code>): every kernel, memset and copy "
+                   "the pass launched in this process, largest device time first; " +
+                   std::to_string(traced) + " rows traced.</p>" + kernels.str();
+
   // ---- charts: Vega-Lite specs with inline data; only charts that have data
   json charts = json::array();
   auto add_chart = [&](const std::string& name, const std::string& heading, json spec) {
@@ -600,6 +654,7 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
                {"CEILINGS", escape_html(ceiling_line)},
                {"TABLE", table.str()},
                {"CASES", cases.str()},
+               {"KERNELS", kernels_html},
                {"CHARTS", charts_html},
                {"ENVIRONMENT", envs.str()},
                {"CHART_SPECS", json_for_script(charts)},

@@ -32,6 +32,8 @@ const char* const kReportTemplate = R"ATTNBENCH_HTML(<!DOCTYPE html>
   #summary tbody tr:nth-child(even) { background: var(--bg-alt); }
   #summary td.na { color: #aab3bb; text-align: center; }
   #summary td.note { max-width: 360px; overflow: hidden; text-overflow: ellipsis; text-align: left; color: var(--muted); }
+  details.kernels { margin: 0.4em 0; }
+  table.kernel-table td.kname { font-family: monospace; font-size: 0.8em; text-align: left; max-width: 60em; word-break: break-all; }
   .badge { display: inline-block; padding: 0 6px; border-radius: 9px; font-size: 12px; font-weight: 600; }
   .st-pass { background: #dff3e4; color: #1a6b32; }
   .st-fail { background: #fde2e1; color: #a1231b; }
@@ -74,6 +76,7 @@ bwd = 2.5 &middot; fwd). {{CEILINGS}} Click a column heading to sort.</p>
 dark = full tile, grey = partial tile (mask evaluated inside), light = skipped.</p>
 {{CASES}}
 
+{{KERNELS}}
 <h2 id="env-heading">Environment</h2>
 <div class="env">{{ENVIRONMENT}}</div>
 

@@ -173,6 +173,38 @@ TEST_CASE("every string from the report is escaped in the page") {
   CHECK(page.find("npm ci") != std::string::npos);
 }
 
+TEST_CASE("kernel traces become a Kernels section, escaped, with the reason for rows not traced") {
+  json doc = load_report(kBaseline);
+  REQUIRE(doc["results"].size() >= 2);
+  json pass = {{"activities", 3},
+               {"device_us", 1665.0},
+               {"span_us", 1714.2},
+               {"kernels",
+                json::array({{{"kind", "kernel"}, {"name", "sdpa_bprop<" + kHostile + ">"}, {"calls", 1},
+                              {"total_us", 807.1}, {"mean_us", 807.1}, {"share", 0.485}, {"grid", {132, 1, 1}},
+                              {"block", {384, 1, 1}}, {"ctas", 132}, {"registers", 168}, {"shared_bytes", 216064}},
+                             {{"kind", "memset"}, {"name", "memset"}, {"calls", 1}, {"total_us", 0.8},
+                              {"mean_us", 0.8}, {"share", 0.0005}, {"bytes", 4}}})}};
+  doc["results"][0]["extra"]["kernel_trace"] = {{"note", "n"}, {"fwd", pass}, {"bwd", {{"error", "CUPTI busy"}}}};
+  doc["results"][1]["extra"]["kernel_trace"] = {{"unavailable", "the backend runs <in> a worker"}};
+  html::HtmlOptions o;
+  o.node_modules = scratch("no_modules_k").string();
+  const std::string page = html::render_report(doc, o);
+  CHECK(page.find("id=\"kernels-heading\"") != std::string::npos);
+  CHECK(page.find("1 rows traced") != std::string::npos);
+  CHECK(page.find("alert(\"x\")</script>") == std::string::npos);
+  CHECK(page.find("sdpa_bprop&lt;") != std::string::npos);
+  CHECK(page.find(">48.5%<") != std::string::npos);
+  CHECK(page.find("132 x 1 x 1") != std::string::npos);
+  CHECK(page.find("4 bytes") != std::string::npos);
+  CHECK(page.find("bwd: CUPTI busy") != std::string::npos);
+  CHECK(page.find("not traced (the backend runs &lt;in&gt; a worker)") != std::string::npos);
+  CHECK(count(page, "<script") == 2);
+  // Without traces there is no section at all.
+  const std::string plain = html::render_report(load_report(kBaseline), o);
+  CHECK(plain.find("kernels-heading") == std::string::npos);
+}
+
 TEST_CASE("chart specs are embedded safely when the bundles are there") {
   std::string why;
   const std::string assets = html::find_chart_assets(&why);
