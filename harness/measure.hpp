@@ -22,9 +22,11 @@
 //  - GPU samples are taken behind a stream hold (TimingPolicy::hold_stream): a
 //    spin kernel (harness/device/hold.hpp) keeps the stream busy while the host
 //    enqueues the pass, so the events measure GPU time, not the host's launch
-//    latency (nvbench's blocking kernel). The hold is twice the enqueue time seen
-//    in the warm-up; a sample whose enqueue outlasts it is retaken behind a longer
-//    one. With hold_stream off, the first launch's host latency is in the number.
+//    latency (nvbench's blocking kernel). The hold is twice the largest of the
+//    last four enqueue times (warm-up included, 0.2-100 ms); a sample whose
+//    enqueue outlasts it is retaken behind the longer hold (at most 3 times, then
+//    kept and counted in hold_gaps). With hold_stream off, the first launch's host
+//    latency is in the number.
 //  - time_pass() clears Google Benchmark's registry when it returns: do not call
 //    it from inside a Google Benchmark benchmark, nor mix it with statically
 //    registered benchmarks in one process.
@@ -83,7 +85,7 @@ struct TimingStats {
   double wall_seconds = 0;           ///< wall time spent sampling (warm-up excluded)
   bool stream_hold = false;          ///< GPU samples were taken behind a stream hold
   double hold_ms = 0;                ///< the hold's length at the last sample (ms)
-  int64_t hold_gaps = 0;             ///< kept samples whose enqueue outlasted the hold (host time inside)
+  int64_t hold_gaps = 0;             ///< kept samples whose enqueue outlasted the hold (host time may be inside)
 
   /// JSON object with every field above (samples_ms included); the "timing"
   /// entries of a report row (docs/report-format.md).
@@ -126,9 +128,9 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass,
 TimingStats sample_until_stable(const TimingPolicy& policy, const std::function<double()>& sample_ms,
                                 const TimeSource& now);
 
-/// Length (ms) of the next stream hold after a pass whose host enqueue took
-/// `host_ms`: at least twice the enqueue time, never shorter than `hold_ms` was,
-/// clamped to [0.2, 100] ms.
+/// max(hold_ms, 2 * host_ms) clamped to [0.2, 100] ms: the stream hold that covers
+/// an enqueue of `host_ms` twice over (time_pass calls it with hold_ms = 0.2 and
+/// the largest of the last four enqueue times).
 double next_hold_ms(double hold_ms, double host_ms);
 
 /// Quantile q in [0, 1] of `sorted` (ascending, non-empty) by linear

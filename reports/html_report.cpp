@@ -452,7 +452,9 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
       kernels << "<table class=\"kernel-table\"><thead><tr><th>" << pass
               << "</th><th>kernel</th><th>calls</th><th>total us</th><th>share</th><th>grid</th><th>CTAs</th>"
                  "<th>regs</th><th>smem bytes</th></tr></thead><tbody>";
-      for (const auto& k : t.value("kernels", json::array())) {
+      const json list = t.contains("kernels") && t["kernels"].is_array() ? t["kernels"] : json::array();
+      for (const auto& k : list) {
+        if (!k.is_object()) continue;
         const bool is_kernel = str(k, "kind") == "kernel";
         std::string grid;
         if (is_kernel && k.contains("grid") && k["grid"].is_array())

@@ -360,19 +360,30 @@ class Instance final : public CudnnInstanceApi {
     // The fork is recorded before anything of this pass is enqueued, so that no
     // part waits for another.
     if (concurrent_) ATTNBENCH_CHECK(cudaEventRecord(fork_->e, stream_));
-    size_t k = 0;
-    for (const auto& part : parts_) {
-      auto [plan, pack] = pick(*part);
-      if (!plan) continue;
-      cudaStream_t s = stream_;
-      if (concurrent_ && k > 0) {
-        s = aux_streams_[k - 1]->s;
-        ATTNBENCH_CHECK(cudaStreamWaitEvent(s, fork_->e, 0));
+    size_t k = 0, joined = 0;  // parts enqueued; aux streams whose join was recorded
+    try {
+      for (const auto& part : parts_) {
+        auto [plan, pack] = pick(*part);
+        if (!plan) continue;
+        cudaStream_t s = stream_;
+        if (concurrent_ && k > 0) {
+          s = aux_streams_[k - 1]->s;
+          ATTNBENCH_CHECK(cudaStreamWaitEvent(s, fork_->e, 0));
+        }
+        ATTNBENCH_CHECK(cudnnSetStream(handle_, s));
+        ATTNBENCH_CHECK(cudnnBackendExecute(handle_, plan, pack));
+        if (concurrent_ && k > 0) {
+          ATTNBENCH_CHECK(cudaEventRecord(joins_[k - 1]->e, s));
+          joined = k;
+        }
+        ++k;
       }
-      ATTNBENCH_CHECK(cudnnSetStream(handle_, s));
-      ATTNBENCH_CHECK(cudnnBackendExecute(handle_, plan, pack));
-      if (concurrent_ && k > 0) ATTNBENCH_CHECK(cudaEventRecord(joins_[k - 1]->e, s));
-      ++k;
+    } catch (...) {
+      // Leave the shared handle on the instance's stream and make that stream
+      // wait for what the aux streams already had, then report the failure.
+      for (size_t j = 1; j <= joined; ++j) (void)cudaStreamWaitEvent(stream_, joins_[j - 1]->e, 0);
+      (void)cudnnSetStream(handle_, stream_);
+      throw;
     }
     for (size_t j = 1; concurrent_ && j < k; ++j) ATTNBENCH_CHECK(cudaStreamWaitEvent(stream_, joins_[j - 1]->e, 0));
     ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
@@ -590,9 +601,9 @@ Support CudnnBackend::supports(const Problem& p) const {
   }
   if (!plan.has_graph) return Support::yes();
   try {
-    for (const GraphPart& gp : plan.parts) {
-      (void)get_plan(gp.fwd);
-      (void)get_plan(gp.bwd);
+    for (const GraphPart& gp : plan.parts) {  // only the graphs an instance executes
+      if (gp.run_fwd) (void)get_plan(gp.fwd);
+      if (gp.run_bwd) (void)get_plan(gp.bwd);
     }
   } catch (const GraphUnsupported& e) {
     return Support::no(std::string("cuDNN rejects the graph: ") + e.what());
@@ -612,9 +623,16 @@ size_t CudnnBackend::workspace_bytes(const Problem& p) const {
     const int64_t rows = g.ragged ? plan->q_rows : g.n * g.sq;
     size_t bytes = static_cast<size_t>(rows * g.hq * (1 + g.dqk)) * sizeof(float);
     try {
+      // As the instance allocates it: one slice per part when the parts run
+      // concurrently, else the largest part's.
+      const bool concurrent = current_env().split_streams && plan->parts.size() > 1;
       int64_t ws = 0;
-      for (const GraphPart& gp : plan->parts)
-        ws = std::max({ws, get_plan(gp.fwd)->workspace_bytes, get_plan(gp.bwd)->workspace_bytes});
+      for (const GraphPart& gp : plan->parts) {
+        int64_t need = 0;
+        if (gp.run_fwd) need = std::max(need, get_plan(gp.fwd)->workspace_bytes);
+        if (gp.run_bwd) need = std::max(need, get_plan(gp.bwd)->workspace_bytes);
+        ws = concurrent ? ws + (need + 255) / 256 * 256 : std::max(ws, need);
+      }
       bytes += static_cast<size_t>(ws);
     } catch (const std::exception&) {
     }

@@ -120,8 +120,20 @@ void kernel_trace_start() {
     ATTNBENCH_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     g_callbacks = true;
   }
-  for (auto k : kKinds) ATTNBENCH_CUPTI(cuptiActivityEnable(k));
+  size_t enabled = 0;
+  try {
+    for (auto k : kKinds) {
+      ATTNBENCH_CUPTI(cuptiActivityEnable(k));
+      ++enabled;
+    }
+  } catch (...) {
+    // Leave nothing recording: the kinds already enabled are turned off again.
+    for (size_t i = 0; i < enabled; ++i) (void)cuptiActivityDisable(kKinds[i]);
+    (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    throw;
+  }
   std::lock_guard<std::mutex> lk(g_mu);
+  g_acts.clear();  // records flushed after the last stop, before this start
   g_running = true;
 }
 
@@ -131,11 +143,21 @@ std::vector<TracedActivity> kernel_trace_stop() {
     if (!g_running) throw std::runtime_error("kernel_trace_stop: no trace is running");
     g_running = false;
   }
+  // Every kind is disabled and the buffers are flushed whatever fails; the first
+  // failure is reported afterwards.
   cudaError_t e = cudaDeviceSynchronize();
-  for (auto k : kKinds) ATTNBENCH_CUPTI(cuptiActivityDisable(k));
-  ATTNBENCH_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  std::string failure;
+  auto keep = [&](CUptiResult r, const char* what) {
+    if (r == CUPTI_SUCCESS || !failure.empty()) return;
+    const char* msg = nullptr;
+    cuptiGetResultString(r, &msg);
+    failure = std::string("CUPTI error in `") + what + "`: " + (msg ? msg : "unknown");
+  };
+  for (auto k : kKinds) keep(cuptiActivityDisable(k), "cuptiActivityDisable");
+  keep(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("kernel_trace_stop: cudaDeviceSynchronize: ") + cudaGetErrorString(e));
+  if (!failure.empty()) throw std::runtime_error(failure);
   std::vector<TracedActivity> out;
   {
     std::lock_guard<std::mutex> lk(g_mu);
