@@ -70,6 +70,20 @@ struct StreamHolder {
   StreamHolder& operator=(const StreamHolder&) = delete;
 };
 
+/// Workspace (bytes) of an instance whose parts need `need[i]` bytes each: the
+/// largest when the parts run one after another on one stream, the sum of
+/// 256-byte-aligned slices when they run concurrently (`offsets`, when given,
+/// receives each part's slice start; all 0 when not concurrent).
+int64_t parts_workspace(const std::vector<int64_t>& need, bool concurrent, std::vector<int64_t>* offsets = nullptr) {
+  int64_t ws = 0;
+  if (offsets) offsets->clear();
+  for (int64_t n : need) {
+    if (offsets) offsets->push_back(concurrent ? ws : 0);
+    ws = concurrent ? ws + (n + 255) / 256 * 256 : std::max(ws, n);
+  }
+  return ws;
+}
+
 const char* storage_name(Storage s) {
   switch (s) {
     case Storage::bshd: return "bshd";
@@ -147,12 +161,9 @@ class Instance final : public CudnnInstanceApi {
       // Parts that run one after another on one stream share one workspace;
       // concurrent parts (split_streams) get one slice each.
       concurrent_ = env_.split_streams && parts_.size() > 1;
-      int64_t ws = 0;
-      for (auto& rt : parts_) {
-        rt->workspace_offset = concurrent_ ? ws : 0;
-        const int64_t need = (part_workspace_bytes(*rt) + 255) / 256 * 256;
-        ws = concurrent_ ? ws + need : std::max(ws, need);
-      }
+      std::vector<int64_t> offsets;
+      const int64_t ws = parts_workspace(part_needs(), concurrent_, &offsets);
+      for (size_t i = 0; i < parts_.size(); ++i) parts_[i]->workspace_offset = offsets[i];
       if (ws > 0) workspace_ = DeviceBuffer(static_cast<size_t>(ws), 1);
       if (concurrent_) {
         for (size_t i = 1; i < parts_.size(); ++i) {
@@ -314,12 +325,7 @@ class Instance final : public CudnnInstanceApi {
       if (!rt->fwd_hit || !rt->bwd_hit) return false;
     return true;
   }
-  int64_t plan_workspace_bytes() const override {
-    int64_t ws = 0;
-    for (const auto& rt : parts_)
-      ws = concurrent_ ? ws + (part_workspace_bytes(*rt) + 255) / 256 * 256 : std::max(ws, part_workspace_bytes(*rt));
-    return ws;
-  }
+  int64_t plan_workspace_bytes() const override { return parts_workspace(part_needs(), concurrent_); }
   bool guards_intact() const override {
     for (const DeviceBuffer* b : buffers())
       if (!b->empty() && !b->guards_intact()) return false;
@@ -389,11 +395,16 @@ class Instance final : public CudnnInstanceApi {
     ATTNBENCH_CHECK(cudnnSetStream(handle_, stream_));
   }
 
-  int64_t part_workspace_bytes(const PartRuntime& rt) const {
-    int64_t ws = std::max(rt.fwd ? rt.fwd->workspace_bytes : 0, rt.bwd ? rt.bwd->workspace_bytes : 0);
-    for (const auto* vs : {&rt.fwd_variants, &rt.bwd_variants})
-      for (const PlanVariant& v : *vs) ws = std::max(ws, v.workspace_bytes);
-    return ws;
+  /// Workspace bytes each part needs: its graphs' and their autotuning variants'.
+  std::vector<int64_t> part_needs() const {
+    std::vector<int64_t> need;
+    for (const auto& rt : parts_) {
+      int64_t ws = std::max(rt->fwd ? rt->fwd->workspace_bytes : 0, rt->bwd ? rt->bwd->workspace_bytes : 0);
+      for (const auto* vs : {&rt->fwd_variants, &rt->bwd_variants})
+        for (const PlanVariant& v : *vs) ws = std::max(ws, v.workspace_bytes);
+      need.push_back(ws);
+    }
+    return need;
   }
 
   /// Median time (ms) of `plan` over 5 executions after 2 warm-ups, CUDA events on
@@ -441,24 +452,24 @@ class Instance final : public CudnnInstanceApi {
     ATTNBENCH_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  /// Time graph `g` and its knob variants `vars` with `pack`; `chosen` becomes the
+  /// fastest plan and rt.tuning[which] the table.
   void tune(PartRuntime& rt, const char* which, const BuiltGraph& g, std::vector<PlanVariant>& vars,
             cudnnBackendDescriptor_t pack, cudnnBackendDescriptor_t& chosen) {
-    {
-      nlohmann::json table = nlohmann::json::array();
-      std::optional<double> best = time_plan(g.plan.get(), pack);
-      table.push_back({{"plan", "heuristics"}, {"ms", best ? nlohmann::json(*best) : nlohmann::json(nullptr)}});
-      std::string best_label = "heuristics";
-      for (PlanVariant& v : vars) {
-        const std::optional<double> t = time_plan(v.plan.get(), pack);
-        table.push_back({{"plan", v.label}, {"ms", t ? nlohmann::json(*t) : nlohmann::json(nullptr)}});
-        if (t && (!best || *t < *best)) {
-          best = t;
-          best_label = v.label;
-          chosen = v.plan.get();
-        }
+    nlohmann::json table = nlohmann::json::array();
+    std::optional<double> best = time_plan(g.plan.get(), pack);
+    table.push_back({{"plan", "heuristics"}, {"ms", best ? nlohmann::json(*best) : nlohmann::json(nullptr)}});
+    std::string best_label = "heuristics";
+    for (PlanVariant& v : vars) {
+      const std::optional<double> t = time_plan(v.plan.get(), pack);
+      table.push_back({{"plan", v.label}, {"ms", t ? nlohmann::json(*t) : nlohmann::json(nullptr)}});
+      if (t && (!best || *t < *best)) {
+        best = t;
+        best_label = v.label;
+        chosen = v.plan.get();
       }
-      rt.tuning[which] = {{"chosen", best_label}, {"candidates", std::move(table)}};
     }
+    rt.tuning[which] = {{"chosen", best_label}, {"candidates", std::move(table)}};
   }
 
   std::vector<const DeviceBuffer*> buffers() const {
@@ -623,17 +634,15 @@ size_t CudnnBackend::workspace_bytes(const Problem& p) const {
     const int64_t rows = g.ragged ? plan->q_rows : g.n * g.sq;
     size_t bytes = static_cast<size_t>(rows * g.hq * (1 + g.dqk)) * sizeof(float);
     try {
-      // As the instance allocates it: one slice per part when the parts run
-      // concurrently, else the largest part's.
-      const bool concurrent = current_env().split_streams && plan->parts.size() > 1;
-      int64_t ws = 0;
+      // As the instance allocates it (parts_workspace).
+      std::vector<int64_t> need;
       for (const GraphPart& gp : plan->parts) {
-        int64_t need = 0;
-        if (gp.run_fwd) need = std::max(need, get_plan(gp.fwd)->workspace_bytes);
-        if (gp.run_bwd) need = std::max(need, get_plan(gp.bwd)->workspace_bytes);
-        ws = concurrent ? ws + (need + 255) / 256 * 256 : std::max(ws, need);
+        int64_t n = 0;
+        if (gp.run_fwd) n = std::max(n, get_plan(gp.fwd)->workspace_bytes);
+        if (gp.run_bwd) n = std::max(n, get_plan(gp.bwd)->workspace_bytes);
+        need.push_back(n);
       }
-      bytes += static_cast<size_t>(ws);
+      bytes += static_cast<size_t>(parts_workspace(need, current_env().split_streams && plan->parts.size() > 1));
     } catch (const std::exception&) {
     }
     return bytes;

@@ -338,25 +338,23 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
     // row's valid length have no row at all (their rows are fully masked, so
     // read_outputs gives them O = 0, LSE = -inf and zero gradients, and the timed
     // passes fix nothing up for them).
-    std::vector<char> q_in(static_cast<size_t>(B * Sq), doc ? 0 : 1), k_in(static_cast<size_t>(B * Sk), doc ? 0 : 1);
-    if (doc) {
-      for (const auto& s : seqs) {
-        if (s.q_len == 0 || s.k_len == 0) continue;
-        std::fill_n(q_in.begin() + s.b * Sq + s.q_pos, s.q_len, 1);
-        std::fill_n(k_in.begin() + s.b * Sk + s.k_pos, s.k_len, 1);
-      }
+    std::vector<char> q_in(static_cast<size_t>(B * Sq), 0), k_in(static_cast<size_t>(B * Sk), 0);
+    for (int64_t b = 0; b < B && !doc; ++b) {
+      std::fill_n(q_in.begin() + b * Sq, p.layout == Layout::thd ? p.valid_q(b) : Sq, 1);
+      std::fill_n(k_in.begin() + b * Sk, p.layout == Layout::thd ? p.valid_k(b) : Sk, 1);
+    }
+    for (const auto& s : seqs) {
+      if (!doc || s.q_len == 0 || s.k_len == 0) continue;
+      std::fill_n(q_in.begin() + s.b * Sq + s.q_pos, s.q_len, 1);
+      std::fill_n(k_in.begin() + s.b * Sk + s.k_pos, s.k_len, 1);
     }
     plan.q_row_of.assign(static_cast<size_t>(B * Sq), -1);
     plan.k_row_of.assign(static_cast<size_t>(B * Sk), -1);
     int64_t rq = 0, rk = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t nq = p.layout == Layout::thd ? p.valid_q(b) : Sq;
-      const int64_t nk = p.layout == Layout::thd ? p.valid_k(b) : Sk;
-      for (int64_t s = 0; s < nq; ++s)
-        if (q_in[static_cast<size_t>(b * Sq + s)]) plan.q_row_of[static_cast<size_t>(b * Sq + s)] = rq++;
-      for (int64_t s = 0; s < nk; ++s)
-        if (k_in[static_cast<size_t>(b * Sk + s)]) plan.k_row_of[static_cast<size_t>(b * Sk + s)] = rk++;
-    }
+    for (size_t i = 0; i < q_in.size(); ++i)
+      if (q_in[i]) plan.q_row_of[i] = rq++;
+    for (size_t i = 0; i < k_in.size(); ++i)
+      if (k_in[i]) plan.k_row_of[i] = rk++;
     plan.q_rows = rq + kRowSlack;
     plan.k_rows = rk + kRowSlack;
     std::vector<Sequence> kept;

@@ -28,11 +28,15 @@ bool g_callbacks = false;
 constexpr size_t kBufferBytes = size_t{8} << 20;
 constexpr size_t kAlign = 8;
 
-void check_cupti(CUptiResult r, const char* expr) {
-  if (r == CUPTI_SUCCESS) return;
+/// "CUPTI error in `expr`: <CUPTI's text>".
+std::string cupti_error(CUptiResult r, const char* expr) {
   const char* s = nullptr;
   cuptiGetResultString(r, &s);
-  throw std::runtime_error(std::string("CUPTI error in `") + expr + "`: " + (s ? s : "unknown"));
+  return std::string("CUPTI error in `") + expr + "`: " + (s ? s : "unknown");
+}
+
+void check_cupti(CUptiResult r, const char* expr) {
+  if (r != CUPTI_SUCCESS) throw std::runtime_error(cupti_error(r, expr));
 }
 #define ATTNBENCH_CUPTI(x) check_cupti((x), #x)
 
@@ -111,7 +115,6 @@ void kernel_trace_start() {
   {
     std::lock_guard<std::mutex> lk(g_mu);
     if (g_running) throw std::runtime_error("kernel_trace_start: a trace is already running");
-    g_acts.clear();
   }
   // Work queued before the trace must not land in it.
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
@@ -148,10 +151,7 @@ std::vector<TracedActivity> kernel_trace_stop() {
   cudaError_t e = cudaDeviceSynchronize();
   std::string failure;
   auto keep = [&](CUptiResult r, const char* what) {
-    if (r == CUPTI_SUCCESS || !failure.empty()) return;
-    const char* msg = nullptr;
-    cuptiGetResultString(r, &msg);
-    failure = std::string("CUPTI error in `") + what + "`: " + (msg ? msg : "unknown");
+    if (r != CUPTI_SUCCESS && failure.empty()) failure = cupti_error(r, what);
   };
   for (auto k : kKinds) keep(cuptiActivityDisable(k), "cuptiActivityDisable");
   keep(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
