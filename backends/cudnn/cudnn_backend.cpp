@@ -208,6 +208,18 @@ class Instance final : public CudnnInstanceApi {
   }
 
   void forward() override {
+    if (replay(fwd_graph_, [this] { enqueue_forward(); })) return;
+    enqueue_forward();
+  }
+
+  void backward() override {
+    if (replay(bwd_graph_, [this] { enqueue_backward(); })) return;
+    enqueue_backward();
+  }
+
+  /// Everything one forward enqueues on the instance's stream (and, with
+  /// concurrent parts, on the aux streams joined back to it).
+  void enqueue_forward() {
     if (plan_.has_graph)
       run_parts([](const PartRuntime& rt) { return std::make_pair(rt.fwd_plan, rt.fwd_pack.get()); });
     zero_rows(o_.data(), 2, dead_q_.as<int64_t>(), static_cast<int64_t>(plan_.dead_q.unit.size()),
@@ -218,7 +230,8 @@ class Instance final : public CudnnInstanceApi {
     // maps it to [B, Hq, Sq] with -inf for fully masked rows.
   }
 
-  void backward() override {
+  /// Everything one backward enqueues (see enqueue_forward()).
+  void enqueue_backward() {
     if (plan_.has_graph) {
       if (env_.version < 90600 && !dq_accum_.empty())  // cuDNN < 9.6 expects a zeroed dQ accumulator
         ATTNBENCH_CHECK(cudaMemsetAsync(dq_accum_.data(), 0, dq_accum_.bytes(), stream_));
@@ -315,6 +328,14 @@ class Instance final : public CudnnInstanceApi {
     }
     j["fixup_rows"] = {{"dead_query_rows", plan_.dead_q.unit.size()}, {"unattended_key_rows", plan_.dead_k.unit.size()}};
     j["notes"] = plan_.notes;
+    if (env_.cuda_graph) {
+      auto state = [](const CapturedPass& c) -> nlohmann::json {
+        if (c.state == CapturedPass::State::ready) return "replayed";
+        if (c.state == CapturedPass::State::refused) return "refused: " + c.why;
+        return "not run";
+      };
+      j["cuda_graph"] = {{"forward", state(fwd_graph_)}, {"backward", state(bwd_graph_)}};
+    }
     return j;
   }
 
@@ -355,6 +376,56 @@ class Instance final : public CudnnInstanceApi {
     EventHolder(const EventHolder&) = delete;
     EventHolder& operator=(const EventHolder&) = delete;
   };
+
+  /// One pass captured as a CUDA graph (Env::cuda_graph).
+  struct CapturedPass {
+    enum class State { untried, ready, refused } state = State::untried;
+    cudaGraphExec_t exec = nullptr;
+    std::string why;  ///< why the capture was refused (report note)
+    CapturedPass() = default;
+    ~CapturedPass() {
+      if (exec) (void)cudaGraphExecDestroy(exec);
+    }
+    CapturedPass(const CapturedPass&) = delete;
+    CapturedPass& operator=(const CapturedPass&) = delete;
+  };
+
+  /// With Env::cuda_graph: launch the pass's CUDA graph on the instance's stream,
+  /// capturing `enqueue` into it on the first call, and return true. Returns false
+  /// (the caller enqueues directly) when the mode is off or the capture was
+  /// refused; the refusal is kept in `pass.why` for the report. Throws
+  /// std::runtime_error when launching an instantiated graph fails.
+  template <class Enqueue>
+  bool replay(CapturedPass& pass, Enqueue enqueue) {
+    if (!env_.cuda_graph || pass.state == CapturedPass::State::refused) return false;
+    if (pass.state == CapturedPass::State::untried) {
+      pass.state = CapturedPass::State::refused;
+      ATTNBENCH_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+      std::string failed;
+      try {
+        enqueue();
+      } catch (const std::exception& e) {
+        failed = e.what();
+      }
+      cudaGraph_t graph = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+      if (failed.empty() && end != cudaSuccess) failed = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+      if (failed.empty()) {
+        const cudaError_t inst = cudaGraphInstantiate(&pass.exec, graph, 0);
+        if (inst != cudaSuccess) failed = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
+      }
+      if (graph) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();  // a refused capture leaves no sticky error behind
+      (void)cudnnSetStream(handle_, stream_);
+      if (!failed.empty()) {
+        pass.why = failed;
+        return false;
+      }
+      pass.state = CapturedPass::State::ready;
+    }
+    ATTNBENCH_CHECK(cudaGraphLaunch(pass.exec, stream_));
+    return true;
+  }
 
   /// Execute the plan of every part that runs this pass (`pick` returns the plan
   /// and its variant pack, or a null plan for a part the pass skips): on the
@@ -540,6 +611,7 @@ class Instance final : public CudnnInstanceApi {
   std::vector<std::unique_ptr<StreamHolder>> aux_streams_;  ///< parts 1.. when concurrent_
   std::unique_ptr<EventHolder> fork_;
   std::vector<std::unique_ptr<EventHolder>> joins_;
+  CapturedPass fwd_graph_, bwd_graph_;  ///< Env::cuda_graph
   DeviceBuffer q_, k_, v_, o_, do_, dq_, dk_, dv_, stats_;
   DeviceBuffer dsum_, dq_accum_, dk_full_, dv_full_, alibi_, workspace_;
   DeviceBuffer dead_q_, dead_k_, stats_dead_;
@@ -572,6 +644,8 @@ Env current_env() {
   }
   const char* order = std::getenv("ATTNBENCH_CUDNN_SPLIT_ORDER");
   e.split_long_first = !(order && std::string(order) == "short-first");
+  const char* graph = std::getenv("ATTNBENCH_CUDNN_CUDA_GRAPH");
+  e.cuda_graph = graph && std::string(graph) == "1";
   const char* tune = std::getenv("ATTNBENCH_CUDNN_AUTOTUNE");
   e.autotune = tune && std::string(tune) == "1";
   const char* fullhead = std::getenv("ATTNBENCH_CUDNN_FULLHEAD");

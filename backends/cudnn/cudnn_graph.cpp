@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -855,56 +856,94 @@ std::string knob_name(int64_t type) {
   }
 }
 
+namespace {
+
+/// The plan of engine `index` on `op_graph` with `choices` (knob type, value;
+/// values < 0 are left to the engine), or nothing when cuDNN refuses any step.
+std::optional<PlanVariant> variant_plan(cudnnBackendDescriptor_t op_graph, int64_t index,
+                                        const std::vector<std::pair<int64_t, int64_t>>& choices, std::string label) {
+  try {
+    PlanVariant pv;
+    pv.label = std::move(label);
+    Descriptor engine = make_engine(op_graph, index);
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (const auto& [type, value] : choices) {
+      if (value < 0) continue;  // the heuristics left it to the engine's default
+      Descriptor c(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
+      const auto t = static_cast<cudnnBackendKnobType_t>(type);
+      set_attr(c.get(), ATTNBENCH_ATTR(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE), CUDNN_TYPE_KNOB_TYPE, 1, &t, pv.label);
+      set_attr(c.get(), ATTNBENCH_ATTR(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE), CUDNN_TYPE_INT64, 1, &value, pv.label);
+      finalize(c.get(), "knob choice " + pv.label);
+      raw.push_back(c.get());
+      pv.keep.push_back(std::move(c));
+    }
+    Descriptor cfg(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
+    cudnnBackendDescriptor_t e = engine.get();
+    set_attr(cfg.get(), ATTNBENCH_ATTR(CUDNN_ATTR_ENGINECFG_ENGINE), CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e, pv.label);
+    if (!raw.empty())
+      set_attr(cfg.get(), ATTNBENCH_ATTR(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES), CUDNN_TYPE_BACKEND_DESCRIPTOR,
+               static_cast<int64_t>(raw.size()), raw.data(), pv.label);
+    finalize(cfg.get(), "engine config " + pv.label);
+    Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
+    cudnnBackendDescriptor_t cd = cfg.get();
+    set_attr(plan.get(), ATTNBENCH_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+             &cd, pv.label);
+    if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) return std::nullopt;  // not a valid combination
+    int64_t n = 0;
+    ATTNBENCH_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                             1, &n, &pv.workspace_bytes));
+    pv.plan = std::move(plan);
+    pv.keep.push_back(std::move(engine));
+    pv.keep.push_back(std::move(cfg));
+    return pv;
+  } catch (const std::exception&) {
+    return std::nullopt;  // refused
+  }
+}
+
+}  // namespace
+
 std::vector<PlanVariant> knob_variants(const BuiltGraph& g, int max_per_knob, int max_total) {
   std::vector<PlanVariant> out;
-  if (!g.op_graph || g.engine_index < 0 || g.knobs.empty()) return out;
-  for (size_t which = 0; which < g.knobs.size(); ++which) {
-    const KnobInfo& k = g.knobs[which];
+  if (!g.op_graph || g.engine_index < 0) return out;
+  // Every combination of knob values (each knob: unset, then min..max by stride, at
+  // most max_per_knob values), except the heuristics' own choice.
+  std::vector<std::vector<int64_t>> values(g.knobs.size());
+  for (size_t j = 0; j < g.knobs.size(); ++j) {
+    const KnobInfo& k = g.knobs[j];
+    values[j].push_back(-1);
     const int64_t step = std::max<int64_t>(1, k.stride);
-    int tried = 0;
-    for (int64_t v = k.min; v <= k.max && tried < max_per_knob; v += step) {
-      if (v == k.chosen) continue;
-      if (static_cast<int>(out.size()) >= max_total) return out;
-      ++tried;
-      try {
-        PlanVariant pv;
-        pv.label = knob_name(k.type) + "=" + std::to_string(v);
-        Descriptor engine = make_engine(g.op_graph, g.engine_index);
-        std::vector<cudnnBackendDescriptor_t> raw;
-        for (size_t j = 0; j < g.knobs.size(); ++j) {
-          const int64_t value = j == which ? v : g.knobs[j].chosen;
-          if (value < 0) continue;  // the heuristics left it to the engine's default
-          Descriptor c(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
-          const auto t = static_cast<cudnnBackendKnobType_t>(g.knobs[j].type);
-          set_attr(c.get(), ATTNBENCH_ATTR(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE), CUDNN_TYPE_KNOB_TYPE, 1, &t, pv.label);
-          set_attr(c.get(), ATTNBENCH_ATTR(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE), CUDNN_TYPE_INT64, 1, &value, pv.label);
-          finalize(c.get(), "knob choice " + pv.label);
-          raw.push_back(c.get());
-          pv.keep.push_back(std::move(c));
-        }
-        Descriptor cfg(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
-        cudnnBackendDescriptor_t e = engine.get();
-        set_attr(cfg.get(), ATTNBENCH_ATTR(CUDNN_ATTR_ENGINECFG_ENGINE), CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e, pv.label);
-        if (!raw.empty())
-          set_attr(cfg.get(), ATTNBENCH_ATTR(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES), CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                   static_cast<int64_t>(raw.size()), raw.data(), pv.label);
-        finalize(cfg.get(), "engine config " + pv.label);
-        Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
-        cudnnBackendDescriptor_t cd = cfg.get();
-        set_attr(plan.get(), ATTNBENCH_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                 &cd, pv.label);
-        if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) continue;  // not a valid combination
-        int64_t n = 0;
-        ATTNBENCH_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                 CUDNN_TYPE_INT64, 1, &n, &pv.workspace_bytes));
-        pv.plan = std::move(plan);
-        pv.keep.push_back(std::move(engine));
-        pv.keep.push_back(std::move(cfg));
-        out.push_back(std::move(pv));
-      } catch (const std::exception&) {
-        continue;  // refused: skip this value
-      }
+    for (int64_t v = k.min; v <= k.max && static_cast<int>(values[j].size()) <= max_per_knob; v += step)
+      values[j].push_back(v);
+  }
+  std::vector<size_t> at(g.knobs.size(), 0);
+  for (bool more = !g.knobs.empty(); more && static_cast<int>(out.size()) < max_total;) {
+    std::vector<std::pair<int64_t, int64_t>> choices;
+    std::string label;
+    bool heuristics = true;
+    for (size_t j = 0; j < g.knobs.size(); ++j) {
+      const int64_t v = values[j][at[j]];
+      choices.emplace_back(g.knobs[j].type, v);
+      heuristics = heuristics && v == g.knobs[j].chosen;
+      if (v >= 0) label += (label.empty() ? "" : ",") + knob_name(g.knobs[j].type) + "=" + std::to_string(v);
     }
+    if (!heuristics)
+      if (auto pv = variant_plan(g.op_graph, g.engine_index, choices, label.empty() ? "knobs unset" : label))
+        out.push_back(std::move(*pv));
+    more = false;  // next combination (odometer over the knobs)
+    for (size_t j = 0; j < at.size() && !more; ++j) {
+      if (++at[j] < values[j].size()) more = true;
+      else at[j] = 0;
+    }
+  }
+  // Every other engine cuDNN has for this graph, with its default knobs.
+  int64_t engines = 0, n = 0;
+  if (cudnnBackendGetAttribute(g.op_graph, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &n,
+                               &engines) != CUDNN_STATUS_SUCCESS)
+    engines = 0;
+  for (int64_t index = 0; index < engines && static_cast<int>(out.size()) < max_total; ++index) {
+    if (index == g.engine_index) continue;
+    if (auto pv = variant_plan(g.op_graph, index, {}, "engine=" + std::to_string(index))) out.push_back(std::move(*pv));
   }
   return out;
 }

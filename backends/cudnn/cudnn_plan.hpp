@@ -94,6 +94,14 @@ struct Env {
   /// instance and run the fastest (cudnn_graph.hpp knob_variants()).
   /// current_env(): ATTNBENCH_CUDNN_AUTOTUNE=1 (default off).
   bool autotune = false;
+  /// Replay each pass (every part's plan, the fork/join events and the fix-up
+  /// kernels) as one CUDA graph captured from the instance's stream on the first
+  /// call (cudaStreamBeginCapture, relaxed mode), as in a training step
+  /// captured in a CUDA graph; a capture cuDNN refuses falls back to direct
+  /// execution with the reason in the report. On the H100 it times the same as
+  /// direct launches (backends/cudnn/README.md). current_env():
+  /// ATTNBENCH_CUDNN_CUDA_GRAPH=1 (default off).
+  bool cuda_graph = false;
 };
 
 /// cuDNN's diagonal alignment of the band mask.
