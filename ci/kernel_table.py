@@ -37,7 +37,10 @@ def main() -> int:
             if "error" in t:
                 print(f"  {p}: error: {t['error']}")
                 continue
-            print(f"  {p}: {t['activities']} activities, device {t['device_us']:.1f} us, span {t['span_us']:.1f} us")
+            extra = ""
+            if "busy_us" in t:  # reports before the timeline have no busy time / streams
+                extra = f", busy {t['busy_us']:.1f} us over {t['streams']} stream(s)"
+            print(f"  {p}: {t['activities']} activities, device {t['device_us']:.1f} us, span {t['span_us']:.1f} us{extra}")
             for k in t["kernels"][: a.top]:
                 shape = (f"grid {k['grid']} ({k['ctas']} CTAs) block {k['block']} regs {k['registers']} "
                          f"smem {k['shared_bytes']}") if k["kind"] == "kernel" else f"{k['bytes']} bytes"

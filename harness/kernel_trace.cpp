@@ -52,10 +52,35 @@ nlohmann::json summarize_trace(const std::vector<TracedActivity>& acts) {
     }
     kernels.push_back(std::move(k));
   }
+  // Timeline and busy time, activities by start time.
+  std::map<std::pair<std::string, std::string>, int64_t> index;
+  for (size_t i = 0; i < order.size(); ++i) index[order[i]->first] = static_cast<int64_t>(i);
+  std::vector<const TracedActivity*> by_start;
+  for (const auto& a : acts) by_start.push_back(&a);
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [](const TracedActivity* a, const TracedActivity* b) { return a->start_ns < b->start_ns; });
+  std::map<uint32_t, int64_t> lanes;
+  nlohmann::json timeline = nlohmann::json::array();
+  uint64_t busy_ns = 0, covered_to = 0;
+  for (const TracedActivity* a : by_start) {
+    const int64_t lane = lanes.emplace(a->stream, static_cast<int64_t>(lanes.size())).first->second;
+    const uint64_t end = std::max(a->end_ns, a->start_ns);
+    if (end > covered_to) {
+      busy_ns += end - std::max(a->start_ns, covered_to);
+      covered_to = end;
+    }
+    if (timeline.size() < kMaxTimelineEntries)
+      timeline.push_back({index[{a->kind, a->name}], lane, static_cast<double>(a->start_ns - t0) / 1e3,
+                          static_cast<double>(end - a->start_ns) / 1e3});
+  }
   return {{"activities", static_cast<int64_t>(acts.size())},
           {"device_us", static_cast<double>(device_ns) / 1e3},
           {"span_us", t1 > t0 ? static_cast<double>(t1 - t0) / 1e3 : 0.0},
-          {"kernels", std::move(kernels)}};
+          {"busy_us", static_cast<double>(busy_ns) / 1e3},
+          {"streams", static_cast<int64_t>(lanes.size())},
+          {"kernels", std::move(kernels)},
+          {"timeline", std::move(timeline)},
+          {"timeline_dropped", static_cast<int64_t>(acts.size() > kMaxTimelineEntries ? acts.size() - kMaxTimelineEntries : 0)}};
 }
 
 }  // namespace attnbench

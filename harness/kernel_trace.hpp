@@ -27,18 +27,30 @@ struct TracedActivity {
   int registers = 0;          ///< per thread
   int64_t shared_bytes = 0;   ///< static + dynamic shared memory per block
   uint64_t bytes = 0;         ///< memsets / copies only
+  uint32_t stream = 0;        ///< CUPTI's stream id (lanes of the timeline)
 };
+
+/// Most timeline entries summarize_trace() keeps per pass (the rest are counted).
+inline constexpr size_t kMaxTimelineEntries = 4096;
 
 /// Group `acts` by (kind, name) and summarise one pass:
 ///   {"activities": N, "device_us": sum of durations, "span_us": last end - first start,
+///    "busy_us": time covered by at least one activity (union of the intervals),
+///    "streams": distinct stream ids,
 ///    "kernels": [{"kind", "name", "calls", "total_us", "mean_us", "share" (of device_us),
 ///                 "grid": [x,y,z], "block": [x,y,z], "ctas", "registers", "shared_bytes",
-///                 "bytes"}...]}
+///                 "bytes"}...],
+///    "timeline": [[kernel, lane, start_us, duration_us]...], "timeline_dropped": n}
 /// Groups are sorted by total_us, largest first (ties by name); grid, block,
 /// registers and shared memory are those of the group's first call (by start time),
 /// "ctas" is the product of that grid and "bytes" the sum over the group's calls.
-/// Durations are end - start (0 when end < start). No activity gives
-/// {"activities": 0, "device_us": 0, "span_us": 0, "kernels": []}.
+/// Durations are end - start (0 when end < start). span_us - busy_us is the time
+/// the device ran nothing of the pass (launch gaps, waits); device_us - busy_us is
+/// the time activities overlapped (concurrent streams). The timeline lists every
+/// activity by start time: `kernel` indexes "kernels", `lane` numbers the streams
+/// in order of first use, `start_us` is relative to the pass's first start; at most
+/// kMaxTimelineEntries entries, the rest counted in timeline_dropped. No activity
+/// gives zeros and empty arrays.
 nlohmann::json summarize_trace(const std::vector<TracedActivity>& acts);
 
 }  // namespace attnbench

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "harness/errors.hpp"
+#include "harness/kernel_trace.hpp"
 
 namespace attnbench::html {
 
@@ -334,6 +335,60 @@ std::string mask_svg(const json& thumb, int px) {
   return os.str();
 }
 
+// ------------------------------------------------------------------ kernel timelines
+
+std::string kernel_colour(int64_t index) {
+  static const char* const palette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                        "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+  return palette[((index % 10) + 10) % 10];
+}
+
+std::string timeline_svg(const json& pass, int width) {
+  if (!pass.is_object() || !pass.contains("timeline") || !pass["timeline"].is_array() || pass["timeline"].empty())
+    return "";
+  const double span = num(pass, "span_us", 0);
+  if (!(span > 0)) return "";
+  const json kernels = pass.contains("kernels") && pass["kernels"].is_array() ? pass["kernels"] : json::array();
+  const int64_t lanes = std::max<int64_t>(1, static_cast<int64_t>(num(pass, "streams", 1)));
+  const double label_w = 64, lane_h = 14, gap = 4, top = 4, axis_h = 18;
+  const double plot_w = std::max(100.0, static_cast<double>(width) - label_w - 8);
+  const double height = top + static_cast<double>(lanes) * (lane_h + gap) + axis_h;
+  std::ostringstream os;
+  os << "<svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
+     << fmt("%.0f", height) << "\" role=\"img\"><title>Kernel timeline: one lane per stream, bars coloured by "
+        "kernel</title>";
+  for (int64_t l = 0; l < lanes; ++l)
+    os << "<text x=\"0\" y=\"" << fmt("%.1f", top + static_cast<double>(l) * (lane_h + gap) + lane_h - 3)
+       << "\" font-size=\"11\">stream " << l << "</text>";
+  for (const auto& e : pass["timeline"]) {
+    if (!e.is_array() || e.size() != 4 || !e[0].is_number() || !e[1].is_number() || !e[2].is_number() ||
+        !e[3].is_number())
+      continue;
+    const auto k = e[0].get<int64_t>();
+    const auto lane = e[1].get<int64_t>();
+    const double start = e[2].get<double>(), dur = e[3].get<double>();
+    if (lane < 0 || lane >= lanes) continue;
+    const std::string name = k >= 0 && static_cast<size_t>(k) < kernels.size() && kernels[static_cast<size_t>(k)].is_object()
+                                 ? str(kernels[static_cast<size_t>(k)], "name")
+                                 : "?";
+    os << "<rect x=\"" << fmt("%.2f", label_w + start / span * plot_w) << "\" y=\""
+       << fmt("%.1f", top + static_cast<double>(lane) * (lane_h + gap)) << "\" width=\""
+       << fmt("%.2f", std::max(0.5, dur / span * plot_w)) << "\" height=\"" << fmt("%.0f", lane_h) << "\" fill=\""
+       << kernel_colour(k) << "\"><title>" << escape_html(name) << ": start " << fmt("%.1f", start) << " us, "
+       << fmt("%.1f", dur) << " us</title></rect>";
+  }
+  const double axis_y = top + static_cast<double>(lanes) * (lane_h + gap);
+  os << "<line x1=\"" << label_w << "\" x2=\"" << fmt("%.1f", label_w + plot_w) << "\" y1=\"" << fmt("%.1f", axis_y)
+     << "\" y2=\"" << fmt("%.1f", axis_y) << "\" stroke=\"#868e96\"/>";
+  for (int i = 0; i <= 4; ++i) {
+    const double x = label_w + plot_w * i / 4.0;
+    os << "<text x=\"" << fmt("%.1f", x) << "\" y=\"" << fmt("%.1f", axis_y + 13) << "\" font-size=\"10\" text-anchor=\""
+       << (i == 0 ? "start" : (i == 4 ? "end" : "middle")) << "\">" << fmt("%.0f", span * i / 4.0) << " us</text>";
+  }
+  os << "</svg>";
+  return os.str();
+}
+
 // ------------------------------------------------------------------ the page
 
 std::string render_report(const json& report, const HtmlOptions& opt) {
@@ -449,17 +504,27 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
         kernels << "<p>" << pass << ": " << escape_html(str(t, "error")) << "</p>";
         continue;
       }
+      kernels << "<p class=\"subtitle\">" << pass << ": span " << fmt("%.1f", num(t, "span_us", 0)) << " us, busy "
+              << fmt("%.1f", num(t, "busy_us", 0)) << " us, kernels summed " << fmt("%.1f", num(t, "device_us", 0))
+              << " us over " << fmt("%.0f", num(t, "streams", 0)) << " stream(s)";
+      if (num(t, "timeline_dropped", 0) > 0)
+        kernels << "; timeline shows the first " << kMaxTimelineEntries << " activities";
+      kernels << "</p>" << timeline_svg(t);
       kernels << "<table class=\"kernel-table\"><thead><tr><th>" << pass
               << "</th><th>kernel</th><th>calls</th><th>total us</th><th>share</th><th>grid</th><th>CTAs</th>"
                  "<th>regs</th><th>smem bytes</th></tr></thead><tbody>";
       const json list = t.contains("kernels") && t["kernels"].is_array() ? t["kernels"] : json::array();
+      int64_t group = -1;
       for (const auto& k : list) {
+        ++group;
         if (!k.is_object()) continue;
         const bool is_kernel = str(k, "kind") == "kernel";
         std::string grid;
         if (is_kernel && k.contains("grid") && k["grid"].is_array())
           for (const auto& g : k["grid"]) grid += (grid.empty() ? "" : " x ") + fmt("%.0f", g.is_number() ? g.get<double>() : 0.0);
-        kernels << "<tr><td>" << escape_html(str(k, "kind")) << "</td><td class=\"kname\">" << escape_html(str(k, "name"))
+        kernels << "<tr><td>" << escape_html(str(k, "kind")) << "</td><td class=\"kname\"><span style=\"display:inline-block;"
+                   "width:9px;height:9px;margin-right:4px;background:"
+                << kernel_colour(group) << "\"></span>" << escape_html(str(k, "name"))
                 << "</td>" << cell_num(k.value("calls", json()), "%.0f") << cell_num(k.value("total_us", json()), "%.1f")
                 << cell_num(k.contains("share") && k["share"].is_number() ? json(100.0 * k["share"].get<double>()) : json(),
                             "%.1f%%")

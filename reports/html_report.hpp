@@ -65,4 +65,15 @@ nlohmann::json derive_rows(const nlohmann::json& report, const std::string& base
 /// `px` is the larger side in CSS pixels. "" for a null or malformed thumbnail.
 std::string mask_svg(const nlohmann::json& thumbnail, int px = 96);
 
+/// Colour of kernel group `index` of a kernel trace (a 10-colour palette, repeated),
+/// shared by the timeline and the swatches of the Kernels table.
+std::string kernel_colour(int64_t index);
+
+/// Inline SVG timeline of one traced pass (a summarize_trace() object: "timeline",
+/// "kernels", "span_us", "streams"): one lane per stream, one bar per activity
+/// coloured by its kernel group, its name, start and duration (us) in a tooltip,
+/// and a time axis in microseconds. `width` is in CSS pixels. "" when the pass has
+/// no timeline or a zero span; malformed entries are skipped.
+std::string timeline_svg(const nlohmann::json& pass, int width = 960);
+
 }  // namespace attnbench::html

@@ -65,8 +65,50 @@ TEST_CASE("summarize_trace of nothing, and of a record whose end precedes its st
   CHECK(empty["device_us"] == 0.0);
   CHECK(empty["span_us"] == 0.0);
   CHECK(empty["kernels"].empty());
+  CHECK(empty["busy_us"] == 0.0);
+  CHECK(empty["streams"] == 0);
+  CHECK(empty["timeline"].empty());
   auto odd = summarize_trace({kernel("k", 2000, 1000, 1, 1)});
   CHECK(odd["device_us"] == 0.0);
   CHECK(odd["span_us"] == 0.0);
   CHECK(odd["kernels"][0]["total_us"] == 0.0);
+  CHECK(odd["busy_us"] == 0.0);
+  CHECK(odd["timeline"][0] == nlohmann::json::array({0, 0, 0.0, 0.0}));
+}
+
+TEST_CASE("summarize_trace: busy time, streams and the timeline of concurrent streams") {
+  // stream 7: a 0-2 us, c 6-9 us; stream 3: b 1-4 us (overlaps a); idle 4-6 us.
+  TracedActivity a = kernel("a", 10000, 12000, 1, 1), b = kernel("b", 11000, 14000, 1, 1),
+                 c = kernel("c", 16000, 19000, 1, 1);
+  a.stream = 7;
+  b.stream = 3;
+  c.stream = 7;
+  auto j = summarize_trace({c, b, a});  // any order in, by start time out
+  CHECK(j["span_us"].get<double>() == doctest::Approx(9.0));
+  CHECK(j["device_us"].get<double>() == doctest::Approx(8.0));
+  CHECK(j["busy_us"].get<double>() == doctest::Approx(7.0));  // 0-4 and 6-9
+  CHECK(j["streams"] == 2);
+  CHECK(j["timeline_dropped"] == 0);
+  const auto& k = j["kernels"];  // b and c tie at 3 us (by name), then a
+  REQUIRE(k.size() == 3);
+  CHECK(k[0]["name"] == "b");
+  CHECK(k[1]["name"] == "c");
+  CHECK(k[2]["name"] == "a");
+  const auto& t = j["timeline"];
+  REQUIRE(t.size() == 3);
+  // [kernel index, lane, start us, duration us]; lanes in order of first use
+  CHECK(t[0] == nlohmann::json::array({2, 0, 0.0, 2.0}));  // a on stream 7 -> lane 0
+  CHECK(t[1] == nlohmann::json::array({0, 1, 1.0, 3.0}));  // b on stream 3 -> lane 1
+  CHECK(t[2] == nlohmann::json::array({1, 0, 6.0, 3.0}));  // c on stream 7 -> lane 0
+}
+
+TEST_CASE("summarize_trace keeps at most kMaxTimelineEntries timeline entries and counts the rest") {
+  std::vector<TracedActivity> acts;
+  for (size_t i = 0; i < kMaxTimelineEntries + 5; ++i) acts.push_back(kernel("k", 1000 * i, 1000 * i + 500, 1, 1));
+  auto j = summarize_trace(acts);
+  CHECK(j["activities"] == kMaxTimelineEntries + 5);
+  CHECK(j["timeline"].size() == kMaxTimelineEntries);
+  CHECK(j["timeline_dropped"] == 5);
+  CHECK(j["busy_us"].get<double>() == doctest::Approx(0.5 * static_cast<double>(kMaxTimelineEntries + 5)));
+  CHECK(j["kernels"][0]["calls"] == kMaxTimelineEntries + 5);
 }

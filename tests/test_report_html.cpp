@@ -205,6 +205,48 @@ TEST_CASE("kernel traces become a Kernels section, escaped, with the reason for 
   CHECK(plain.find("kernels-heading") == std::string::npos);
 }
 
+TEST_CASE("a traced pass with a timeline gets a lane per stream and a bar per activity") {
+  json pass = {{"span_us", 100.0},
+               {"busy_us", 90.0},
+               {"device_us", 120.0},
+               {"streams", 2},
+               {"kernels", json::array({{{"kind", "kernel"}, {"name", "bprop<" + kHostile + ">"}},
+                                        {{"kind", "memset"}, {"name", "memset"}}})},
+               {"timeline", json::array({json::array({0, 0, 0.0, 50.0}), json::array({1, 1, 10.0, 5.0}),
+                                         json::array({0, 1, 50.0, 50.0}),
+                                         json::array({0, 9, 0.0, 1.0}),     // lane out of range: skipped
+                                         json::array({"x", 0, 0.0, 1.0})})}};  // malformed: skipped
+  const std::string svg = html::timeline_svg(pass, 464);
+  CHECK(count(svg, "<svg") == 1);
+  CHECK(count(svg, "<rect") == 3);
+  CHECK(count(svg, ">stream ") == 2);
+  // 64 px of labels, 392 px for 100 us: the third bar starts at 64 + 196 px, 196 px wide
+  CHECK(svg.find("<rect x=\"260.00\" y=\"22.0\" width=\"196.00\"") != std::string::npos);
+  CHECK(svg.find(html::kernel_colour(0)) != std::string::npos);
+  CHECK(svg.find(html::kernel_colour(1)) != std::string::npos);
+  CHECK(svg.find("bprop&lt;") != std::string::npos);
+  CHECK(svg.find("alert(\"x\")</script>") == std::string::npos);
+  CHECK(svg.find("memset: start 10.0 us, 5.0 us") != std::string::npos);
+  CHECK(svg.find(">100 us<") != std::string::npos);  // the axis ends at the span
+  CHECK(html::kernel_colour(10) == html::kernel_colour(0));
+  // No timeline, or a zero span: nothing drawn.
+  json none = pass;
+  none.erase("timeline");
+  CHECK(html::timeline_svg(none).empty());
+  json flat = pass;
+  flat["span_us"] = 0.0;
+  CHECK(html::timeline_svg(flat).empty());
+
+  // In the page: the pass line with span / busy / streams and the SVG before the table.
+  json doc = load_report(kBaseline);
+  doc["results"][0]["extra"]["kernel_trace"] = {{"fwd", pass}};
+  html::HtmlOptions o;
+  o.node_modules = scratch("no_modules_t").string();
+  const std::string page = html::render_report(doc, o);
+  CHECK(page.find("fwd: span 100.0 us, busy 90.0 us, kernels summed 120.0 us over 2 stream(s)") != std::string::npos);
+  CHECK(page.find("class=\"timeline\"") < page.find("class=\"kernel-table\""));
+}
+
 TEST_CASE("chart specs are embedded safely when the bundles are there") {
   std::string why;
   const std::string assets = html::find_chart_assets(&why);

@@ -80,6 +80,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       a.block[0] = k->blockX; a.block[1] = k->blockY; a.block[2] = k->blockZ;
       a.registers = k->registersPerThread;
       a.shared_bytes = static_cast<int64_t>(k->staticSharedMemory) + k->dynamicSharedMemory;
+      a.stream = k->streamId;
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
       a.kind = "memset";
@@ -87,6 +88,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       a.start_ns = m->start;
       a.end_ns = m->end;
       a.bytes = m->bytes;
+      a.stream = m->streamId;
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
       a.kind = "memcpy";
@@ -94,6 +96,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       a.start_ns = m->start;
       a.end_ns = m->end;
       a.bytes = m->bytes;
+      a.stream = m->streamId;
     } else {
       continue;
     }

@@ -288,6 +288,11 @@ TEST_CASE("kernel trace records our kernels with their launch shape, and memsets
   attnbench_trace_probe<<<dim3(3, 2, 1), dim3(64, 1, 1), 0, ts.s>>>(200000);
   ATTNBENCH_CHECK(cudaGetLastError());
   ATTNBENCH_CHECK(cudaMemsetAsync(buf.data(), 0, 1 << 20, ts.s));
+  // A third call on another stream, enqueued while the first stream's 400 us of
+  // probes run: the timeline gets a second lane and the calls overlap.
+  TestStream other;
+  attnbench_trace_probe<<<dim3(3, 2, 1), dim3(64, 1, 1), 0, other.s>>>(200000);
+  ATTNBENCH_CHECK(cudaGetLastError());
   auto acts = device::kernel_trace_stop();
   CHECK_THROWS_WITH(device::kernel_trace_stop(), doctest::Contains("no trace"));
   auto j = summarize_trace(acts);
@@ -295,7 +300,7 @@ TEST_CASE("kernel trace records our kernels with their launch shape, and memsets
   const auto& k = j["kernels"][0];
   CHECK(k["kind"] == "kernel");
   CHECK(k["name"].get<std::string>().find("attnbench_trace_probe") != std::string::npos);
-  CHECK(k["calls"] == 2);
+  CHECK(k["calls"] == 3);
   CHECK(k["grid"] == nlohmann::json::array({3, 2, 1}));
   CHECK(k["block"] == nlohmann::json::array({64, 1, 1}));
   CHECK(k["ctas"] == 6);
@@ -306,6 +311,11 @@ TEST_CASE("kernel trace records our kernels with their launch shape, and memsets
   const auto& m = j["kernels"][1];
   CHECK(m["kind"] == "memset");
   CHECK(m["bytes"] == (1 << 20));
+  CHECK(j["streams"] == 2);
+  REQUIRE(j["timeline"].size() == 4);
+  CHECK(j["timeline"][0][2] == 0.0);  // relative to the first start
+  CHECK(j["busy_us"].get<double>() < j["device_us"].get<double>());  // the two streams overlapped
+  CHECK(j["busy_us"].get<double>() <= j["span_us"].get<double>() + 1e-6);
   // A second trace starts empty: nothing of the first one leaks into it.
   device::kernel_trace_start();
   auto none = device::kernel_trace_stop();
