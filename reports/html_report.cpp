@@ -14,7 +14,6 @@
 #include <stdexcept>
 
 #include "harness/errors.hpp"
-#include "harness/kernel_trace.hpp"
 
 namespace attnbench::html {
 
@@ -349,7 +348,10 @@ std::string timeline_svg(const json& pass, int width) {
   const double span = num(pass, "span_us", 0);
   if (!(span > 0)) return "";
   const json kernels = pass.contains("kernels") && pass["kernels"].is_array() ? pass["kernels"] : json::array();
-  const int64_t lanes = std::max<int64_t>(1, static_cast<int64_t>(num(pass, "streams", 1)));
+  // Lanes: the report's stream count, clamped so that a malformed value cannot
+  // make a huge picture; bars on lanes outside it are skipped.
+  const double streams = num(pass, "streams", 1);
+  const int64_t lanes = std::isfinite(streams) ? static_cast<int64_t>(std::clamp(streams, 1.0, 64.0)) : 1;
   const double label_w = 64, lane_h = 14, gap = 4, top = 4, axis_h = 18;
   const double plot_w = std::max(100.0, static_cast<double>(width) - label_w - 8);
   const double height = top + static_cast<double>(lanes) * (lane_h + gap) + axis_h;
@@ -361,14 +363,14 @@ std::string timeline_svg(const json& pass, int width) {
     os << "<text x=\"0\" y=\"" << fmt("%.1f", top + static_cast<double>(l) * (lane_h + gap) + lane_h - 3)
        << "\" font-size=\"11\">stream " << l << "</text>";
   for (const auto& e : pass["timeline"]) {
-    if (!e.is_array() || e.size() != 4 || !e[0].is_number() || !e[1].is_number() || !e[2].is_number() ||
-        !e[3].is_number())
+    if (!e.is_array() || e.size() != 4 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
+        !e[2].is_number() || !e[3].is_number())
       continue;
     const auto k = e[0].get<int64_t>();
     const auto lane = e[1].get<int64_t>();
     const double start = e[2].get<double>(), dur = e[3].get<double>();
-    if (lane < 0 || lane >= lanes) continue;
-    const std::string name = k >= 0 && static_cast<size_t>(k) < kernels.size() && kernels[static_cast<size_t>(k)].is_object()
+    if (lane < 0 || lane >= lanes || k < 0 || !std::isfinite(start) || !std::isfinite(dur)) continue;
+    const std::string name = static_cast<size_t>(k) < kernels.size() && kernels[static_cast<size_t>(k)].is_object()
                                  ? str(kernels[static_cast<size_t>(k)], "name")
                                  : "?";
     os << "<rect x=\"" << fmt("%.2f", label_w + start / span * plot_w) << "\" y=\""
@@ -505,10 +507,10 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
         continue;
       }
       kernels << "<p class=\"subtitle\">" << pass << ": span " << fmt("%.1f", num(t, "span_us", 0)) << " us, busy "
-              << fmt("%.1f", num(t, "busy_us", 0)) << " us, kernels summed " << fmt("%.1f", num(t, "device_us", 0))
+              << fmt("%.1f", num(t, "busy_us", 0)) << " us, activities summed " << fmt("%.1f", num(t, "device_us", 0))
               << " us over " << fmt("%.0f", num(t, "streams", 0)) << " stream(s)";
-      if (num(t, "timeline_dropped", 0) > 0)
-        kernels << "; timeline shows the first " << kMaxTimelineEntries << " activities";
+      if (num(t, "timeline_dropped", 0) > 0 && t.contains("timeline") && t["timeline"].is_array())
+        kernels << "; timeline shows the first " << t["timeline"].size() << " activities";
       kernels << "</p>" << timeline_svg(t);
       kernels << "<table class=\"kernel-table\"><thead><tr><th>" << pass
               << "</th><th>kernel</th><th>calls</th><th>total us</th><th>share</th><th>grid</th><th>CTAs</th>"

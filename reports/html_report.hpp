@@ -73,7 +73,8 @@ std::string kernel_colour(int64_t index);
 /// "kernels", "span_us", "streams"): one lane per stream, one bar per activity
 /// coloured by its kernel group, its name, start and duration (us) in a tooltip,
 /// and a time axis in microseconds. `width` is in CSS pixels. "" when the pass has
-/// no timeline or a zero span; malformed entries are skipped.
+/// no timeline or a zero span; at most 64 lanes; malformed entries (non-integer
+/// kernel or lane, a lane outside the lanes, non-finite times) are skipped.
 std::string timeline_svg(const nlohmann::json& pass, int width = 960);
 
 }  // namespace attnbench::html

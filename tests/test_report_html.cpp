@@ -243,8 +243,19 @@ TEST_CASE("a traced pass with a timeline gets a lane per stream and a bar per ac
   html::HtmlOptions o;
   o.node_modules = scratch("no_modules_t").string();
   const std::string page = html::render_report(doc, o);
-  CHECK(page.find("fwd: span 100.0 us, busy 90.0 us, kernels summed 120.0 us over 2 stream(s)") != std::string::npos);
-  CHECK(page.find("class=\"timeline\"") < page.find("class=\"kernel-table\""));
+  CHECK(page.find("fwd: span 100.0 us, busy 90.0 us, activities summed 120.0 us over 2 stream(s)") != std::string::npos);
+  const size_t svg_at = page.find("class=\"timeline\""), table_at = page.find("class=\"kernel-table\"");
+  REQUIRE(svg_at != std::string::npos);
+  REQUIRE(table_at != std::string::npos);
+  CHECK(svg_at < table_at);
+  // A malformed stream count cannot blow the picture up: lanes are clamped to 64.
+  json huge = pass;
+  huge["streams"] = 2e6;
+  CHECK(count(html::timeline_svg(huge), ">stream ") == 64);
+  huge["streams"] = 1e300;
+  CHECK(count(html::timeline_svg(huge), ">stream ") == 64);
+  huge["timeline"] = json::array({json::array({1e30, 0, 0.0, 1.0})});  // a non-integer kernel index: skipped
+  CHECK(count(html::timeline_svg(huge), "<rect") == 0);
 }
 
 TEST_CASE("chart specs are embedded safely when the bundles are there") {

@@ -393,19 +393,26 @@ class Instance final : public CudnnInstanceApi {
   /// With Env::cuda_graph: launch the pass's CUDA graph on the instance's stream,
   /// capturing `enqueue` into it on the first call, and return true. Returns false
   /// (the caller enqueues directly) when the mode is off or the capture was
-  /// refused; the refusal is kept in `pass.why` for the report. Throws
-  /// std::runtime_error when launching an instantiated graph fails.
+  /// refused (begin, enqueue, end or instantiate failed); the refusal is kept in
+  /// `pass.why` for the report. Throws std::runtime_error only when launching an
+  /// instantiated graph fails.
   template <class Enqueue>
   bool replay(CapturedPass& pass, Enqueue enqueue) {
     if (!env_.cuda_graph || pass.state == CapturedPass::State::refused) return false;
     if (pass.state == CapturedPass::State::untried) {
       pass.state = CapturedPass::State::refused;
-      ATTNBENCH_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+      if (const cudaError_t begin = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed); begin != cudaSuccess) {
+        (void)cudaGetLastError();
+        pass.why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(begin);
+        return false;
+      }
       std::string failed;
       try {
         enqueue();
       } catch (const std::exception& e) {
         failed = e.what();
+      } catch (...) {
+        failed = "unknown exception while capturing";
       }
       cudaGraph_t graph = nullptr;
       const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
@@ -437,7 +444,7 @@ class Instance final : public CudnnInstanceApi {
     // The fork is recorded before anything of this pass is enqueued, so that no
     // part waits for another.
     if (concurrent_) ATTNBENCH_CHECK(cudaEventRecord(fork_->e, stream_));
-    size_t k = 0, joined = 0;  // parts enqueued; aux streams whose join was recorded
+    size_t k = 0, forked = 0;  // parts enqueued; aux streams that waited on the fork
     try {
       for (const auto& part : parts_) {
         auto [plan, pack] = pick(*part);
@@ -446,19 +453,20 @@ class Instance final : public CudnnInstanceApi {
         if (concurrent_ && k > 0) {
           s = aux_streams_[k - 1]->s;
           ATTNBENCH_CHECK(cudaStreamWaitEvent(s, fork_->e, 0));
+          forked = k;
         }
         ATTNBENCH_CHECK(cudnnSetStream(handle_, s));
         ATTNBENCH_CHECK(cudnnBackendExecute(handle_, plan, pack));
-        if (concurrent_ && k > 0) {
-          ATTNBENCH_CHECK(cudaEventRecord(joins_[k - 1]->e, s));
-          joined = k;
-        }
+        if (concurrent_ && k > 0) ATTNBENCH_CHECK(cudaEventRecord(joins_[k - 1]->e, s));
         ++k;
       }
     } catch (...) {
-      // Leave the shared handle on the instance's stream and make that stream
-      // wait for what the aux streams already had, then report the failure.
-      for (size_t j = 1; j <= joined; ++j) (void)cudaStreamWaitEvent(stream_, joins_[j - 1]->e, 0);
+      // Join every aux stream that waited on the fork back to the instance's
+      // stream (recording the join of the one that failed half-way, so that a
+      // stream capture in progress ends joined), leave the shared handle on the
+      // instance's stream, then report the failure.
+      if (forked == k && forked > 0) (void)cudaEventRecord(joins_[forked - 1]->e, aux_streams_[forked - 1]->s);
+      for (size_t j = 1; j <= forked; ++j) (void)cudaStreamWaitEvent(stream_, joins_[j - 1]->e, 0);
       (void)cudnnSetStream(handle_, stream_);
       throw;
     }

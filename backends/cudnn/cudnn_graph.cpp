@@ -906,8 +906,19 @@ std::optional<PlanVariant> variant_plan(cudnnBackendDescriptor_t op_graph, int64
 std::vector<PlanVariant> knob_variants(const BuiltGraph& g, int max_per_knob, int max_total) {
   std::vector<PlanVariant> out;
   if (!g.op_graph || g.engine_index < 0) return out;
-  // Every combination of knob values (each knob: unset, then min..max by stride, at
-  // most max_per_knob values), except the heuristics' own choice.
+  // Every other engine cuDNN has for this graph, with its default knobs.
+  int64_t engines = 0, n = 0;
+  if (cudnnBackendGetAttribute(g.op_graph, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &n,
+                               &engines) != CUDNN_STATUS_SUCCESS)
+    engines = 0;
+  for (int64_t index = 0; index < engines && static_cast<int>(out.size()) < max_total; ++index) {
+    if (index == g.engine_index) continue;
+    if (auto pv = variant_plan(g.op_graph, index, {}, "engine=" + std::to_string(index))) out.push_back(std::move(*pv));
+  }
+  // Every combination of the chosen engine's knob values (each knob: unset, then
+  // min..max by stride, at most max_per_knob values), except the heuristics' own
+  // choice; at most kMaxKnobAttempts combinations are tried.
+  constexpr int kMaxKnobAttempts = 4096;
   std::vector<std::vector<int64_t>> values(g.knobs.size());
   for (size_t j = 0; j < g.knobs.size(); ++j) {
     const KnobInfo& k = g.knobs[j];
@@ -917,7 +928,8 @@ std::vector<PlanVariant> knob_variants(const BuiltGraph& g, int max_per_knob, in
       values[j].push_back(v);
   }
   std::vector<size_t> at(g.knobs.size(), 0);
-  for (bool more = !g.knobs.empty(); more && static_cast<int>(out.size()) < max_total;) {
+  int attempts = 0;
+  for (bool more = !g.knobs.empty(); more && static_cast<int>(out.size()) < max_total && attempts < kMaxKnobAttempts;) {
     std::vector<std::pair<int64_t, int64_t>> choices;
     std::string label;
     bool heuristics = true;
@@ -927,23 +939,16 @@ std::vector<PlanVariant> knob_variants(const BuiltGraph& g, int max_per_knob, in
       heuristics = heuristics && v == g.knobs[j].chosen;
       if (v >= 0) label += (label.empty() ? "" : ",") + knob_name(g.knobs[j].type) + "=" + std::to_string(v);
     }
-    if (!heuristics)
+    if (!heuristics) {
+      ++attempts;
       if (auto pv = variant_plan(g.op_graph, g.engine_index, choices, label.empty() ? "knobs unset" : label))
         out.push_back(std::move(*pv));
+    }
     more = false;  // next combination (odometer over the knobs)
     for (size_t j = 0; j < at.size() && !more; ++j) {
       if (++at[j] < values[j].size()) more = true;
       else at[j] = 0;
     }
-  }
-  // Every other engine cuDNN has for this graph, with its default knobs.
-  int64_t engines = 0, n = 0;
-  if (cudnnBackendGetAttribute(g.op_graph, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &n,
-                               &engines) != CUDNN_STATUS_SUCCESS)
-    engines = 0;
-  for (int64_t index = 0; index < engines && static_cast<int>(out.size()) < max_total; ++index) {
-    if (index == g.engine_index) continue;
-    if (auto pv = variant_plan(g.op_graph, index, {}, "engine=" + std::to_string(index))) out.push_back(std::move(*pv));
   }
   return out;
 }

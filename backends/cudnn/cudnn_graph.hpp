@@ -146,15 +146,15 @@ struct BuiltGraph {
 /// Short name of a knob type ("TILE_M", "KERNEL_CFG"; "KNOB_<n>" for others).
 std::string knob_name(int64_t type);
 
-/// Plans of g's engine for every combination of its knobs' values (each knob
-/// unset or a value in [min, max] by stride, at most `max_per_knob` values per
-/// knob) other than the heuristics' choice, labelled "KERNEL_CFG=3,STAGES=1", then
-/// the plan of every other engine cuDNN lists for g's operation graph
-/// (CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT) with its default knobs
-/// ("engine=N"); at most `max_total` plans. Configurations cuDNN refuses to
-/// finalize are skipped. Used by the cudnn backend's autotuning
-/// (ATTNBENCH_CUDNN_AUTOTUNE=1), the way cudnn-frontend's autotune times several
-/// plans of one graph.
+/// Candidate plans for autotuning g: first the plan of every other engine cuDNN
+/// lists for g's operation graph (CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT)
+/// with its default knobs ("engine=N"), then g's engine for every combination of
+/// its knobs' values (each knob unset or a value in [min, max] by stride, at most
+/// `max_per_knob` values per knob; at most 4096 combinations tried) other than
+/// the heuristics' choice, labelled "KERNEL_CFG=3,STAGES=1". At most `max_total`
+/// plans; configurations cuDNN refuses to finalize are skipped. Used by the cudnn
+/// backend's autotuning (ATTNBENCH_CUDNN_AUTOTUNE=1), the way cudnn-frontend's
+/// autotune times several plans of one graph.
 std::vector<PlanVariant> knob_variants(const BuiltGraph& g, int max_per_knob = 64, int max_total = 256);
 
 /// Process-wide cuDNN handle of CUDA device `device`, created on first use and
