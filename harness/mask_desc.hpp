@@ -67,6 +67,38 @@ ATTNBENCH_HD int64_t mask_valid_k(const MaskDesc& m, int64_t b) {
   return m.seq_lens_k ? m.seq_lens_k[b] : m.seq_k;
 }
 
+/// The keys allowed in one query row by the terms that bound j from below or
+/// above (padding lengths, causal in both alignments, sliding window, prefix_lm),
+/// as the closed interval [*lo, *hi] (empty when *lo > *hi). Document and
+/// block_sparse terms are not applied here. `lq` / `lk` are the row's valid
+/// lengths (the padding lengths, else Sq / Sk), i in [0, lq) (a row at or past lq
+/// is empty). With off = lk - lq:
+///   hi = min(lk - 1, i + upper_tl, i + off + upper_br, max(prefix_len - 1, i))
+///   lo = max(0, i + off + lower_br)
+/// Every bound is in the units of MaskDesc; |bounds| <= 2^60 and lengths < 2^32
+/// cannot overflow int64. Host and device (the fused kernels derive their
+/// per-row key bounds from this function; mask_allowed() agrees with it on
+/// every (i, j) of a problem without document / block_sparse terms).
+ATTNBENCH_HD void mask_row_bounds(const MaskDesc& m, int64_t i, int64_t lq, int64_t lk, int64_t* lo,
+                                  int64_t* hi) {
+  if (i >= lq) {
+    *lo = 0;
+    *hi = -1;
+    return;
+  }
+  const int64_t off = lk - lq;
+  int64_t h = lk - 1, l = 0;
+  if (i + m.upper_tl < h) h = i + m.upper_tl;
+  if (i + off + m.upper_br < h) h = i + off + m.upper_br;
+  if (m.prefix_len >= 0) {
+    const int64_t p = m.prefix_len - 1 > i ? m.prefix_len - 1 : i;
+    if (p < h) h = p;
+  }
+  if (i + off + m.lower_br > l) l = i + off + m.lower_br;
+  *lo = l;
+  *hi = h;
+}
+
 /// mask(b, h, i, j) of DESIGN.md section 1: true where attention is allowed.
 /// No mask kind depends on h. i in [0, Sq), j in [0, Sk).
 ATTNBENCH_HD bool mask_allowed(const MaskDesc& m, int64_t b, int64_t /*h*/, int64_t i, int64_t j) {

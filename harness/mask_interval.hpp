@@ -52,20 +52,10 @@ inline Interval intersect(Interval a, Interval b) {
 /// prefix_lm (j <= max(prefix_len - 1, i)). i must lie in [0, m.seq_q).
 /// An empty row is returned as {0, -1}. O(1).
 inline Interval base_row_interval(const MaskDesc& m, int64_t b, int64_t i) {
-  int64_t sq = m.seq_q, sk = m.seq_k;
-  if (m.seq_lens_q) {
-    sq = m.seq_lens_q[b];
-    sk = m.seq_lens_k[b];
-    if (i >= sq) return {};
-  }
-  const int64_t off = sk - sq;  // |off| < 2^32 and |bounds| <= 2^60: no overflow
-  int64_t lo = 0, hi = sk - 1;
-  hi = std::min(hi, i + m.upper_tl);
-  hi = std::min(hi, i + off + m.upper_br);
-  lo = std::max(lo, i + off + m.lower_br);
-  if (m.prefix_len >= 0) hi = std::min(hi, std::max(m.prefix_len - 1, i));
-  if (lo > hi) return {};
-  return {lo, hi};
+  Interval r;
+  mask_row_bounds(m, i, mask_valid_q(m, b), mask_valid_k(m, b), &r.lo, &r.hi);
+  if (r.lo > r.hi) return {};
+  return r;
 }
 
 /// Maximal runs of equal document id of one batch row, grouped by id, so that

@@ -1,0 +1,63 @@
+// The host side shared by the `flash` and `varlen` backends: one prepared case
+// on attnbench's fused attention kernels (backends/kernels/). It uploads the
+// inputs in the kernels' layout, builds the AttnParams and the tile plan, and
+// runs the forward and backward launches on its own stream.
+//
+// Two placements of the tokens:
+//   padded     the problem's own layout (BSHD or BHSD; THD becomes one packed
+//              sequence per batch row with cu_seqlens from the valid lengths);
+//              padding-mask lengths go to the kernels as seqlens_q / seqlens_k.
+//   documents  every document of a document mask becomes one packed sequence
+//              (THD, cu_seqlens_q = cu_seqlens_k built from the document lengths
+//              in order, as PyTorch's varlen_attn tutorial builds them from EOS
+//              positions); padding tokens (id -1) are not stored at all.
+// read_outputs() maps back to the logical [B, H, S, D] view: positions that are
+// not stored read O = dQ = dK = dV = 0 and LSE = -inf (they are fully masked
+// queries and never-attended keys, docs/semantics.md "Fully masked rows").
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "harness/backend.hpp"
+#include "harness/problem.hpp"
+#include "harness/tensors.hpp"
+
+namespace attnbench::fused {
+
+/// How tokens are placed for the kernels (see the file comment).
+enum class Placement { padded, documents };
+
+/// Options of one fused instance.
+struct FusedOptions {
+  Placement placement = Placement::padded;
+  /// Deterministic backward: dQ by its own kernel (bitwise reproducible) instead
+  /// of float32 atomics.
+  bool deterministic = false;
+  /// Backend name used in messages ("flash", "varlen").
+  std::string name = "flash";
+};
+
+/// Why the fused kernels cannot run `p` with `placement` (empty when they can):
+/// dtype (bf16 / fp16), head dims (Dqk = Dv in {64, 128}), mask terms (padded:
+/// causal, sliding_window, padding, prefix_lm; documents: a document mask whose
+/// ids form one contiguous run per document, with causal and sliding_window),
+/// score mods (none, softcap, alibi) and 32-bit position limits.
+std::string unsupported_reason(const Problem& p, Placement placement);
+
+/// Prepare `p` on the current CUDA device (inputs uploaded, plan built, work
+/// lists on the device). Throws std::invalid_argument when `in` does not match
+/// `p` or unsupported_reason() is not empty, DeviceOutOfMemory / DeviceError on
+/// device failures.
+std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemData& in, const FusedOptions& opt);
+
+/// Whether the selected CUDA device can run the fused kernels (compute
+/// capability >= 8.0: mma.sync bf16, cp.async); `why` names `backend` and the reason.
+bool sm80_available(const std::string& backend, std::string* why);
+
+/// True when the environment variable `var` is set to a true value ("1", "true",
+/// "yes", "on"); false when unset or "0" / "false" / "no" / "off". Throws
+/// attnbench::InputError naming the variable for any other value.
+bool env_flag(const char* var);
+
+}  // namespace attnbench::fused

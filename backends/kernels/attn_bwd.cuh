@@ -1,0 +1,458 @@
+// The backward kernels of the fused attention family (FlashAttention-2's
+// backward, Dao 2023, Algorithm 2, with the GQA group folded into the key tile):
+//
+//   attn_bwd_dsum_kernel  Dsum = rowsum(dO * O) in float32 (LSE's layout)
+//   attn_bwd_dkdv_kernel  one CTA per (key tile, KV head): K, V stay in shared
+//                         memory; the loop runs over every query head of the
+//                         group and every query tile that meets the keys, so dK
+//                         and dV accumulate in registers with no atomics. With
+//                         kAtomicDq it also adds dQ = dS K for its keys into the
+//                         float32 accumulator (atomics: fast, not bitwise
+//                         reproducible).
+//   attn_bwd_dq_kernel    the deterministic dQ: one CTA per query tile walks the
+//                         key tiles like the forward and accumulates dS K in
+//                         registers (recomputes S and dP: 7 instead of 5 GEMMs).
+//   attn_bwd_dq_convert_kernel  dQ = scale * accumulator, to the element type.
+//
+// Per element: P = exp2(log2e * score_mod(scale * s) - log2e * LSE) (0 on masked
+// pairs and on rows whose LSE is -inf), dS = P * (dP - Dsum) * score_mod'(s),
+// dQ = scale * dS K, dK = scale * dS^T Q, dV = P^T dO.
+#pragma once
+
+#include "backends/kernels/attn_common.cuh"
+
+namespace attnbench::kernels {
+
+/// Dsum[b, h, t] = sum_d dO * O for t < store_q (one thread per row).
+template <int D, bool Bf16>
+__global__ void attn_bwd_dsum_kernel(const AttnParams p) {
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  const SeqInfo si = seq_info(p, b);
+  if (t >= si.store_q) return;
+  float acc = 0.f;
+  if (t < si.lq) {
+    const int64_t off = o_off(p, si, b, t, h);
+    const uint4* o = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.o) + off);
+    const uint4* d = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.dout) + off);
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      const uint4 a = o[c], e = d[c];
+      const uint32_t av[4] = {a.x, a.y, a.z, a.w}, ev[4] = {e.x, e.y, e.z, e.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 x = unpack2<Bf16>(av[k]), y = unpack2<Bf16>(ev[k]);
+        acc += x.x * y.x + x.y * y.y;
+      }
+    }
+  }
+  p.dsum[lse_off(p, si, b, t, h)] = acc;
+}
+
+/// dq[i] = element type of (scale * accum[i]), n elements (vectorised by 4).
+template <bool Bf16>
+__global__ void attn_bwd_dq_convert_kernel(const float* __restrict__ accum, uint16_t* __restrict__ dq, int64_t n,
+                                           float scale) {
+  for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * 4; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x * 4) {
+    if (i + 4 <= n) {
+      const float4 a = *reinterpret_cast<const float4*>(accum + i);
+      uint2 out;
+      out.x = pack2<Bf16>(a.x * scale, a.y * scale);
+      out.y = pack2<Bf16>(a.z * scale, a.w * scale);
+      *reinterpret_cast<uint2*>(dq + i) = out;
+    } else {
+      for (int64_t k = i; k < n; ++k) {
+        const uint32_t v = pack2<Bf16>(accum[k] * scale, 0.f);
+        dq[k] = static_cast<uint16_t>(v & 0xffffu);
+      }
+    }
+  }
+}
+
+/// log2(e) * LSE of a row, +inf for rows with no allowed key (LSE = -inf) and
+/// padding rows, so that exp2(s - lse2) = 0 there.
+__device__ __forceinline__ float lse2_of(const AttnParams& p, const SeqInfo& si, int b, int t, int h) {
+  if (t >= si.lq) return INFINITY;
+  const float l = p.lse[lse_off(p, si, b, t, h)];
+  return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+__device__ __forceinline__ float dsum_of(const AttnParams& p, const SeqInfo& si, int b, int t, int h) {
+  return t < si.lq ? p.dsum[lse_off(p, si, b, t, h)] : 0.f;
+}
+
+/// Shared memory of attn_bwd_dkdv_kernel: K, V tiles, two stages of Q and dO
+/// tiles, two stages of per-row LSE and Dsum, and the dS^T tile (atomic dQ).
+template <int D, int kWarps, int kBlockM, bool kAtomicDq>
+constexpr size_t dkdv_smem_bytes() {
+  const size_t n = 16u * kWarps;
+  return 2u * (2u * n * D + 4u * kBlockM * D + (kAtomicDq ? n * kBlockM : 0u)) + 4u * 4u * kBlockM;
+}
+
+template <int D, bool Bf16, int kWarps, int kBlockM, bool kAtomicDq>
+__global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnParams p,
+                                                                    const WorkItem* __restrict__ items) {
+  constexpr int kThreads = kWarps * 32, kBlockN = 16 * kWarps;
+  constexpr int kKs = D / 16;          // k-slices over D
+  constexpr int kQt = kBlockM / 8;     // n-tiles of S^T (query columns)
+  constexpr int kDt = D / 8;           // n-tiles of dK, dV
+  static_assert(kBlockM % 16 == 0 && kWarps % (kBlockM / 16) == 0, "dQ tile split over the warps");
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sK = smem;
+  uint16_t* sV = sK + kBlockN * D;
+  uint16_t* sQ = sV + kBlockN * D;        // [2][kBlockM][D]
+  uint16_t* sdO = sQ + 2 * kBlockM * D;   // [2][kBlockM][D]
+  uint16_t* sdS = sdO + 2 * kBlockM * D;  // [kBlockN][kBlockM] (kAtomicDq)
+  float* sLse = reinterpret_cast<float*>(sdS + (kAtomicDq ? kBlockN * kBlockM : 0));  // [2][kBlockM]
+  float* sDsum = sLse + 2 * kBlockM;                                                  // [2][kBlockM]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const WorkItem item = items[blockIdx.x / p.heads_kv];
+  const int kvh = blockIdx.x % p.heads_kv;
+  const int b = item.seq, n0 = item.start;
+  const SeqInfo si = seq_info(p, b);
+  const uint16_t* Q = static_cast<const uint16_t*>(p.q);
+  const uint16_t* K = static_cast<const uint16_t*>(p.k);
+  const uint16_t* V = static_cast<const uint16_t*>(p.v);
+  const uint16_t* dO = static_cast<const uint16_t*>(p.dout);
+
+  load_tile_async<kBlockN, D, kThreads>(
+      sK, [&](int r) -> const uint16_t* { return n0 + r < si.lk ? K + k_off(p, si, b, n0 + r, kvh) : nullptr; },
+      tid);
+  load_tile_async<kBlockN, D, kThreads>(
+      sV, [&](int r) -> const uint16_t* { return n0 + r < si.lk ? V + v_off(p, si, b, n0 + r, kvh) : nullptr; },
+      tid);
+
+  int q_begin;
+  const int n_qt = query_tiles(p.mask, si.lq, si.lk, n0, kBlockN, kBlockM, &q_begin);
+  const int iters = n_qt * p.group;
+  auto load_q = [&](int it, int stage) {
+    const int h = kvh * p.group + it / n_qt;
+    const int m0 = q_begin + (it % n_qt) * kBlockM;
+    load_tile_async<kBlockM, D, kThreads>(
+        sQ + stage * kBlockM * D,
+        [&](int r) -> const uint16_t* { return m0 + r < si.lq ? Q + q_off(p, si, b, m0 + r, h) : nullptr; }, tid);
+    load_tile_async<kBlockM, D, kThreads>(
+        sdO + stage * kBlockM * D,
+        [&](int r) -> const uint16_t* { return m0 + r < si.lq ? dO + o_off(p, si, b, m0 + r, h) : nullptr; },
+        tid);
+    for (int r = tid; r < kBlockM; r += kThreads) {
+      sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
+      sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
+    }
+  };
+  if (iters > 0) load_q(0, 0);
+  cp_async_commit();
+
+  const int g = lane / 4, qd = lane % 4;
+  const int key_row[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};
+  Acc dk[kDt], dv[kDt];
+#pragma unroll
+  for (int i = 0; i < kDt; ++i) dk[i] = dv[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+
+  for (int it = 0; it < iters; ++it) {
+    const int stage = it & 1;
+    if (it + 1 < iters) {
+      load_q(it + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int h = kvh * p.group + it / n_qt;
+    const int m0 = q_begin + (it % n_qt) * kBlockM;
+    const uint16_t* tQ = sQ + stage * kBlockM * D;
+    const uint16_t* tdO = sdO + stage * kBlockM * D;
+    const float* tLse = sLse + stage * kBlockM;
+    const float* tDsum = sDsum + stage * kBlockM;
+    const ScoreMod2 mod = ScoreMod2::of(p, h);
+
+    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys.
+    Acc st[kQt], dpt[kQt];
+#pragma unroll
+    for (int i = 0; i < kQt; ++i) st[i] = dpt[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+    // Not unrolled: unrolling hoists every fragment load and spills registers.
+#pragma unroll 1
+    for (int ks = 0; ks < kKs; ++ks) {
+      uint32_t ka[4], va[4];
+      load_a<D>(sK, warp * 16, ks, lane, ka);
+      load_a<D>(sV, warp * 16, ks, lane, va);
+#pragma unroll
+      for (int nt = 0; nt < kQt; nt += 2) {
+        uint32_t bq[4], bo[4];
+        load_b_nk<D>(tQ, nt * 8, ks, lane, bq);
+        load_b_nk<D>(tdO, nt * 8, ks, lane, bo);
+        mma16816<Bf16>(st[nt], ka, bq[0], bq[1]);
+        mma16816<Bf16>(st[nt + 1], ka, bq[2], bq[3]);
+        mma16816<Bf16>(dpt[nt], va, bo[0], bo[1]);
+        mma16816<Bf16>(dpt[nt + 1], va, bo[2], bo[3]);
+      }
+    }
+
+    // P^T and dS^T (in place of st and dpt).
+    const bool full = tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
+#pragma unroll
+    for (int nt = 0; nt < kQt; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = nt * 8 + 2 * qd + c, i = m0 + col;
+        const RowBounds rb = full ? RowBounds{0, 0x7fffffff} : RowBounds::of(p.mask, i, si.lq, si.lk);
+        const float lse2 = tLse[col], ds = tDsum[col];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * r + c;
+          const float x = st[nt].c[e];
+          const float pe = rb.allows(key_row[r]) ? exp2f(mod.apply(x, i, key_row[r]) - lse2) : 0.f;
+          st[nt].c[e] = pe;
+          dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
+        }
+      }
+    }
+
+    // dV += P^T dO, dK += dS^T Q (A operands from registers).
+#pragma unroll
+    for (int kt = 0; kt < kBlockM / 16; ++kt) {
+      uint32_t pa[4], sa[4];
+      pa[0] = pack2<Bf16>(st[2 * kt].c[0], st[2 * kt].c[1]);
+      pa[1] = pack2<Bf16>(st[2 * kt].c[2], st[2 * kt].c[3]);
+      pa[2] = pack2<Bf16>(st[2 * kt + 1].c[0], st[2 * kt + 1].c[1]);
+      pa[3] = pack2<Bf16>(st[2 * kt + 1].c[2], st[2 * kt + 1].c[3]);
+      sa[0] = pack2<Bf16>(dpt[2 * kt].c[0], dpt[2 * kt].c[1]);
+      sa[1] = pack2<Bf16>(dpt[2 * kt].c[2], dpt[2 * kt].c[3]);
+      sa[2] = pack2<Bf16>(dpt[2 * kt + 1].c[0], dpt[2 * kt + 1].c[1]);
+      sa[3] = pack2<Bf16>(dpt[2 * kt + 1].c[2], dpt[2 * kt + 1].c[3]);
+      if constexpr (kAtomicDq) {
+        // dS^T rows of this warp into shared memory for the dQ product.
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int ntile = 2 * kt + half;
+          const int r0 = warp * 16 + g;
+          *reinterpret_cast<uint32_t*>(sdS + SwizzledTile<kBlockM>::offset(r0, ntile) + 2 * qd) = sa[2 * half];
+          *reinterpret_cast<uint32_t*>(sdS + SwizzledTile<kBlockM>::offset(r0 + 8, ntile) + 2 * qd) =
+              sa[2 * half + 1];
+        }
+      }
+#pragma unroll
+      for (int dt = 0; dt < kDt; dt += 2) {
+        uint32_t bo[4], bq[4];
+        load_b_kn<D>(tdO, kt * 16, dt, lane, bo);
+        load_b_kn<D>(tQ, kt * 16, dt, lane, bq);
+        mma16816<Bf16>(dv[dt], pa, bo[0], bo[1]);
+        mma16816<Bf16>(dv[dt + 1], pa, bo[2], bo[3]);
+        mma16816<Bf16>(dk[dt], sa, bq[0], bq[1]);
+        mma16816<Bf16>(dk[dt + 1], sa, bq[2], bq[3]);
+      }
+    }
+
+    if constexpr (kAtomicDq) {
+      __syncthreads();
+      // dQ[kBlockM, D] += dS[kBlockM, kBlockN] K[kBlockN, D]: warp -> 16 query rows x kDw
+      // columns, in passes of 32 columns (few live registers beside dK and dV).
+      constexpr int kRowGroups = kBlockM / 16, kColGroups = kWarps / kRowGroups, kDw = D / kColGroups;
+      constexpr int kPass = 32;
+      static_assert(kDw % kPass == 0, "whole passes");
+      const int rg = warp % kRowGroups, cg = warp / kRowGroups;
+#pragma unroll 1
+      for (int c0 = cg * kDw; c0 < (cg + 1) * kDw; c0 += kPass) {
+        Acc dq[kPass / 8];
+#pragma unroll
+        for (int i = 0; i < kPass / 8; ++i) dq[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll 1
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          uint32_t a[4];
+          load_a_t<kBlockM>(sdS, kk * 16, rg * 2, lane, a);
+#pragma unroll
+          for (int dt = 0; dt < kPass / 8; dt += 2) {
+            uint32_t bk[4];
+            load_b_kn<D>(sK, kk * 16, c0 / 8 + dt, lane, bk);
+            mma16816<Bf16>(dq[dt], a, bk[0], bk[1]);
+            mma16816<Bf16>(dq[dt + 1], a, bk[2], bk[3]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int t = m0 + rg * 16 + g + 8 * r;
+          if (t >= si.lq) continue;
+          float* row = p.dq_accum + q_off(p, si, b, t, h) + c0;
+#pragma unroll
+          for (int dt = 0; dt < kPass / 8; ++dt) {
+            atomicAdd(row + dt * 8 + 2 * qd, dq[dt].c[2 * r]);
+            atomicAdd(row + dt * 8 + 2 * qd + 1, dq[dt].c[2 * r + 1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // this stage (and dS^T) is rewritten next
+  }
+  if (iters == 0) cp_async_wait<0>();
+
+  // dK = scale * acc, dV = acc; keys past lk get zeros (nothing accumulated).
+  uint16_t* dK = static_cast<uint16_t*>(p.dk);
+  uint16_t* dV = static_cast<uint16_t*>(p.dv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = key_row[r];
+    if (j >= si.store_k) continue;
+    uint16_t* krow = dK + k_off(p, si, b, j, kvh);
+    uint16_t* vrow = dV + v_off(p, si, b, j, kvh);
+#pragma unroll
+    for (int dt = 0; dt < kDt; ++dt) {
+      *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * qd) =
+          pack2<Bf16>(dk[dt].c[2 * r] * p.scale, dk[dt].c[2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(vrow + dt * 8 + 2 * qd) = pack2<Bf16>(dv[dt].c[2 * r], dv[dt].c[2 * r + 1]);
+    }
+  }
+}
+
+/// Shared memory of attn_bwd_dq_kernel: Q and dO tiles, two stages of K and V.
+template <int D, int kWarps, int kBlockN>
+constexpr size_t dq_smem_bytes() {
+  return 2u * (2u * static_cast<size_t>(16 * kWarps) * D + 4u * kBlockN * D);
+}
+
+template <int D, bool Bf16, int kWarps, int kBlockN>
+__global__ void __launch_bounds__(kWarps * 32)
+    attn_bwd_dq_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack) {
+  constexpr int kThreads = kWarps * 32, kBlockM = 16 * kWarps;
+  constexpr int kKs = D / 16, kNt = kBlockN / 8, kDt = D / 8;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sQ = smem;
+  uint16_t* sdO = sQ + kBlockM * D;
+  uint16_t* sK = sdO + kBlockM * D;
+  uint16_t* sV = sK + 2 * kBlockN * D;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int head_chunks = p.heads_q / pack;
+  const WorkItem item = items[blockIdx.x / head_chunks];
+  const int h0 = (blockIdx.x % head_chunks) * pack;
+  const int kvh = h0 / p.group;
+  const int b = item.seq, m0 = item.start;
+  const int Mq = kBlockM / pack;
+  const SeqInfo si = seq_info(p, b);
+  const uint16_t* Q = static_cast<const uint16_t*>(p.q);
+  const uint16_t* K = static_cast<const uint16_t*>(p.k);
+  const uint16_t* V = static_cast<const uint16_t*>(p.v);
+  const uint16_t* dO = static_cast<const uint16_t*>(p.dout);
+
+  load_tile_async<kBlockM, D, kThreads>(
+      sQ,
+      [&](int r) -> const uint16_t* {
+        const int t = m0 + r % Mq;
+        return t < si.lq ? Q + q_off(p, si, b, t, h0 + r / Mq) : nullptr;
+      },
+      tid);
+  load_tile_async<kBlockM, D, kThreads>(
+      sdO,
+      [&](int r) -> const uint16_t* {
+        const int t = m0 + r % Mq;
+        return t < si.lq ? dO + o_off(p, si, b, t, h0 + r / Mq) : nullptr;
+      },
+      tid);
+  int n_first;
+  const int n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
+  auto load_kv = [&](int tile, int stage) {
+    const int n0 = n_first + tile * kBlockN;
+    load_tile_async<kBlockN, D, kThreads>(
+        sK + stage * kBlockN * D,
+        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? K + k_off(p, si, b, n0 + r, kvh) : nullptr; },
+        tid);
+    load_tile_async<kBlockN, D, kThreads>(
+        sV + stage * kBlockN * D,
+        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? V + v_off(p, si, b, n0 + r, kvh) : nullptr; },
+        tid);
+  };
+  if (n_tiles > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  const int wh = h0 + (warp * 16) / Mq;
+  const int wt0 = m0 + (warp * 16) % Mq;
+  const int g = lane / 4, qd = lane % 4;
+  const int row_t[2] = {wt0 + g, wt0 + g + 8};
+  const RowBounds rb[2] = {RowBounds::of(p.mask, row_t[0], si.lq, si.lk), RowBounds::of(p.mask, row_t[1], si.lq, si.lk)};
+  const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
+  const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
+  const ScoreMod2 mod = ScoreMod2::of(p, wh);
+
+  Acc dq[kDt];
+#pragma unroll
+  for (int i = 0; i < kDt; ++i) dq[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < n_tiles) {
+      load_kv(tile + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* tK = sK + stage * kBlockN * D;
+    const uint16_t* tV = sV + stage * kBlockN * D;
+    const int n0 = n_first + tile * kBlockN;
+
+    Acc s[kNt], dp[kNt];
+#pragma unroll
+    for (int i = 0; i < kNt; ++i) s[i] = dp[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+      uint32_t qa[4], oa[4];
+      load_a<D>(sQ, warp * 16, ks, lane, qa);
+      load_a<D>(sdO, warp * 16, ks, lane, oa);
+#pragma unroll
+      for (int nt = 0; nt < kNt; nt += 2) {
+        uint32_t bk[4], bv[4];
+        load_b_nk<D>(tK, nt * 8, ks, lane, bk);
+        load_b_nk<D>(tV, nt * 8, ks, lane, bv);
+        mma16816<Bf16>(s[nt], qa, bk[0], bk[1]);
+        mma16816<Bf16>(s[nt + 1], qa, bk[2], bk[3]);
+        mma16816<Bf16>(dp[nt], oa, bv[0], bv[1]);
+        mma16816<Bf16>(dp[nt + 1], oa, bv[2], bv[3]);
+      }
+    }
+    const bool full = tile_full(p.mask, si.lq, si.lk, m0, Mq, n0, kBlockN);
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+        const float x = s[nt].c[e];
+        const float pe = (full || rb[r].allows(j)) ? exp2f(mod.apply(x, row_t[r], j) - lse2[r]) : 0.f;
+        dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * mod.grad(x);
+      }
+    }
+    // dQ += dS K.
+#pragma unroll
+    for (int kt = 0; kt < kBlockN / 16; ++kt) {
+      uint32_t sa[4];
+      sa[0] = pack2<Bf16>(dp[2 * kt].c[0], dp[2 * kt].c[1]);
+      sa[1] = pack2<Bf16>(dp[2 * kt].c[2], dp[2 * kt].c[3]);
+      sa[2] = pack2<Bf16>(dp[2 * kt + 1].c[0], dp[2 * kt + 1].c[1]);
+      sa[3] = pack2<Bf16>(dp[2 * kt + 1].c[2], dp[2 * kt + 1].c[3]);
+#pragma unroll
+      for (int dt = 0; dt < kDt; dt += 2) {
+        uint32_t bk[4];
+        load_b_kn<D>(tK, kt * 16, dt, lane, bk);
+        mma16816<Bf16>(dq[dt], sa, bk[0], bk[1]);
+        mma16816<Bf16>(dq[dt + 1], sa, bk[2], bk[3]);
+      }
+    }
+    __syncthreads();
+  }
+  if (n_tiles == 0) cp_async_wait<0>();
+
+  uint16_t* dQ = static_cast<uint16_t*>(p.dq);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = row_t[r];
+    if (t >= si.store_q) continue;
+    uint16_t* row = dQ + q_off(p, si, b, t, wh);
+#pragma unroll
+    for (int dt = 0; dt < kDt; ++dt)
+      *reinterpret_cast<uint32_t*>(row + dt * 8 + 2 * qd) =
+          pack2<Bf16>(dq[dt].c[2 * r] * p.scale, dq[dt].c[2 * r + 1] * p.scale);
+  }
+}
+
+}  // namespace attnbench::kernels

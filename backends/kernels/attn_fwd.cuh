@@ -1,0 +1,204 @@
+// The forward kernel of the fused attention family (FlashAttention-2's algorithm,
+// Dao 2023, "FlashAttention-2", Algorithm 1), portable path: mma.sync m16n8k16,
+// ldmatrix, cp.async double buffering (sm_80 and up).
+//
+// A CTA of kWarps warps owns kBlockM = 16 * kWarps query rows. Row r of the CTA is
+// query head h0 + r / Mq at position m0 + r % Mq, with Mq = kBlockM / pack: with
+// pack > 1 the query heads that share one KV head are folded into the tile's rows
+// (GQA packing), so each K/V tile is loaded once for `pack` heads. Each warp owns
+// 16 rows of one head. The mainloop walks the KV tiles [n0, n0 + kBlockN) that the
+// rows' key intervals touch (key_span), computes S = Q K^T with Q held in
+// registers, applies the score mod in the exp2 domain, masks only tiles that are
+// not fully inside every row's interval, updates the online softmax (running max
+// m, running sum l), and adds P V with P converted in registers to the A operand.
+// The epilogue writes O = acc / l and LSE = ln 2 * (m + log2 l); rows with no
+// allowed key (l = 0) and padding rows write O = 0, LSE = -inf.
+#pragma once
+
+#include "backends/kernels/attn_common.cuh"
+
+namespace attnbench::kernels {
+
+/// Shared memory of attn_fwd_kernel: Q tile plus two stages of K and V tiles.
+template <int D, int kWarps, int kBlockN>
+constexpr size_t fwd_smem_bytes() {
+  return 2u * (static_cast<size_t>(16 * kWarps) * D + 4u * kBlockN * D);
+}
+
+template <int D, bool Bf16, int kWarps, int kBlockN>
+__global__ void __launch_bounds__(kWarps * 32)
+    attn_fwd_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack) {
+  constexpr int kThreads = kWarps * 32, kBlockM = 16 * kWarps;
+  constexpr int kKs = D / 16;        // k-slices of Q K^T
+  constexpr int kNt = kBlockN / 8;   // n-tiles of S
+  constexpr int kDt = D / 8;         // n-tiles of O
+  static_assert(kNt % 2 == 0 && kDt % 2 == 0, "tiles come in pairs");
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sQ = smem;
+  uint16_t* sK = sQ + kBlockM * D;
+  uint16_t* sV = sK + 2 * kBlockN * D;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int head_chunks = p.heads_q / pack;
+  const WorkItem item = items[blockIdx.x / head_chunks];
+  const int h0 = (blockIdx.x % head_chunks) * pack;
+  const int kvh = h0 / p.group;
+  const int b = item.seq, m0 = item.start;
+  const int Mq = kBlockM / pack;
+  const SeqInfo si = seq_info(p, b);
+  const uint16_t* Q = static_cast<const uint16_t*>(p.q);
+  const uint16_t* K = static_cast<const uint16_t*>(p.k);
+  const uint16_t* V = static_cast<const uint16_t*>(p.v);
+
+  // Q tile (padding rows zero-filled).
+  load_tile_async<kBlockM, D, kThreads>(
+      sQ,
+      [&](int r) -> const uint16_t* {
+        const int t = m0 + r % Mq;
+        return t < si.lq ? Q + q_off(p, si, b, t, h0 + r / Mq) : nullptr;
+      },
+      tid);
+  // Key tiles of this CTA's rows.
+  int n_first;
+  const int n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
+  auto load_kv = [&](int tile, int stage) {
+    const int n0 = n_first + tile * kBlockN;
+    load_tile_async<kBlockN, D, kThreads>(
+        sK + stage * kBlockN * D,
+        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? K + k_off(p, si, b, n0 + r, kvh) : nullptr; },
+        tid);
+    load_tile_async<kBlockN, D, kThreads>(
+        sV + stage * kBlockN * D,
+        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? V + v_off(p, si, b, n0 + r, kvh) : nullptr; },
+        tid);
+  };
+  if (n_tiles > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  // This warp's head and rows; this thread's two rows (g, g + 8).
+  const int wh = h0 + (warp * 16) / Mq;
+  const int wt0 = m0 + (warp * 16) % Mq;
+  const int g = lane / 4, qd = lane % 4;
+  const int row_t[2] = {wt0 + g, wt0 + g + 8};
+  const RowBounds rb[2] = {RowBounds::of(p.mask, row_t[0], si.lq, si.lk), RowBounds::of(p.mask, row_t[1], si.lq, si.lk)};
+  const ScoreMod2 mod = ScoreMod2::of(p, wh);
+
+  Acc o[kDt];
+#pragma unroll
+  for (int i = 0; i < kDt; ++i) o[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  uint32_t qf[kKs][4];
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < n_tiles) {
+      load_kv(tile + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int ks = 0; ks < kKs; ++ks) load_a<D>(sQ, warp * 16, ks, lane, qf[ks]);
+    }
+    const uint16_t* tK = sK + stage * kBlockN * D;
+    const uint16_t* tV = sV + stage * kBlockN * D;
+    const int n0 = n_first + tile * kBlockN;
+
+    // S = Q K^T.
+    Acc s[kNt];
+#pragma unroll
+    for (int i = 0; i < kNt; ++i) s[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) {
+#pragma unroll
+      for (int nt = 0; nt < kNt; nt += 2) {
+        uint32_t bb[4];
+        load_b_nk<D>(tK, nt * 8, ks, lane, bb);
+        mma16816<Bf16>(s[nt], qf[ks], bb[0], bb[1]);
+        mma16816<Bf16>(s[nt + 1], qf[ks], bb[2], bb[3]);
+      }
+    }
+
+    // Score mod (exp2 domain), mask on partial tiles, online softmax.
+    const bool full = tile_full(p.mask, si.lq, si.lk, m0, Mq, n0, kBlockN);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+        float x = mod.apply(s[nt].c[e], row_t[r], j);
+        if (!full && !rb[r].allows(j)) x = -INFINITY;
+        s[nt].c[e] = x;
+        mx[r] = fmaxf(mx[r], x);
+      }
+    }
+    float corr[2], base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m_run[r], quad_max(mx[r]));
+      base[r] = m_new == -INFINITY ? 0.f : m_new;
+      corr[r] = exp2f(m_run[r] - base[r]);
+      m_run[r] = m_new;
+      l_run[r] *= corr[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pe = exp2f(s[nt].c[e] - base[e >> 1]);
+        s[nt].c[e] = pe;
+        l_run[e >> 1] += pe;
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDt; ++dt) {
+      o[dt].c[0] *= corr[0];
+      o[dt].c[1] *= corr[0];
+      o[dt].c[2] *= corr[1];
+      o[dt].c[3] *= corr[1];
+    }
+
+    // O += P V, P from registers.
+#pragma unroll
+    for (int kt = 0; kt < kBlockN / 16; ++kt) {
+      uint32_t pa[4];
+      pa[0] = pack2<Bf16>(s[2 * kt].c[0], s[2 * kt].c[1]);
+      pa[1] = pack2<Bf16>(s[2 * kt].c[2], s[2 * kt].c[3]);
+      pa[2] = pack2<Bf16>(s[2 * kt + 1].c[0], s[2 * kt + 1].c[1]);
+      pa[3] = pack2<Bf16>(s[2 * kt + 1].c[2], s[2 * kt + 1].c[3]);
+#pragma unroll
+      for (int dt = 0; dt < kDt; dt += 2) {
+        uint32_t bb[4];
+        load_b_kn<D>(tV, kt * 16, dt, lane, bb);
+        mma16816<Bf16>(o[dt], pa, bb[0], bb[1]);
+        mma16816<Bf16>(o[dt + 1], pa, bb[2], bb[3]);
+      }
+    }
+    __syncthreads();  // this stage is refilled two tiles later
+  }
+  if (n_tiles == 0) cp_async_wait<0>();
+
+  // Epilogue.
+  uint16_t* O = static_cast<uint16_t*>(p.o);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = row_t[r];
+    const float l = quad_sum(l_run[r]);
+    const bool live = t < si.lq && l > 0.f;
+    const float inv = live ? 1.f / l : 0.f;
+    if (t >= si.store_q) continue;
+    uint16_t* orow = O + o_off(p, si, b, t, wh);
+#pragma unroll
+    for (int dt = 0; dt < kDt; ++dt) {
+      const uint32_t v = pack2<Bf16>(o[dt].c[2 * r] * inv, o[dt].c[2 * r + 1] * inv);
+      *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * qd) = v;
+    }
+    if (qd == 0) p.lse[lse_off(p, si, b, t, wh)] = live ? (m_run[r] + log2f(l)) * kLn2 : -INFINITY;
+  }
+}
+
+}  // namespace attnbench::kernels

@@ -1,0 +1,9 @@
+// Instantiation of the fused attention kernels for head dimension 64 (bf16 and
+// fp16; forward, dK/dV in both dQ modes, deterministic dQ, Dsum, dQ convert).
+#include "backends/kernels/attn_launch_impl.cuh"
+
+namespace attnbench::kernels {
+template void launch_forward_hdim<64>(const AttnParams&, const WorkItem*, int, int, cudaStream_t);
+template void launch_backward_hdim<64>(const AttnParams&, const WorkItem*, int, const WorkItem*, int, int, bool,
+                                        int64_t, cudaStream_t);
+}  // namespace attnbench::kernels

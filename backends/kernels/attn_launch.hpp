@@ -1,0 +1,38 @@
+// Host entry points of the fused attention kernel family (the `flash` and
+// `varlen` backends call these; the kernels are in attn_fwd.cuh / attn_bwd.cuh).
+// Every launch is checked (ATTNBENCH_CHECK): a failure throws
+// attnbench::device::DeviceError naming the call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/kernels/attn_params.hpp"
+
+namespace attnbench::kernels {
+
+/// Head dimensions with kernels (Dqk = Dv).
+inline bool head_dim_supported(int d) { return d == 64 || d == 128; }
+
+/// Forward: O and LSE. `q_items` (device, n_q_items entries) lists query tiles of
+/// kFwdBlockM / pack positions; `pack` query heads of one KV head share a CTA
+/// (1, 2 or 4, dividing p.group). Asynchronous on `stream`.
+void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream);
+
+/// Backward: dQ, dK, dV from O, LSE, dO. `k_items` lists key tiles of kBwdBlockN
+/// positions; `q_items` / `pack` as for the forward (used by the deterministic dQ
+/// kernel). `deterministic` = false accumulates dQ with float32 atomics into
+/// p.dq_accum (q_numel floats, Q's strides) and converts; true runs the
+/// deterministic dQ kernel (bitwise reproducible). Asynchronous on `stream`.
+void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
+                     int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);
+
+/// Per-head-dimension implementations (attn_launch_impl.cuh, one file each).
+template <int D>
+void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream);
+template <int D>
+void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
+                          int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);
+
+}  // namespace attnbench::kernels

@@ -1,0 +1,101 @@
+// Launch code of one head dimension (both element types); included once per
+// head dimension by attn_hdim64.cu / attn_hdim128.cu so that the CUDA part
+// compiles in parallel, one translation unit per head dimension.
+#pragma once
+
+#include "backends/kernels/attn_bwd.cuh"
+#include "backends/kernels/attn_fwd.cuh"
+#include "backends/kernels/attn_launch.hpp"
+#include "harness/device/check.hpp"
+
+namespace attnbench::kernels {
+namespace detail {
+
+/// Raise a kernel's dynamic shared-memory limit (needed above 48 KB) once per
+/// process and device-independent kernel; checked.
+template <class Kernel>
+void allow_smem(Kernel k, size_t bytes) {
+  ATTNBENCH_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+template <int D, bool Bf16>
+void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
+  constexpr int kWarps = kFwdBlockM / 16;
+  auto kernel = attn_fwd_kernel<D, Bf16, kWarps, kFwdBlockN>;
+  constexpr size_t smem = fwd_smem_bytes<D, kWarps, kFwdBlockN>();
+  allow_smem(kernel, smem);
+  const int64_t blocks = static_cast<int64_t>(n) * (p.heads_q / pack);
+  if (blocks == 0) return;
+  kernel<<<static_cast<unsigned>(blocks), kWarps * 32, smem, st>>>(p, items, pack);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+template <int D, bool Bf16>
+void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k, int pack,
+              bool deterministic, int64_t q_numel, cudaStream_t st) {
+  // Dsum = rowsum(dO * O).
+  if (p.seq_q > 0 && p.num_seqs > 0) {
+    const dim3 grid(static_cast<unsigned>((p.seq_q + 127) / 128), static_cast<unsigned>(p.heads_q),
+                    static_cast<unsigned>(p.num_seqs));
+    attn_bwd_dsum_kernel<D, Bf16><<<grid, 128, 0, st>>>(p);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
+  constexpr int kWarps = kBwdBlockN / 16;
+  const unsigned k_blocks = static_cast<unsigned>(static_cast<int64_t>(n_k) * p.heads_kv);
+  if (deterministic) {
+    auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m<D>(), false>;
+    constexpr size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m<D>(), false>();
+    allow_smem(dkdv, smem);
+    if (k_blocks > 0) {
+      dkdv<<<k_blocks, kWarps * 32, smem, st>>>(p, k_items);
+      ATTNBENCH_CHECK(cudaGetLastError());
+    }
+    constexpr int kDqWarps = kDqBlockM / 16;
+    auto dq = attn_bwd_dq_kernel<D, Bf16, kDqWarps, kDqBlockN>;
+    constexpr size_t dq_smem = dq_smem_bytes<D, kDqWarps, kDqBlockN>();
+    allow_smem(dq, dq_smem);
+    const int64_t q_blocks = static_cast<int64_t>(n_q) * (p.heads_q / pack);
+    if (q_blocks > 0) {
+      dq<<<static_cast<unsigned>(q_blocks), kDqWarps * 32, dq_smem, st>>>(p, q_items, pack);
+      ATTNBENCH_CHECK(cudaGetLastError());
+    }
+    return;
+  }
+  if (q_numel > 0)
+    ATTNBENCH_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(q_numel) * sizeof(float), st));
+  auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m<D>(), true>;
+  constexpr size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m<D>(), true>();
+  allow_smem(dkdv, smem);
+  if (k_blocks > 0) {
+    dkdv<<<k_blocks, kWarps * 32, smem, st>>>(p, k_items);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
+  if (q_numel > 0) {
+    const int64_t vec = (q_numel + 3) / 4;
+    const unsigned blocks = static_cast<unsigned>(vec < 132 * 16 * 8 ? (vec + 255) / 256 : 132 * 16 * 8 / 256 * 8);
+    attn_bwd_dq_convert_kernel<Bf16><<<blocks, 256, 0, st>>>(p.dq_accum, static_cast<uint16_t*>(p.dq), q_numel,
+                                                             p.scale);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace detail
+
+template <int D>
+void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream) {
+  if (p.dtype == ElemType::bf16)
+    detail::forward<D, true>(p, q_items, n_q_items, pack, stream);
+  else
+    detail::forward<D, false>(p, q_items, n_q_items, pack, stream);
+}
+
+template <int D>
+void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
+                          int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream) {
+  if (p.dtype == ElemType::bf16)
+    detail::backward<D, true>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream);
+  else
+    detail::backward<D, false>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream);
+}
+
+}  // namespace attnbench::kernels

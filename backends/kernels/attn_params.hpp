@@ -1,0 +1,105 @@
+// The one parameter struct of attnbench's fused attention kernel family (the
+// `flash` and `varlen` backends, and later `flex`), in FlashAttention's terms.
+//
+// Addressing. Every tensor X of Q, K, V, O, dO, dQ, dK, dV (and the float32 dQ
+// accumulator, which has Q's strides) is addressed per sequence b, head h and
+// position t inside the sequence as
+//     X + b * X_batch_stride + (tok0(b) + t) * X_row_stride + h * X_head_stride
+// (elements), where tok0(b) = cu_seqlens_q[b] (cu_seqlens_k[b] for K, V) in the
+// packed THD layout and 0 otherwise. So BSHD is {batch: S*H*D, row: H*D, head: D},
+// BHSD is {batch: H*S*D, row: D, head: S*D} and THD is {batch: 0, row: H*D,
+// head: D} with cu_seqlens. LSE and Dsum (float32) use the same scheme with their
+// own strides (lse_*).
+//
+// Lengths. Sequence b has valid lengths lq(b) / lk(b): seqlens_q/k[b] if given,
+// else cu_seqlens differences (THD), else seq_q / seq_k. Positions past the valid
+// length are padding: never loaded (zero-filled in shared memory), fully masked as
+// queries (O = 0, LSE = -inf, dQ = 0) and never attended as keys (dK = dV = 0).
+// Outputs are written for positions t < store_q(b) (store_k(b) for dK / dV):
+// seq_q / seq_k in the padded layouts, the valid lengths in THD (padding tokens
+// are not stored there).
+//
+// Mask (docs/semantics.md "Masks"): per query row i the allowed keys are the
+// closed interval [lo(i), hi(i)] of mask_row_bounds() (harness/mask_desc.hpp, the
+// one definition shared with the reference): causal in both alignments, sliding
+// window, padding, prefix_lm. Score mods: none, softcap, alibi.
+#pragma once
+
+#include <cstdint>
+
+#include "harness/mask_desc.hpp"
+
+namespace attnbench::kernels {
+
+/// Element type of Q, K, V, O and the gradients.
+enum class ElemType : int32_t { fp16 = 0, bf16 = 1 };
+/// Score mods the fused kernels implement (mirrors ScoreModKind's first three).
+enum class ModKind : int32_t { none = 0, softcap = 1, alibi = 2 };
+
+/// Pointers, strides (elements), lengths, mask and score-mod constants of one
+/// problem. Plain old data, passed by value to every kernel of the family.
+struct AttnParams {
+  // ---- tensors (element type `dtype`; lse / dsum / dq_accum are float32)
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;   ///< natural log; -inf for fully masked rows
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* dq_accum = nullptr;  ///< float32, Q's strides (atomic dQ mode)
+  float* dsum = nullptr;      ///< rowsum(dO * O), float32, LSE's strides
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;  ///< Q, dQ, dQ accumulator
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;  ///< K, dK
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;  ///< V, dV
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;  ///< O, dO
+  int64_t lse_batch_stride = 0, lse_row_stride = 0, lse_head_stride = 0;  ///< LSE, Dsum
+
+  // ---- sequences
+  int32_t num_seqs = 0;   ///< B (padded layouts) or the number of packed sequences
+  int32_t seq_q = 0;      ///< padded Sq (max_seqlen_q in THD)
+  int32_t seq_k = 0;      ///< padded Sk (max_seqlen_k in THD)
+  const int32_t* cu_seqlens_q = nullptr;  ///< THD: [num_seqs + 1] token offsets
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqlens_q = nullptr;     ///< padding mask: [num_seqs] valid lengths
+  const int32_t* seqlens_k = nullptr;
+
+  // ---- heads
+  int32_t heads_q = 1, heads_kv = 1;
+  int32_t group = 1;      ///< heads_q / heads_kv
+  int32_t head_dim = 0;   ///< Dqk = Dv
+
+  // ---- softmax, mask, score mod
+  float scale = 1.f;        ///< softmax scale
+  float scale_log2 = 1.f;   ///< scale * log2(e)
+  MaskDesc mask;           ///< diagonal bounds and prefix_len (no arrays: lengths come from above)
+  ModKind mod = ModKind::none;
+  float softcap = 0.f;      ///< softcap cap (> 0 when mod == softcap)
+  ElemType dtype = ElemType::bf16;
+};
+
+/// Tile shapes of the instantiated kernels (rows x keys per CTA, 16 rows per warp).
+constexpr int kFwdBlockM = 64;   ///< forward: query rows per CTA (4 warps)
+constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step
+constexpr int kBwdBlockN = 64;   ///< dK/dV: keys per CTA (4 warps)
+/// dK/dV: query rows per inner step (32 at head_dim 128, where 64 spills registers).
+template <int D>
+constexpr int bwd_block_m() {
+  return D >= 128 ? 32 : 64;
+}
+constexpr int kDqBlockM = 64;    ///< deterministic dQ: query rows per CTA
+constexpr int kDqBlockN = 64;    ///< deterministic dQ: keys per step
+
+/// One tile of work: sequence `seq` and the first position `start` of its query
+/// tile (forward, dQ) or key tile (dK/dV). The kernels read a list of these,
+/// ordered longest work first by the host plan (attn_plan.hpp); blockIdx.x =
+/// item * head_chunks + head_chunk.
+struct WorkItem {
+  int32_t seq = 0;
+  int32_t start = 0;
+};
+
+}  // namespace attnbench::kernels

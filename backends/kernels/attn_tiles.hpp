@@ -1,0 +1,91 @@
+// Which keys a query row sees and which tiles a CTA visits: host and device (the
+// kernels and the host planner share these, so the planned work and the executed
+// work cannot disagree). Built on mask_row_bounds() of harness/mask_desc.hpp, the
+// one definition of the interval masks.
+#pragma once
+
+#include <cstdint>
+
+#include "harness/hd.hpp"
+#include "harness/mask_desc.hpp"
+
+namespace attnbench::kernels {
+
+/// The allowed keys [lo, hi] of query row i of a sequence with valid lengths
+/// lq, lk (empty when lo > hi), clipped to [0, lk - 1]; rows at or past lq are empty.
+struct RowBounds {
+  int lo = 0;
+  int hi = -1;
+  ATTNBENCH_HD static RowBounds of(const MaskDesc& m, int i, int lq, int lk) {
+    int64_t lo, hi;
+    mask_row_bounds(m, i, lq, lk, &lo, &hi);
+    RowBounds r;
+    r.lo = static_cast<int>(lo < 0 ? 0 : (lo > lk ? lk : lo));
+    r.hi = static_cast<int>(hi >= lk ? lk - 1 : (hi < -1 ? -1 : hi));
+    return r;
+  }
+  ATTNBENCH_HD bool allows(int j) const { return j >= lo && j <= hi; }
+};
+
+/// Key positions [*begin, *end) that the valid rows among [i0, i1] may see: the
+/// union of their intervals (both bounds are monotone in i, so the union's span
+/// is [lo(i0), hi(last valid row)]). Empty (0, 0) when no row is valid.
+ATTNBENCH_HD void key_span(const MaskDesc& m, int lq, int lk, int i0, int i1, int* begin, int* end) {
+  if (i1 >= lq) i1 = lq - 1;
+  if (i1 < i0) {
+    *begin = 0;
+    *end = 0;
+    return;
+  }
+  const RowBounds a = RowBounds::of(m, i0, lq, lk), z = RowBounds::of(m, i1, lq, lk);
+  *begin = a.lo;
+  *end = z.hi + 1 > a.lo ? z.hi + 1 : a.lo;
+}
+
+/// Query positions [*begin, *end) whose intervals meet keys [j0, j1]: the rows with
+/// hi(i) >= j0 and lo(i) <= j1, contiguous because both bounds are monotone in i
+/// (two binary searches over [0, lq)).
+ATTNBENCH_HD void query_span(const MaskDesc& m, int lq, int lk, int j0, int j1, int* begin, int* end) {
+  int lo = 0, hi = lq;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (RowBounds::of(m, mid, lq, lk).hi >= j0) hi = mid; else lo = mid + 1;
+  }
+  const int first = lo;
+  hi = lq;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (RowBounds::of(m, mid, lq, lk).lo > j1) hi = mid; else lo = mid + 1;
+  }
+  *begin = first;
+  *end = lo > first ? lo : first;
+}
+
+/// The key tiles of width block_n that a query tile [m0, m0 + rows) visits: the
+/// first tile start in *n_first, the count returned (0 when its rows see no key).
+ATTNBENCH_HD int key_tiles(const MaskDesc& m, int lq, int lk, int m0, int rows, int block_n, int* n_first) {
+  int begin, end;
+  key_span(m, lq, lk, m0, m0 + rows - 1, &begin, &end);
+  *n_first = begin / block_n * block_n;
+  return end > begin ? (end - *n_first + block_n - 1) / block_n : 0;
+}
+
+/// The query tiles of height block_m that a key tile [n0, n0 + block_n) visits
+/// (backward): the first query position in *m_first, the count returned.
+ATTNBENCH_HD int query_tiles(const MaskDesc& m, int lq, int lk, int n0, int block_n, int block_m, int* m_first) {
+  const int last = (n0 + block_n < lk ? n0 + block_n : lk) - 1;
+  int begin = 0, end = 0;
+  if (last >= n0) query_span(m, lq, lk, n0, last, &begin, &end);
+  *m_first = begin;
+  return end > begin ? (end - begin + block_m - 1) / block_m : 0;
+}
+
+/// True when every valid row of the query tile [m0, m0 + rows) allows every key
+/// of [n0, n0 + block_n) (no per-element mask needed; rows past lq are ignored).
+ATTNBENCH_HD bool tile_full(const MaskDesc& m, int lq, int lk, int m0, int rows, int n0, int block_n) {
+  const int last = (m0 + rows < lq ? m0 + rows : lq) - 1;
+  if (last < m0) return true;
+  return n0 >= RowBounds::of(m, last, lq, lk).lo && n0 + block_n - 1 <= RowBounds::of(m, m0, lq, lk).hi;
+}
+
+}  // namespace attnbench::kernels

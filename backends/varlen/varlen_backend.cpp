@@ -1,0 +1,45 @@
+// The `varlen` backend: packed documents as cu_seqlens sequences on attnbench's
+// fused kernels (backends/kernels/), with GQA packing for short documents.
+// See README.md here.
+#include <memory>
+#include <string>
+
+#include "backends/flash/fused_instance.hpp"
+#include "harness/device/check.hpp"
+#include "harness/device/device.hpp"
+#include "harness/errors.hpp"
+
+namespace attnbench::fused {
+namespace {
+
+class VarlenBackend : public Backend {
+ public:
+  VarlenBackend() : deterministic_(env_flag("ATTNBENCH_VARLEN_DETERMINISTIC")) {}
+  std::string name() const override { return "varlen"; }
+  std::string description() const override {
+    return "packed documents as THD sequences (cu_seqlens from the document mask, padding tokens dropped) on "
+           "attnbench's fused kernels; GQA heads folded into the query tile for short documents, tiles sorted "
+           "longest first; deterministic dQ with ATTNBENCH_VARLEN_DETERMINISTIC=1";
+  }
+  Device device() const override { return Device::cuda; }
+  bool available(std::string* why) const override { return sm80_available("varlen", why); }
+  Support supports(const Problem& p) const override {
+    const std::string why = unsupported_reason(p, Placement::documents);
+    return why.empty() ? Support::yes() : Support::no(why);
+  }
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
+    const Support s = supports(p);
+    if (!s) throw Unsupported(s.reason);
+    ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
+    return make_instance(p, in, {Placement::documents, deterministic_, "varlen"});
+  }
+  bool deterministic() const override { return deterministic_; }
+
+ private:
+  bool deterministic_;
+};
+
+ATTNBENCH_REGISTER_BACKEND(VarlenBackend);
+
+}  // namespace
+}  // namespace attnbench::fused

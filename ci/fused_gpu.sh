@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# GPU loop for attnbench's fused kernels (backends/kernels/, backends/flash/,
+# backends/varlen/): build attnbench and their GPU suites with all cores, run the
+# suites, compute-sanitizer memcheck and racecheck on small cases, print the
+# kernels' register / spill report, and (optionally) benchmark through
+# `attnbench run`. Logs under $OUT. Meant for the GPU machine; ci/gpu.sh runs
+# everything.
+#
+#   ci/fused_gpu.sh [test] [sanitize] [bench SCENARIO [--cases RE]]...
+#
+# Environment: OUT (default ./out-fused), JOBS (default nproc), BACKENDS for bench
+# (default flash,varlen,cudnn), TEST_ARGS (doctest filters for the suites).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/out-fused}
+mkdir -p "$OUT"
+BUILD=$ROOT/build-gpu
+JOBS=${JOBS:-$(nproc)}
+START=$(date +%s)
+log() { printf '[fused_gpu %4ss] %s\n' "$(( $(date +%s) - START ))" "$*"; }
+# shellcheck source=ci/find_cudnn.sh
+source "$ROOT/ci/find_cudnn.sh"
+cmake_args=(-S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=${ATTNBENCH_CUDA_ARCHS:-90a}")
+if [[ -n "${CUDNN_ROOT:-}" ]]; then cmake_args+=("-DCUDNN_ROOT=$CUDNN_ROOT"); fi
+cmake "${cmake_args[@]}" >"$OUT/configure.log" 2>&1 || { tail -n 30 "$OUT/configure.log"; exit 2; }
+log "build (log: $OUT/build.log)"
+if ! cmake --build "$BUILD" -j "$JOBS" --target attnbench gpu_test_flash gpu_test_varlen >"$OUT/build.log" 2>&1; then
+  grep -E "error" "$OUT/build.log" | head -n 30
+  exit 2
+fi
+grep -E "Registers are spilled" "$OUT/build.log" | sed 's/^/  /' || true
+log "build done"
+status=0
+[[ $# -eq 0 ]] && set -- test sanitize
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    test)
+      for s in flash varlen; do
+        log "gpu_test_$s (log: $OUT/test_$s.log)"
+        if ! timeout 400 "$BUILD/tests/gpu_test_$s" ${TEST_ARGS:-} >"$OUT/test_$s.log" 2>&1; then status=1; fi
+        grep -E "test cases|assertions|ERROR|FAILED" "$OUT/test_$s.log" | head -n 40
+      done
+      shift ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        log "compute-sanitizer --tool $tool on small cases (log: $OUT/sanitize_$tool.log)"
+        if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flash" \
+             -tc="flash: padding*,flash: softcap*" >"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
+        if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_varlen" \
+             -tc="varlen: document lengths*" >>"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases" "$OUT/sanitize_$tool.log" | head -n 8
+      done
+      shift ;;
+    bench)
+      scen=$2; shift 2
+      extra=()
+      while [[ $# -gt 0 && "$1" == --* ]]; do extra+=("$1" "$2"); shift 2; done
+      name=$(basename "$scen" .json)
+      log "bench $scen ${extra[*]} (report: $OUT/bench_$name)"
+      timeout 500 "$BUILD/attnbench" run "$scen" --backends "${BACKENDS:-flash,varlen,cudnn}" --out "$OUT/bench_$name" \
+        "${extra[@]}" >"$OUT/bench_$name.log" 2>&1 || status=1
+      tail -n 30 "$OUT/bench_$name.log" ;;
+    *) echo "unknown step $1" >&2; exit 2 ;;
+  esac
+done
+log "done, status $status"
+exit $status

@@ -1,0 +1,143 @@
+// GPU tests of the `flash` backend (attnbench's fused kernels, padded layouts)
+// against the float64 reference under the correctness rule: lengths around the
+// 64-wide tiles, Sq != Sk in both causal alignments, GQA 7:1 and MQA, sliding
+// windows, padding with fully masked rows, prefix_lm, softcap and alibi, head
+// dims 64 and 128, both dtypes and layouts, seeded random problems, and both
+// dQ modes (deterministic: bitwise repeatable; atomic: passes the rule twice).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "harness/backend.hpp"
+#include "tests/gpu/gpu_check.hpp"
+#include "tests/test_util.hpp"
+
+using namespace attnbench;
+using namespace attnbench::test;
+
+namespace {
+
+/// The registered backend with the dQ mode chosen through its environment variable.
+std::unique_ptr<Backend> flash(bool deterministic) {
+  setenv("ATTNBENCH_FLASH_DETERMINISTIC", deterministic ? "1" : "0", 1);
+  std::unique_ptr<Backend> be = BackendRegistry::create("flash");
+  REQUIRE(be);
+  return be;
+}
+
+/// Both dQ modes on one problem.
+void run_case(const Problem& p) {
+  check_gpu_case(*flash(true), p, true);
+  check_gpu_case(*flash(false), p, false);
+}
+
+Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0) {
+  p.score_mod.kind = k;
+  p.score_mod.cap = cap;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("flash: registry, availability, determinism flag") {
+  std::unique_ptr<Backend> be = flash(true);
+  CHECK(be->name() == "flash");
+  CHECK(be->device() == Device::cuda);
+  std::string why;
+  CHECK_MESSAGE(be->available(&why), why);
+  CHECK(be->deterministic());
+  CHECK_FALSE(flash(false)->deterministic());
+}
+
+TEST_CASE("flash: unsupported combinations name what is missing") {
+  std::unique_ptr<Backend> be = flash(false);
+  Problem p = make_problem(1, 2, 1, 64, 64, 96, DType::bf16);
+  CHECK(be->supports(p).reason.find("head_dim 96") != std::string::npos);
+  p = make_problem(1, 2, 1, 64, 64, 64, DType::fp32);
+  CHECK(be->supports(p).reason.find("fp32") != std::string::npos);
+  p = with_documents(make_problem(1, 2, 1, 64, 64, 64, DType::bf16), {{30, 34}});
+  CHECK(be->supports(p).reason.find("varlen") != std::string::npos);
+  p = make_problem(1, 2, 1, 64, 64, 64, DType::bf16);
+  p.score_mod.kind = ScoreMod::Kind::rel_bias;
+  p.score_mod.max_distance = 4;
+  CHECK(be->supports(p).reason.find("flex") != std::string::npos);
+}
+
+TEST_CASE("flash: sequence lengths 1, 17, 127, 128, 129, 1000, 1013") {
+  for (int64_t L : {1, 17, 127, 128, 129, 1000, 1013})
+    for (DType t : {DType::fp16, DType::bf16}) {
+      const int64_t B = L >= 1000 ? 1 : 2;
+      run_case(make_problem(B, 2, 1, L, L, 64, t, Layout::bshd, 10 + static_cast<uint64_t>(L)));
+      run_case(with_causal(make_problem(B, 2, 2, L, L, 128, t, Layout::bhsd, 20 + static_cast<uint64_t>(L))));
+    }
+}
+
+TEST_CASE("flash: Sq != Sk in both directions, both causal alignments") {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{100, 300}, {300, 100}, {1, 129}, {129, 1}, {17, 1000}};
+  for (auto [sq, sk] : shapes)
+    for (CausalAlign a : {CausalAlign::top_left, CausalAlign::bottom_right})
+      for (DType t : {DType::fp16, DType::bf16}) run_case(with_causal(make_problem(2, 2, 1, sq, sk, 64, t, Layout::bshd, 30), a));
+  run_case(make_problem(1, 2, 2, 130, 300, 128, DType::bf16, Layout::bhsd, 31));
+}
+
+TEST_CASE("flash: GQA 7:1, 4:1 and MQA, head dims 64 and 128") {
+  const std::vector<std::pair<int64_t, int64_t>> heads = {{14, 2}, {8, 2}, {7, 1}};
+  for (auto [hq, hkv] : heads)
+    for (int64_t d : {64, 128}) {
+      run_case(with_causal(make_problem(2, hq, hkv, 150, 150, d, DType::bf16, Layout::bshd, 40)));
+      run_case(make_problem(1, hq, hkv, 90, 200, d, DType::fp16, Layout::bhsd, 41));
+    }
+}
+
+TEST_CASE("flash: sliding windows (0,0), (5,2), (-1,0), (64,0) with causal, Sq != Sk") {
+  for (DType t : {DType::fp16, DType::bf16}) {
+    run_case(with_window(make_problem(1, 2, 1, 300, 300, 64, t, Layout::bshd, 60), 0, 0));
+    run_case(with_window(make_problem(1, 2, 1, 300, 300, 128, t, Layout::bhsd, 61), 5, 2));
+    run_case(with_window(make_problem(1, 2, 1, 300, 300, 64, t, Layout::bshd, 62), -1, 0));
+    run_case(with_causal(with_window(make_problem(1, 2, 1, 257, 257, 64, t, Layout::bshd, 63), 64, -1)));
+    run_case(with_window(make_problem(2, 2, 1, 300, 100, 64, t, Layout::bhsd, 64), 32, 0));  // fully masked rows
+  }
+}
+
+TEST_CASE("flash: padding with fully masked rows, THD layout, prefix_lm") {
+  for (DType t : {DType::fp16, DType::bf16})
+    for (Layout l : {Layout::bshd, Layout::bhsd, Layout::thd}) {
+      Problem p = make_problem(4, 2, 1, 128, 160, 64, t, l, 70);
+      p.mask.push_back(PaddingTerm{{120, 37, 128, 0}, {90, 160, 1, 50}});
+      run_case(p);
+      run_case(with_causal(p));
+      run_case(with_causal(p, CausalAlign::top_left));
+    }
+  for (DType t : {DType::fp16, DType::bf16}) {
+    Problem p = make_problem(1, 2, 1, 200, 200, 128, t, Layout::bshd, 75);
+    p.mask.push_back(PrefixLmTerm{70});
+    run_case(p);
+  }
+}
+
+TEST_CASE("flash: softcap and alibi") {
+  for (DType t : {DType::fp16, DType::bf16}) {
+    const Problem base = make_problem(2, 4, 2, 150, 150, 64, t, Layout::bshd, 90);
+    run_case(with_mod(base, ScoreMod::Kind::softcap, 1.5));
+    run_case(with_causal(with_mod(base, ScoreMod::Kind::softcap, 30.0)));
+    run_case(with_mod(base, ScoreMod::Kind::alibi));
+    run_case(with_causal(with_mod(make_problem(1, 4, 1, 200, 200, 128, t, Layout::bhsd, 91), ScoreMod::Kind::alibi)));
+  }
+}
+
+TEST_CASE("flash: seeded random problems") {
+  Rng rng{20241124};
+  for (int n = 0; n < 12; ++n) {
+    const int64_t hkv = rng.uniform(1, 2), g = rng.uniform(1, 4);
+    const int64_t sq = rng.uniform(1, 400), sk = rng.coin(0.5) ? sq : rng.uniform(1, 400);
+    const DType t = rng.coin(0.5) ? DType::bf16 : DType::fp16;
+    const Layout l = rng.coin(0.5) ? Layout::bshd : Layout::bhsd;
+    Problem p = make_problem(rng.uniform(1, 2), hkv * g, hkv, sq, sk, rng.coin(0.5) ? 64 : 128, t, l,
+                             100 + static_cast<uint64_t>(n));
+    if (rng.coin(0.6)) p = with_causal(p, rng.coin(0.5) ? CausalAlign::top_left : CausalAlign::bottom_right);
+    if (rng.coin(0.3)) p = with_window(p, rng.uniform(-1, 80), rng.uniform(-1, 20));
+    if (rng.coin(0.2)) p = with_mod(p, ScoreMod::Kind::softcap, 5.0);
+    run_case(p);
+  }
+}

@@ -1,0 +1,102 @@
+// GPU tests of the `varlen` backend (documents as packed THD sequences on
+// attnbench's fused kernels) against the float64 reference under the rule: real
+// CodeAlpaca packs built by the scenario packer, random document lengths with
+// zero-length and one-token documents, a single document filling the row,
+// padding at the end of each pack, windows, GQA 4:1 (packed into the tile) and
+// 7:1, head dims 64 and 128, both dtypes, both dQ modes.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "harness/backend.hpp"
+#include "harness/scenario.hpp"
+#include "tests/gpu/gpu_check.hpp"
+#include "tests/test_util.hpp"
+
+using namespace attnbench;
+using namespace attnbench::test;
+
+namespace {
+
+std::unique_ptr<Backend> varlen(bool deterministic) {
+  setenv("ATTNBENCH_VARLEN_DETERMINISTIC", deterministic ? "1" : "0", 1);
+  std::unique_ptr<Backend> be = BackendRegistry::create("varlen");
+  REQUIRE(be);
+  return be;
+}
+
+void run_case(const Problem& p) {
+  check_gpu_case(*varlen(true), p, true);
+  check_gpu_case(*varlen(false), p, false);
+}
+
+}  // namespace
+
+TEST_CASE("varlen: registry and unsupported masks") {
+  std::unique_ptr<Backend> be = varlen(false);
+  CHECK(be->name() == "varlen");
+  std::string why;
+  CHECK_MESSAGE(be->available(&why), why);
+  CHECK(be->supports(make_problem(1, 2, 1, 64, 64, 64, DType::bf16)).reason.find("document") != std::string::npos);
+  Problem p = with_documents(make_problem(1, 2, 1, 64, 64, 64, DType::bf16), {{30, 34}});
+  p.mask.push_back(PrefixLmTerm{10});
+  CHECK(be->supports(p).reason.find("prefix_lm") != std::string::npos);
+  Problem q = make_problem(1, 2, 1, 6, 6, 64, DType::bf16);
+  q.mask.push_back(DocumentTerm{{{0, 0, 1, 1, 0, 0}}, {}});
+  CHECK(be->supports(q).reason.find("not contiguous") != std::string::npos);
+}
+
+TEST_CASE("varlen: document lengths 0, 1, one document filling the row, padding at the end") {
+  for (DType t : {DType::fp16, DType::bf16})
+    for (int64_t d : {64, 128}) {
+      const Problem p = with_documents(make_problem(3, 4, 1, 200, 200, d, t, Layout::bshd, 200),
+                                       {{1, 0, 57, 1, 64, 0, 65}, {200}, {0, 129, 1}});
+      run_case(p);
+      run_case(with_causal(p));
+    }
+}
+
+TEST_CASE("varlen: random document lengths, windows, GQA 4:1 and 7:1") {
+  Rng rng{424242};
+  for (int n = 0; n < 8; ++n) {
+    const int64_t S = 512;
+    std::vector<std::vector<int64_t>> lens(2);
+    for (auto& row : lens) {
+      int64_t used = 0;
+      while (used < S - 40) {
+        const int64_t l = rng.coin(0.2) ? rng.uniform(0, 1) : rng.uniform(2, 300);
+        if (used + l > S) break;
+        row.push_back(l);
+        used += l;
+      }
+    }
+    const bool seven = n % 2 == 1;
+    Problem p = with_documents(make_problem(2, seven ? 7 : 8, seven ? 1 : 2, S, S, n < 4 ? 64 : 128,
+                                            n % 3 == 0 ? DType::fp16 : DType::bf16, Layout::bshd,
+                                            300 + static_cast<uint64_t>(n)),
+                               lens);
+    p = with_causal(p);
+    if (n % 4 == 2) p = with_window(p, rng.uniform(0, 100), 0);
+    run_case(p);
+  }
+}
+
+TEST_CASE("varlen: real CodeAlpaca packs from the scenario packer") {
+  const nlohmann::json j = {
+      {"name", "gpu_codealpaca"},
+      {"base",
+       {{"batch", 2}, {"seq", 2048}, {"heads_q", 8}, {"heads_kv", 2}, {"head_dim", 128}, {"dtype", "bf16"},
+        {"layout", "bshd"}, {"mask", {{{"kind", "causal"}}}}, {"seed", 1},
+        {"packing",
+         {{"source", {{"kind", "empirical"}, {"file", "data/codealpaca.json"}}}, {"shuffle", "python"}, {"seed", 1},
+          {"strategy", "greedy"}, {"max_seq_len", 2048}, {"num_packs", 2}, {"fill", 1.0}, {"pad_to", "max_seq_len"}}}}}};
+  const Scenario sc = scenario_from_json(j, std::string(ATTNBENCH_SOURCE_DIR) + "/scenarios/gpu_codealpaca.json");
+  REQUIRE(sc.cases.size() == 1);
+  run_case(sc.cases[0].problem);
+  Problem d64 = sc.cases[0].problem;
+  d64.head_dim = d64.head_dim_v = 64;
+  d64.dtype = DType::fp16;
+  run_case(d64);
+}
