@@ -30,7 +30,7 @@ class FlashBackend : public Backend {
     const Support s = supports(p);
     if (!s) throw Unsupported(s.reason);
     ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
-    return make_instance(p, in, {Placement::padded, deterministic_, "flash"});
+    return make_instance(p, in, {Placement::padded, deterministic_, 0, "flash"});
   }
   bool deterministic() const override { return deterministic_; }
 

@@ -31,108 +31,7 @@ namespace {
 
 constexpr int64_t kMaxPositions = int64_t{1} << 30;  // positions and token counts stay int32
 
-/// The packed sequences of a problem: sequence s is batch row row[s], positions
-/// [start[s], start[s] + len) of it, tokens [cu[s], cu[s + 1]) of the packed buffer.
-struct Sequences {
-  std::vector<int32_t> row, start_q, start_k, cu_q, cu_k;
-  int64_t size() const { return static_cast<int64_t>(row.size()); }
-};
-
-/// Document runs of row b: (start, length) in order, from doc_lengths when given
-/// (zero-length documents kept), else from the maximal runs of equal id >= 0.
-/// Empty optional-like result with ok = false when an id has two runs.
-bool document_runs(const DocumentTerm& d, size_t b, int64_t seq, std::vector<std::pair<int64_t, int64_t>>* out) {
-  out->clear();
-  if (b < d.doc_lengths.size() && !d.doc_lengths[b].empty()) {
-    int64_t pos = 0;
-    for (int64_t len : d.doc_lengths[b]) {
-      out->push_back({pos, len});
-      pos += len;
-    }
-    return true;
-  }
-  const std::vector<int32_t>& ids = d.doc_ids[b];
-  std::set<int32_t> seen;
-  for (int64_t i = 0; i < seq;) {
-    int64_t j = i;
-    while (j < seq && ids[static_cast<size_t>(j)] == ids[static_cast<size_t>(i)]) ++j;
-    const int32_t id = ids[static_cast<size_t>(i)];
-    if (id >= 0) {
-      if (!seen.insert(id).second) return false;
-      out->push_back({i, j - i});
-    }
-    i = j;
-  }
-  return true;
-}
-
-Sequences document_sequences(const Problem& p) {
-  const DocumentTerm* d = p.find_mask<DocumentTerm>();
-  Sequences s;
-  s.cu_q.push_back(0);
-  std::vector<std::pair<int64_t, int64_t>> runs;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    if (!document_runs(*d, static_cast<size_t>(b), p.seq_q, &runs))
-      throw std::invalid_argument("document ids of row " + std::to_string(b) + " are not contiguous");
-    for (const auto& [start, len] : runs) {
-      s.row.push_back(static_cast<int32_t>(b));
-      s.start_q.push_back(static_cast<int32_t>(start));
-      s.cu_q.push_back(s.cu_q.back() + static_cast<int32_t>(len));
-    }
-  }
-  s.start_k = s.start_q;
-  s.cu_k = s.cu_q;
-  return s;
-}
-
-/// One sequence per batch row with its valid lengths (the THD layout).
-Sequences row_sequences(const Problem& p) {
-  Sequences s;
-  s.cu_q.push_back(0);
-  s.cu_k.push_back(0);
-  for (int64_t b = 0; b < p.batch; ++b) {
-    s.row.push_back(static_cast<int32_t>(b));
-    s.start_q.push_back(0);
-    s.start_k.push_back(0);
-    s.cu_q.push_back(s.cu_q.back() + static_cast<int32_t>(p.valid_q(b)));
-    s.cu_k.push_back(s.cu_k.back() + static_cast<int32_t>(p.valid_k(b)));
-  }
-  return s;
-}
-
-/// Gather logical [B, H, S, D] into packed [T, H, D] (q side or k side).
-std::vector<double> gather(const HostTensor& t, const Sequences& s, bool k_side) {
-  const int64_t H = t.shape[1], D = t.shape[3];
-  const std::vector<int32_t>& cu = k_side ? s.cu_k : s.cu_q;
-  const std::vector<int32_t>& start = k_side ? s.start_k : s.start_q;
-  std::vector<double> out(static_cast<size_t>(cu.back() * H * D));
-  for (int64_t q = 0; q < s.size(); ++q)
-    for (int32_t tok = cu[q]; tok < cu[q + 1]; ++tok) {
-      const int64_t pos = start[q] + (tok - cu[q]);
-      for (int64_t h = 0; h < H; ++h)
-        std::memcpy(&out[static_cast<size_t>((tok * H + h) * D)], &t.data[static_cast<size_t>(((s.row[q] * H + h) * t.shape[2] + pos) * D)],
-                    static_cast<size_t>(D) * sizeof(double));
-    }
-  return out;
-}
-
-/// Scatter packed [T, H, D] back to logical [B, H, S, D]; unstored positions read `fill`.
-HostTensor scatter(const std::vector<double>& packed, std::vector<int64_t> shape, const Sequences& s, bool k_side,
-                   double fill) {
-  HostTensor t(shape, fill);
-  const int64_t H = shape[1], S = shape[2], D = shape[3];
-  const std::vector<int32_t>& cu = k_side ? s.cu_k : s.cu_q;
-  const std::vector<int32_t>& start = k_side ? s.start_k : s.start_q;
-  for (int64_t q = 0; q < s.size(); ++q)
-    for (int32_t tok = cu[q]; tok < cu[q + 1]; ++tok) {
-      const int64_t pos = start[q] + (tok - cu[q]);
-      for (int64_t h = 0; h < H; ++h)
-        std::memcpy(&t.data[static_cast<size_t>(((s.row[q] * H + h) * S + pos) * D)], &packed[static_cast<size_t>((tok * H + h) * D)],
-                    static_cast<size_t>(D) * sizeof(double));
-    }
-  return t;
-}
-
+using kernels::Sequences;
 struct StreamHolder {
   cudaStream_t s = nullptr;
   StreamHolder() { ATTNBENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
@@ -214,14 +113,14 @@ class FusedInstance final : public BackendInstance {
 };
 
 std::vector<double> FusedInstance::to_device(const HostTensor& t, TensorRole role) const {
-  if (packed_) return gather(t, seqs_, role == TensorRole::k || role == TensorRole::v);
+  if (packed_) return kernels::gather_tokens(t, seqs_, role == TensorRole::k || role == TensorRole::v);
   const PhysicalLayout& l = role == TensorRole::q ? lq_ : role == TensorRole::k ? lk_ : role == TensorRole::v ? lv_ : lo_;
   return to_physical(t, l);
 }
 
 HostTensor FusedInstance::from_device(const std::vector<double>& phys, TensorRole role,
                                       std::vector<int64_t> shape) const {
-  if (packed_) return scatter(phys, std::move(shape), seqs_, role == TensorRole::k || role == TensorRole::v, 0.0);
+  if (packed_) return kernels::scatter_tokens(phys, std::move(shape), seqs_, role == TensorRole::k || role == TensorRole::v, 0.0);
   const PhysicalLayout& l = role == TensorRole::q ? lq_ : role == TensorRole::k ? lk_ : role == TensorRole::v ? lv_ : lo_;
   return from_physical(phys, l, 0.0);
 }
@@ -275,7 +174,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   kernels::SeqLengths lens;
   packed_ = opt.placement == Placement::documents || p.layout == Layout::thd;
   if (packed_) {
-    seqs_ = opt.placement == Placement::documents ? document_sequences(p) : row_sequences(p);
+    seqs_ = opt.placement == Placement::documents ? kernels::document_sequences(p) : kernels::row_sequences(p);
     for (int64_t s = 0; s < seqs_.size(); ++s) {
       lens.lq.push_back(seqs_.cu_q[s + 1] - seqs_.cu_q[s]);
       lens.lk.push_back(seqs_.cu_k[s + 1] - seqs_.cu_k[s]);
@@ -293,9 +192,9 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   double mean_len = 0;
   for (int32_t l : lens.lq) mean_len += l;
   mean_len = lens.lq.empty() ? 0.0 : mean_len / static_cast<double>(lens.lq.size());
-  const int pack = opt.placement == Placement::documents
-                       ? kernels::choose_pack(static_cast<int>(p.group_size()), mean_len)
-                       : 1;
+  int pack = opt.placement == Placement::documents ? kernels::choose_pack(static_cast<int>(p.group_size()), mean_len)
+                                                   : 1;
+  if (opt.pack > 0) pack = opt.pack;
   plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack);
 
   // Inputs, outputs, workspaces.
@@ -440,7 +339,7 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
   const DocumentTerm* d = p.find_mask<DocumentTerm>();
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (int64_t b = 0; b < p.batch; ++b)
-    if (!document_runs(*d, static_cast<size_t>(b), p.seq_q, &runs))
+    if (!kernels::document_runs(*d, static_cast<size_t>(b), p.seq_q, &runs))
       return who + "document ids of batch row " + std::to_string(b) +
              " are not contiguous (a document split in two runs cannot be one packed sequence)";
   return {};

@@ -34,6 +34,9 @@ struct FusedOptions {
   /// Deterministic backward: dQ by its own kernel (bitwise reproducible) instead
   /// of float32 atomics.
   bool deterministic = false;
+  /// Query heads per forward / dQ CTA (GQA packing); 0 = the plan's choice
+  /// (kernels::choose_pack for documents, 1 otherwise). Must divide the group.
+  int pack = 0;
   /// Backend name used in messages ("flash", "varlen").
   std::string name = "flash";
 };

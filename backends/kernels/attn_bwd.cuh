@@ -129,13 +129,14 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   auto load_q = [&](int it, int stage) {
     const int h = kvh * p.group + it / n_qt;
     const int m0 = q_begin + (it % n_qt) * kBlockM;
+    const uint16_t* q_base = Q + q_off(p, si, b, m0, h);
+    const uint16_t* o_base = dO + o_off(p, si, b, m0, h);
     load_tile_async<kBlockM, D, kThreads>(
         sQ + stage * kBlockM * D,
-        [&](int r) -> const uint16_t* { return m0 + r < si.lq ? Q + q_off(p, si, b, m0 + r, h) : nullptr; }, tid);
+        [&](int r) -> const uint16_t* { return m0 + r < si.lq ? q_base + r * p.q_row_stride : nullptr; }, tid);
     load_tile_async<kBlockM, D, kThreads>(
         sdO + stage * kBlockM * D,
-        [&](int r) -> const uint16_t* { return m0 + r < si.lq ? dO + o_off(p, si, b, m0 + r, h) : nullptr; },
-        tid);
+        [&](int r) -> const uint16_t* { return m0 + r < si.lq ? o_base + r * p.o_row_stride : nullptr; }, tid);
     for (int r = tid; r < kBlockM; r += kThreads) {
       sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
       sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
@@ -192,20 +193,32 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
 
     // P^T and dS^T (in place of st and dpt).
     const bool full = tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
+    if (mod.kind == ModKind::none && full) {  // the common case: no mask, no score-mod derivative
 #pragma unroll
-    for (int nt = 0; nt < kQt; ++nt) {
+      for (int nt = 0; nt < kQt; ++nt)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = nt * 8 + 2 * qd + c, i = m0 + col;
-        const RowBounds rb = full ? RowBounds{0, 0x7fffffff} : RowBounds::of(p.mask, i, si.lq, si.lk);
-        const float lse2 = tLse[col], ds = tDsum[col];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int e = 2 * r + c;
-          const float x = st[nt].c[e];
-          const float pe = rb.allows(key_row[r]) ? exp2f(mod.apply(x, i, key_row[r]) - lse2) : 0.f;
+        for (int e = 0; e < 4; ++e) {
+          const int col = nt * 8 + 2 * qd + (e & 1);
+          const float pe = fast_exp2(st[nt].c[e] * mod.scale_log2 - tLse[col]);
           st[nt].c[e] = pe;
-          dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
+          dpt[nt].c[e] = pe * (dpt[nt].c[e] - tDsum[col]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kQt; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int col = nt * 8 + 2 * qd + c, i = m0 + col;
+          const RowBounds rb = full ? RowBounds{0, 0x7fffffff} : RowBounds::of(p.mask, i, si.lq, si.lk);
+          const float lse2 = tLse[col], ds = tDsum[col];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int e = 2 * r + c;
+            const float x = st[nt].c[e];
+            const float pe = rb.allows(key_row[r]) ? fast_exp2(mod.apply(x, i, key_row[r]) - lse2) : 0.f;
+            st[nt].c[e] = pe;
+            dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
+          }
         }
       }
     }
@@ -351,15 +364,17 @@ __global__ void __launch_bounds__(kWarps * 32)
       tid);
   int n_first;
   const int n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
+  const uint16_t* k_base = K + k_off(p, si, b, 0, kvh);
+  const uint16_t* v_base = V + v_off(p, si, b, 0, kvh);
   auto load_kv = [&](int tile, int stage) {
     const int n0 = n_first + tile * kBlockN;
     load_tile_async<kBlockN, D, kThreads>(
         sK + stage * kBlockN * D,
-        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? K + k_off(p, si, b, n0 + r, kvh) : nullptr; },
+        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? k_base + (n0 + r) * p.k_row_stride : nullptr; },
         tid);
     load_tile_async<kBlockN, D, kThreads>(
         sV + stage * kBlockN * D,
-        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? V + v_off(p, si, b, n0 + r, kvh) : nullptr; },
+        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? v_base + (n0 + r) * p.v_row_stride : nullptr; },
         tid);
   };
   if (n_tiles > 0) load_kv(0, 0);
@@ -412,14 +427,24 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
     const bool full = tile_full(p.mask, si.lq, si.lk, m0, Mq, n0, kBlockN);
+    if (mod.kind == ModKind::none && full) {
 #pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
+      for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-        const float x = s[nt].c[e];
-        const float pe = (full || rb[r].allows(j)) ? exp2f(mod.apply(x, row_t[r], j) - lse2[r]) : 0.f;
-        dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * mod.grad(x);
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          dp[nt].c[e] = fast_exp2(s[nt].c[e] * mod.scale_log2 - lse2[r]) * (dp[nt].c[e] - dsum[r]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+          const float x = s[nt].c[e];
+          const float pe = (full || rb[r].allows(j)) ? fast_exp2(mod.apply(x, row_t[r], j) - lse2[r]) : 0.f;
+          dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * mod.grad(x);
+        }
       }
     }
     // dQ += dS K.

@@ -61,15 +61,17 @@ __global__ void __launch_bounds__(kWarps * 32)
   // Key tiles of this CTA's rows.
   int n_first;
   const int n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
+  const uint16_t* k_base = K + k_off(p, si, b, 0, kvh);
+  const uint16_t* v_base = V + v_off(p, si, b, 0, kvh);
   auto load_kv = [&](int tile, int stage) {
     const int n0 = n_first + tile * kBlockN;
     load_tile_async<kBlockN, D, kThreads>(
         sK + stage * kBlockN * D,
-        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? K + k_off(p, si, b, n0 + r, kvh) : nullptr; },
+        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? k_base + (n0 + r) * p.k_row_stride : nullptr; },
         tid);
     load_tile_async<kBlockN, D, kThreads>(
         sV + stage * kBlockN * D,
-        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? V + v_off(p, si, b, n0 + r, kvh) : nullptr; },
+        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? v_base + (n0 + r) * p.v_row_stride : nullptr; },
         tid);
   };
   if (n_tiles > 0) load_kv(0, 0);
@@ -125,15 +127,25 @@ __global__ void __launch_bounds__(kWarps * 32)
     // Score mod (exp2 domain), mask on partial tiles, online softmax.
     const bool full = tile_full(p.mask, si.lq, si.lk, m0, Mq, n0, kBlockN);
     float mx[2] = {-INFINITY, -INFINITY};
+    if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
 #pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
+      for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-        float x = mod.apply(s[nt].c[e], row_t[r], j);
-        if (!full && !rb[r].allows(j)) x = -INFINITY;
-        s[nt].c[e] = x;
-        mx[r] = fmaxf(mx[r], x);
+        for (int e = 0; e < 4; ++e) {
+          s[nt].c[e] *= mod.scale_log2;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[nt].c[e]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+          float x = mod.apply(s[nt].c[e], row_t[r], j);
+          if (!full && !rb[r].allows(j)) x = -INFINITY;
+          s[nt].c[e] = x;
+          mx[r] = fmaxf(mx[r], x);
+        }
       }
     }
     float corr[2], base[2];
@@ -141,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int r = 0; r < 2; ++r) {
       const float m_new = fmaxf(m_run[r], quad_max(mx[r]));
       base[r] = m_new == -INFINITY ? 0.f : m_new;
-      corr[r] = exp2f(m_run[r] - base[r]);
+      corr[r] = fast_exp2(m_run[r] - base[r]);
       m_run[r] = m_new;
       l_run[r] *= corr[r];
     }
@@ -149,7 +161,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float pe = exp2f(s[nt].c[e] - base[e >> 1]);
+        const float pe = fast_exp2(s[nt].c[e] - base[e >> 1]);
         s[nt].c[e] = pe;
         l_run[e >> 1] += pe;
       }

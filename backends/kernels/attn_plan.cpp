@@ -1,6 +1,8 @@
 #include "backends/kernels/attn_plan.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <set>
 #include <numeric>
 #include <stdexcept>
 
@@ -56,10 +58,100 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
 }
 
 int choose_pack(int group, double mean_seq_len) {
-  if (mean_seq_len >= kFwdBlockM) return 1;
+  if (mean_seq_len >= 4 * kFwdBlockM) return 1;
   for (int p : {4, 2})
     if (group % p == 0 && (kFwdBlockM / 16) % p == 0) return p;
   return 1;
+}
+
+bool document_runs(const DocumentTerm& d, size_t b, int64_t seq, std::vector<std::pair<int64_t, int64_t>>* out) {
+  out->clear();
+  if (b < d.doc_lengths.size() && !d.doc_lengths[b].empty()) {
+    int64_t pos = 0;
+    for (int64_t len : d.doc_lengths[b]) {
+      out->push_back({pos, len});
+      pos += len;
+    }
+    return true;
+  }
+  const std::vector<int32_t>& ids = d.doc_ids[b];
+  std::set<int32_t> seen;
+  for (int64_t i = 0; i < seq;) {
+    int64_t j = i;
+    while (j < seq && ids[static_cast<size_t>(j)] == ids[static_cast<size_t>(i)]) ++j;
+    const int32_t id = ids[static_cast<size_t>(i)];
+    if (id >= 0) {
+      if (!seen.insert(id).second) return false;
+      out->push_back({i, j - i});
+    }
+    i = j;
+  }
+  return true;
+}
+
+Sequences document_sequences(const Problem& p) {
+  const DocumentTerm* d = p.find_mask<DocumentTerm>();
+  if (!d) throw std::invalid_argument("document_sequences: the problem has no document mask");
+  Sequences s;
+  s.cu_q.push_back(0);
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    if (!document_runs(*d, static_cast<size_t>(b), p.seq_q, &runs))
+      throw std::invalid_argument("document ids of row " + std::to_string(b) + " are not contiguous");
+    for (const auto& [start, len] : runs) {
+      s.row.push_back(static_cast<int32_t>(b));
+      s.start_q.push_back(static_cast<int32_t>(start));
+      s.cu_q.push_back(s.cu_q.back() + static_cast<int32_t>(len));
+    }
+  }
+  s.start_k = s.start_q;
+  s.cu_k = s.cu_q;
+  return s;
+}
+
+Sequences row_sequences(const Problem& p) {
+  Sequences s;
+  s.cu_q.push_back(0);
+  s.cu_k.push_back(0);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    s.row.push_back(static_cast<int32_t>(b));
+    s.start_q.push_back(0);
+    s.start_k.push_back(0);
+    s.cu_q.push_back(s.cu_q.back() + static_cast<int32_t>(p.valid_q(b)));
+    s.cu_k.push_back(s.cu_k.back() + static_cast<int32_t>(p.valid_k(b)));
+  }
+  return s;
+}
+
+std::vector<double> gather_tokens(const HostTensor& t, const Sequences& s, bool k_side) {
+  const int64_t H = t.shape[1], D = t.shape[3];
+  const std::vector<int32_t>& cu = k_side ? s.cu_k : s.cu_q;
+  const std::vector<int32_t>& start = k_side ? s.start_k : s.start_q;
+  std::vector<double> out(static_cast<size_t>(cu.back() * H * D));
+  for (int64_t q = 0; q < s.size(); ++q)
+    for (int32_t tok = cu[q]; tok < cu[q + 1]; ++tok) {
+      const int64_t pos = start[q] + (tok - cu[q]);
+      for (int64_t h = 0; h < H; ++h)
+        std::memcpy(&out[static_cast<size_t>((tok * H + h) * D)], &t.data[static_cast<size_t>(((s.row[q] * H + h) * t.shape[2] + pos) * D)],
+                    static_cast<size_t>(D) * sizeof(double));
+    }
+  return out;
+}
+
+HostTensor scatter_tokens(const std::vector<double>& packed, std::vector<int64_t> shape, const Sequences& s, bool k_side,
+                   double fill) {
+  HostTensor t(shape, fill);
+  const int64_t H = shape[1], S = shape[2], D = shape[3];
+  const std::vector<int32_t>& cu = k_side ? s.cu_k : s.cu_q;
+  const std::vector<int32_t>& start = k_side ? s.start_k : s.start_q;
+  for (int64_t q = 0; q < s.size(); ++q)
+    for (int32_t tok = cu[q]; tok < cu[q + 1]; ++tok) {
+      const int64_t pos = start[q] + (tok - cu[q]);
+      for (int64_t h = 0; h < H; ++h)
+        std::memcpy(&t.data[static_cast<size_t>(((s.row[q] * H + h) * S + pos) * D)], &packed[static_cast<size_t>((tok * H + h) * D)],
+                    static_cast<size_t>(D) * sizeof(double));
+    }
+  return t;
 }
 
 std::string describe(const TilePlan& t, int heads_q, int heads_kv) {

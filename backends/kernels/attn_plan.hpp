@@ -9,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include <utility>
+
 #include "backends/kernels/attn_params.hpp"
 #include "harness/mask_desc.hpp"
+#include "harness/problem.hpp"
+#include "harness/tensors.hpp"
 
 namespace attnbench::kernels {
 
@@ -40,9 +44,41 @@ struct TilePlan {
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack);
 
 /// The largest pack in {4, 2, 1} that divides the GQA group (GQA packing for
-/// short sequences), or 1 when the mean sequence length is at least kFwdBlockM
-/// (long sequences fill whole tiles without it).
+/// short sequences), or 1 when the mean sequence length is at least
+/// 4 * kFwdBlockM (long sequences fill whole tiles without it). Measured on the
+/// H100 (docs/results/2026-11-24-h100-session6.md): CodeAlpaca packs (mean 175
+/// tokens) forward 0.866 -> 0.757 ms with pack 4, tile efficiency 0.57 -> 0.70.
 int choose_pack(int group, double mean_seq_len);
+
+/// The packed sequences of a problem: sequence s is batch row row[s], positions
+/// [start_q[s], start_q[s] + len) of it (start_k for keys), stored as tokens
+/// [cu_q[s], cu_q[s + 1]) of the packed [T, H, D] buffers (cu_k for K, V).
+struct Sequences {
+  std::vector<int32_t> row, start_q, start_k, cu_q, cu_k;
+  int64_t size() const { return static_cast<int64_t>(row.size()); }
+};
+
+/// Document runs (start, length) of batch row b in order: doc_lengths when given
+/// (zero-length documents kept, as cu_seqlens entries of length 0), else the
+/// maximal runs of equal id >= 0 of doc_ids (padding, id -1, is no document).
+/// Returns false when an id forms two runs (not expressible as one sequence).
+bool document_runs(const DocumentTerm& d, size_t b, int64_t seq, std::vector<std::pair<int64_t, int64_t>>* out);
+
+/// cu_seqlens of a document mask: every document of every row, in order, one
+/// sequence (cu_q = cu_k, as PyTorch's varlen_attn tutorial builds them from
+/// EOS positions; padding tokens are not stored). Throws std::invalid_argument
+/// when p has no document mask or ids are not contiguous.
+Sequences document_sequences(const Problem& p);
+/// One sequence per batch row with its valid lengths (the THD layout).
+Sequences row_sequences(const Problem& p);
+
+/// Gather logical [B, H, S, D] into packed [T, H, D] (the q side: cu_q / start_q;
+/// the k side for K and V: cu_k / start_k).
+std::vector<double> gather_tokens(const HostTensor& t, const Sequences& s, bool k_side);
+/// Scatter packed [T, H, D] back to logical `shape` [B, H, S, D]; positions not
+/// stored read `fill`.
+HostTensor scatter_tokens(const std::vector<double>& packed, std::vector<int64_t> shape, const Sequences& s,
+                          bool k_side, double fill);
 
 /// One line describing the plan, for the report row: e.g.
 /// "q tiles 64x64 (pack 1): 512 CTAs; k tiles 64: 512 CTAs".

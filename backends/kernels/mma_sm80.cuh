@@ -172,6 +172,14 @@ __device__ __forceinline__ void load_a_t(const uint16_t* tile, int k0, int mc, i
   ldsm_x4_t(smem_u32(tile + SwizzledTile<D>::offset(r, c)), a[0], a[1], a[2], a[3]);
 }
 
+/// 2^x with the special-function unit (ex2.approx.ftz: relative error ~2^-22,
+/// denormal results flushed to 0, 2^-inf = 0), as FlashAttention's exp2 path.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /// Max / sum over the 4 lanes of a quad (the lanes holding one accumulator row).
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

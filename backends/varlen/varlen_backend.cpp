@@ -1,6 +1,7 @@
 // The `varlen` backend: packed documents as cu_seqlens sequences on attnbench's
 // fused kernels (backends/kernels/), with GQA packing for short documents.
 // See README.md here.
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -31,7 +32,17 @@ class VarlenBackend : public Backend {
     const Support s = supports(p);
     if (!s) throw Unsupported(s.reason);
     ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
-    return make_instance(p, in, {Placement::documents, deterministic_, "varlen"});
+    FusedOptions opt{Placement::documents, deterministic_, 0, "varlen"};
+    if (const char* v = std::getenv("ATTNBENCH_VARLEN_PACK"); v && *v) {
+      opt.pack = std::atoi(v);
+      if (opt.pack != 1 && opt.pack != 2 && opt.pack != 4)
+        throw InputError("environment variable ATTNBENCH_VARLEN_PACK", "", std::string("value '") + v +
+                                                                            "' is not 1, 2 or 4");
+      if (p.group_size() % opt.pack != 0)
+        throw Unsupported("varlen: ATTNBENCH_VARLEN_PACK=" + std::string(v) + " does not divide the GQA group " +
+                          std::to_string(p.group_size()));
+    }
+    return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
 

@@ -1,0 +1,166 @@
+// CPU tests of the host side of the fused attention kernels (backends/kernels/):
+// the interval mask (mask_row_bounds) against mask_allowed pair by pair, the tile
+// spans the kernels iterate over, cu_seqlens from document masks, token
+// gather/scatter, the longest-first work lists and the GQA pack choice.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "backends/kernels/attn_plan.hpp"
+#include "backends/kernels/attn_tiles.hpp"
+#include "harness/mask.hpp"
+#include "harness/mask_desc.hpp"
+#include "tests/test_util.hpp"
+
+using namespace attnbench;
+using namespace attnbench::kernels;
+using namespace attnbench::test;
+
+namespace {
+
+/// A random interval-mask problem (causal in either alignment, window, padding, prefix_lm).
+Problem random_interval_problem(Rng& rng, uint64_t seed) {
+  const int64_t sq = rng.uniform(1, 200), sk = rng.coin(0.5) ? sq : rng.uniform(1, 200);
+  Problem p = make_problem(2, 2, 1, sq, sk, 64, DType::bf16, Layout::bshd, seed);
+  if (rng.coin(0.6)) p = with_causal(p, rng.coin(0.5) ? CausalAlign::top_left : CausalAlign::bottom_right);
+  if (rng.coin(0.4)) p = with_window(p, rng.uniform(-1, 50), rng.uniform(-1, 30));
+  if (rng.coin(0.3)) p = with_padding(p, {rng.uniform(0, sq), sq}, {rng.uniform(0, sk), rng.uniform(0, sk)});
+  if (rng.coin(0.2) && sq == sk) p.mask.push_back(PrefixLmTerm{rng.uniform(0, sq)});
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("mask_row_bounds equals mask_allowed on every pair of random interval masks") {
+  Rng rng{77};
+  for (int n = 0; n < 60; ++n) {
+    const Problem p = random_interval_problem(rng, static_cast<uint64_t>(n));
+    MaskArrays arrays;
+    const MaskDesc m = make_mask_desc(p, arrays);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const RowBounds rb = RowBounds::of(m, static_cast<int>(i), static_cast<int>(p.valid_q(b)),
+                                           static_cast<int>(p.valid_k(b)));
+        for (int64_t j = 0; j < p.seq_k; ++j) {
+          INFO("problem " << n << " b " << b << " i " << i << " j " << j << " mask " << describe_mask(p));
+          REQUIRE(rb.allows(static_cast<int>(j)) == mask_allowed(m, b, 0, i, j));
+        }
+      }
+  }
+}
+
+TEST_CASE("tile spans cover every allowed pair and full tiles hold only allowed pairs") {
+  Rng rng{78};
+  for (int n = 0; n < 40; ++n) {
+    const Problem p = random_interval_problem(rng, 100 + static_cast<uint64_t>(n));
+    MaskArrays arrays;
+    const MaskDesc m = make_mask_desc(p, arrays);
+    const int bm = n % 2 ? 16 : 64, bn = 64;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int lq = static_cast<int>(p.valid_q(b)), lk = static_cast<int>(p.valid_k(b));
+      for (int m0 = 0; m0 < lq; m0 += bm) {
+        int first;
+        const int tiles = key_tiles(m, lq, lk, m0, bm, bn, &first);
+        for (int i = m0; i < m0 + bm && i < lq; ++i)
+          for (int j = 0; j < lk; ++j) {
+            if (!mask_allowed(m, b, 0, i, j)) continue;
+            INFO("problem " << n << " i " << i << " j " << j);
+            CHECK(j >= first);
+            CHECK(j < first + tiles * bn);
+          }
+        for (int t = 0; t < tiles; ++t) {
+          const int n0 = first + t * bn;
+          if (!tile_full(m, lq, lk, m0, bm, n0, bn)) continue;
+          for (int i = m0; i < m0 + bm && i < lq; ++i)
+            for (int j = n0; j < n0 + bn; ++j) CHECK(mask_allowed(m, b, 0, i, j));
+        }
+      }
+      // Backward: the query tiles of each key tile cover every allowed pair.
+      for (int n0 = 0; n0 < lk; n0 += bn) {
+        int qfirst;
+        const int qt = query_tiles(m, lq, lk, n0, bn, 32, &qfirst);
+        for (int j = n0; j < n0 + bn && j < lk; ++j)
+          for (int i = 0; i < lq; ++i)
+            if (mask_allowed(m, b, 0, i, j)) {
+              CHECK(i >= qfirst);
+              CHECK(i < qfirst + qt * 32);
+            }
+      }
+    }
+  }
+}
+
+TEST_CASE("cu_seqlens from document lengths and from document ids") {
+  Problem p = with_documents(make_problem(2, 2, 1, 16, 16, 64, DType::bf16), {{3, 0, 5, 1}, {16}});
+  const Sequences s = document_sequences(p);
+  CHECK(s.cu_q == std::vector<int32_t>{0, 3, 3, 8, 9, 25});
+  CHECK(s.cu_k == s.cu_q);
+  CHECK(s.row == std::vector<int32_t>{0, 0, 0, 0, 1});
+  CHECK(s.start_q == std::vector<int32_t>{0, 3, 3, 8, 0});
+
+  Problem q = make_problem(1, 2, 1, 8, 8, 64, DType::bf16);
+  q.mask.push_back(DocumentTerm{{{4, 4, -1, 7, 7, 7, -1, -1}}, {}});
+  const Sequences t = document_sequences(q);
+  CHECK(t.cu_q == std::vector<int32_t>{0, 2, 5});
+  CHECK(t.start_q == std::vector<int32_t>{0, 3});
+
+  Problem bad = make_problem(1, 2, 1, 4, 4, 64, DType::bf16);
+  bad.mask.push_back(DocumentTerm{{{1, 2, 1, 2}}, {}});
+  CHECK_THROWS_AS(document_sequences(bad), std::invalid_argument);
+  CHECK_THROWS_AS(document_sequences(make_problem(1, 2, 1, 4, 4, 64, DType::bf16)), std::invalid_argument);
+
+  const Sequences r = row_sequences(with_padding(make_problem(3, 2, 1, 10, 12, 64, DType::bf16), {4, 0, 10}, {12, 3, 1}));
+  CHECK(r.cu_q == std::vector<int32_t>{0, 4, 4, 14});
+  CHECK(r.cu_k == std::vector<int32_t>{0, 12, 15, 16});
+}
+
+TEST_CASE("gather and scatter of packed tokens round-trip; unstored positions read the fill") {
+  const Problem p = with_documents(make_problem(2, 3, 1, 6, 6, 64, DType::bf16), {{2, 3}, {4}});
+  const Sequences s = document_sequences(p);
+  HostTensor t({2, 3, 6, 2});
+  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<double>(i + 1);
+  const std::vector<double> packed = gather_tokens(t, s, false);
+  REQUIRE(packed.size() == static_cast<size_t>(9 * 3 * 2));
+  // Token 5 (row 1, position 0), head 2, element 1 == t(1, 2, 0, 1).
+  CHECK(packed[(5 * 3 + 2) * 2 + 1] == t.at4(1, 2, 0, 1));
+  const HostTensor back = scatter_tokens(packed, t.shape, s, false, -7.0);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t pos = 0; pos < 6; ++pos) {
+        const bool stored = b == 0 ? pos < 5 : pos < 4;
+        CHECK(back.at4(b, h, pos, 0) == (stored ? t.at4(b, h, pos, 0) : -7.0));
+      }
+}
+
+TEST_CASE("tile plan: longest work first, executed pairs, packing") {
+  Problem p = with_causal(make_problem(1, 2, 2, 128, 128, 64, DType::bf16));
+  MaskArrays arrays;
+  const MaskDesc m = make_mask_desc(p, arrays);
+  const SeqLengths lens{{128}, {128}, {128}, {128}};
+  const TilePlan t = plan_tiles(m, lens, 2, 1, 1);
+  REQUIRE(t.q_items.size() == 2);
+  CHECK(t.q_items[0].start == 64);  // two key tiles first, then one
+  CHECK(t.q_items[1].start == 0);
+  CHECK(t.fwd_tiles == 3);
+  CHECK(t.executed_pairs == 3 * 64 * 64 * 2);
+  REQUIRE(t.k_items.size() == 2);
+  CHECK(t.k_items[0].start == 0);  // key tile 0 is seen by every query tile
+  // Packing four heads: 16-position query tiles, causal waste shrinks.
+  const TilePlan t4 = plan_tiles(m, lens, 8, 4, 4);
+  CHECK(t4.tile_rows == 16);
+  CHECK(t4.q_items.size() == 8);
+  CHECK(t4.q_items.front().start >= t4.q_items.back().start);
+  CHECK_THROWS_AS(plan_tiles(m, lens, 6, 3, 2), std::invalid_argument);
+}
+
+TEST_CASE("GQA pack choice by group and mean document length") {
+  CHECK(choose_pack(4, 175.0) == 4);
+  CHECK(choose_pack(8, 175.0) == 4);
+  CHECK(choose_pack(2, 100.0) == 2);
+  CHECK(choose_pack(7, 100.0) == 1);
+  CHECK(choose_pack(4, 4096.0) == 1);
+  CHECK(choose_pack(1, 50.0) == 1);
+}
