@@ -1,4 +1,4 @@
-// The backend interface and registry (DESIGN.md section 4).
+// The backend interface and registry (docs/ARCHITECTURE.md, "How to add a backend").
 //
 // A backend answers supports(problem) -> ok | reason, workspace_bytes, and
 // prepare(problem, inputs) -> an instance whose forward()/backward() are what the
@@ -36,7 +36,7 @@ struct Support {
   explicit operator bool() const { return ok; }
 };
 
-/// Per-backend constants of the correctness rule (DESIGN.md section 2):
+/// Per-backend constants of the correctness rule (docs/semantics.md section 7):
 /// pass iff e(X) <= r * e_lp(X) + ulp(X_gold), r_fwd for O and LSE, r_bwd for
 /// gradients. A backend that overrides them must say why in `reason`.
 struct RuleConstants {
@@ -64,7 +64,7 @@ class BackendInstance {
   virtual AttentionOutputs read_outputs(bool with_grads) = 0;
 
   /// (i, j) pairs inside the tiles the forward pass computes, summed over batch
-  /// and query heads (DESIGN.md section 3 "executed" pairs).
+  /// and query heads (docs/semantics.md section 8 "executed" pairs).
   virtual int64_t executed_pairs() const = 0;
   /// Milliseconds spent in prepare() building metadata (BlockMask, cu_seqlens,
   /// plans), reported apart from kernel time; 0 if none.
@@ -116,7 +116,7 @@ class Backend {
   /// Allocate, upload `inputs` in the backend's dtype and layout, build metadata.
   /// Untimed. Throws std::exception on failure (becomes an `error` row).
   virtual std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) = 0;
-  /// Correctness-rule constants for this backend (default: DESIGN.md section 2).
+  /// Correctness-rule constants for this backend (default: docs/semantics.md section 7).
   virtual RuleConstants rule() const { return {}; }
   /// Whether results are expected to be bitwise reproducible (reported, not gated).
   virtual bool deterministic() const { return true; }

@@ -1,4 +1,4 @@
-// BlockMask with FlexAttention semantics (DESIGN.md section 1, NORMATIVE;
+// BlockMask with FlexAttention semantics (docs/semantics.md section 6, NORMATIVE;
 // PyTorch torch/nn/attention/flex_attention.py, class BlockMask).
 //
 // The (Sq x Sk) score matrix is cut into tiles of Q_BLOCK x KV_BLOCK. For each

@@ -118,7 +118,7 @@ std::string rule_text(const RuleConstants& rule) {
                   " (O, LSE) r_bwd=" + fmt_g(rule.r_bwd) + " (gradients)";
   if (!rule.reason.empty()) return s + " (override: " + rule.reason + ")";
   if (rule.r_fwd != def.r_fwd || rule.r_bwd != def.r_bwd) return s + " (override without a stated reason)";
-  return s + " (DESIGN.md section 2 default)";
+  return s + " (docs/semantics.md section 7 default)";
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The correctness rule of DESIGN.md section 2 (NORMATIVE).
+// The correctness rule of docs/semantics.md section 7 (NORMATIVE).
 //
 // For each tensor X in {O, LSE, dQ, dK, dV, dBias}: e(X) = max |X - gold|.
 // Pass iff e(X_backend) <= r * e(X_lp) + ulp(X_gold), r = 2 for O and LSE and
@@ -34,7 +34,7 @@ CheckMode parse_check_mode(const std::string& s);
 const char* to_string(CheckMode m);
 
 /// Automatic mode checks the whole case when reference::estimated_flops(p, grads)
-/// (useful forward+backward FLOPs, DESIGN.md section 3 convention) is below this:
+/// (useful forward+backward FLOPs, docs/semantics.md section 8 convention) is below this:
 /// 2 GFLOP, i.e. gold (float64, ~9/7 of that executed) plus lp (float32) in about
 /// a second on a few cores. Above it, automatic means sample.
 constexpr double kAutoFullMaxFlops = 2e9;
@@ -96,7 +96,7 @@ reference::SliceSet sample_slices(const Problem& p, int64_t max_slices, uint64_t
 /// dBias is checked only when all slices were computed and the problem has a
 /// learnable bias; a missing dBias then fails as unwritten. Sets mode ("full" or
 /// "sample" from `slices`), scope (describe_scope) and rule ("r_fwd=2 r_bwd=3
-/// (DESIGN.md section 2 default)" or the override with its reason).
+/// (docs/semantics.md section 7 default)" or the override with its reason).
 /// Throws std::invalid_argument when a tensor's shape differs from gold's.
 CheckResult check_outputs(const Problem& p, const AttentionOutputs& got,
                           const AttentionOutputs& gold, const AttentionOutputs& lp,

@@ -4,7 +4,7 @@
 // score mod, packing ratio and docs per pack (packed cases), useful pairs
 // (count_allowed_pairs * Hq), executed pairs with 128x128 tiles
 // (build_block_mask(p, 128, 128).executed_pairs_per_head(B) * Hq) and their ratio,
-// the tile efficiency (DESIGN.md section 3). Bad input exits with code 2 and a
+// the tile efficiency (docs/semantics.md section 8). Bad input exits with code 2 and a
 // message naming file, JSON path and value.
 #include <algorithm>
 #include <cstdio>

@@ -1,8 +1,8 @@
-// `attnbench reference --problem P.json --out DIR [--inputs DIR_IN]` (DESIGN.md
-// section 6, NORMATIVE): writes the float64 inputs as used and the gold outputs
+// `attnbench reference --problem P.json --out DIR [--inputs DIR_IN]` (docs/semantics.md
+// section 11, NORMATIVE): writes the float64 inputs as used and the gold outputs
 // and gradients as .npy files, for scripts that check kernels outside attnbench.
 //
-// Files in DIR (float64 unless noted, logical shapes of DESIGN.md section 1):
+// Files in DIR (float64 unless noted, logical shapes of docs/semantics.md section 1):
 //   q [B,Hq,Sq,Dqk], k [B,Hkv,Sk,Dqk], v [B,Hkv,Sk,Dv], do [B,Hq,Sq,Dv],
 //   bias ([Hq, 2m+1] rel_bias | [size] offset_bias) and offset ([Sk], int64,
 //   offset_bias) for learnable score mods,
@@ -158,7 +158,7 @@ void add_reference_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand(
       "reference",
       "write float64 inputs and reference outputs (o, lse, dq, dk, dv, dbias) of a problem as .npy files");
-  cmd->add_option("--problem", opts->problem, "problem file (JSON, DESIGN.md section 6)")->required();
+  cmd->add_option("--problem", opts->problem, "problem file (JSON, docs/semantics.md section 10)")->required();
   cmd->add_option("--out", opts->out, "output directory (created if missing)")->required();
   cmd->add_option("--inputs", opts->inputs,
                   "directory with q, k, v, do (and bias, offset) .npy files to use instead of seeded inputs");

@@ -1,5 +1,5 @@
 // `attnbench report`, `attnbench compare` and `attnbench merge`
-// (docs/report-format.md; exit codes of DESIGN.md section 6).
+// (docs/report-format.md; exit codes of docs/semantics.md section 12).
 #include <cstdio>
 #include <fstream>
 #include <memory>

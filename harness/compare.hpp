@@ -100,7 +100,7 @@ struct Comparison {
   /// Regressions: SLOWER timings, failing status changes (and AMBIGUOUS / missing
   /// rows when the options say so).
   int64_t regressions() const;
-  /// 0 when nothing regressed, 1 otherwise (DESIGN.md section 6).
+  /// 0 when nothing regressed, 1 otherwise (docs/semantics.md section 12).
   int exit_code() const { return regressions() > 0 ? 1 : 0; }
   /// Markdown summary for CI logs: verdict line, counts, regressions first, then
   /// improvements, ambiguous timings, status changes, added and missing rows.

@@ -1,4 +1,4 @@
-// The environment fingerprint of a run (DESIGN.md section 3): GPU, SM count, L2
+// The environment fingerprint of a run (docs/semantics.md section 9): GPU, SM count, L2
 // size, clocks and throttle reasons, driver, CUDA / cuDNN / cuBLAS versions,
 // harness revision, command line, host. Recorded in every report header
 // ("environment") so that `attnbench compare` can refuse runs from different GPUs.

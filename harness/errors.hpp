@@ -1,6 +1,6 @@
 // Error types and exit codes shared by every attnbench subcommand.
 //
-// Exit codes (DESIGN.md section 6): 0 success, 1 a correctness failure or a
+// Exit codes (docs/semantics.md section 12): 0 success, 1 a correctness failure or a
 // gated regression, 2 bad input or usage, 3 internal error.
 #pragma once
 
@@ -9,7 +9,7 @@
 
 namespace attnbench {
 
-/// Process exit codes, fixed by DESIGN.md section 6.
+/// Process exit codes, fixed by docs/semantics.md section 12.
 enum ExitCode : int {
   kExitOk = 0,
   kExitFailure = 1,     ///< correctness failure or gated regression

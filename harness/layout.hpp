@@ -1,4 +1,4 @@
-// Physical layouts of Q/K/V/O (DESIGN.md section 1): BSHD (padded batch),
+// Physical layouts of Q/K/V/O (docs/semantics.md section 1): BSHD (padded batch),
 // BHSD, and THD (packed tokens with cu_seqlens int32 [B+1]). Converts between
 // logical float64 host tensors and physical buffers.
 #pragma once

@@ -1,5 +1,5 @@
-// The single source of truth for mask and score-mod semantics (DESIGN.md
-// section 1, NORMATIVE), as plain-old-data descriptors and inline functions that
+// The single source of truth for mask and score-mod semantics (docs/semantics.md
+// sections 2-4, NORMATIVE), as plain-old-data descriptors and inline functions that
 // compile for the host (reference, CPU backend, BlockMask builder, pair counts)
 // and for CUDA kernels alike.
 //
@@ -16,7 +16,7 @@ namespace attnbench {
 
 /// Sentinel for "no bound" in MaskDesc diagonal bounds.
 constexpr int64_t kNoBound = INT64_C(1) << 60;
-/// Block size of the block_sparse mask pattern (DESIGN.md section 1).
+/// Block size of the block_sparse mask pattern (docs/semantics.md section 3).
 constexpr int64_t kBlockSparseBlock = 128;
 
 /// The AND of a problem's mask list, flattened.
@@ -67,7 +67,7 @@ ATTNBENCH_HD int64_t mask_valid_k(const MaskDesc& m, int64_t b) {
   return m.seq_lens_k ? m.seq_lens_k[b] : m.seq_k;
 }
 
-/// mask(b, h, i, j) of DESIGN.md section 1: true where attention is allowed.
+/// mask(b, h, i, j) of docs/semantics.md section 3: true where attention is allowed.
 /// No mask kind depends on h. i in [0, Sq), j in [0, Sk).
 ATTNBENCH_HD bool mask_allowed(const MaskDesc& m, int64_t b, int64_t /*h*/, int64_t i, int64_t j) {
   int64_t sq = m.seq_q, sk = m.seq_k;
@@ -106,7 +106,7 @@ struct ScoreModDesc {
 };
 
 /// ALiBi slope of query head h: 2^(-8 (h + 1) / Hq) (Press et al. 2022, "Train
-/// Short, Test Long", section 3, generalised to any head count as in DESIGN.md).
+/// Short, Test Long", section 3, generalised to any head count as in docs/semantics.md section 4).
 template <class T>
 ATTNBENCH_HD T alibi_slope(int64_t h, int64_t heads_q) {
   return static_cast<T>(exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(heads_q)));

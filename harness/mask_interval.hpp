@@ -4,7 +4,7 @@
 // (mask_count.cpp) and the BlockMask builder (block_mask.cpp); other components
 // may use RowSegmenter to walk the rows of a problem quickly.
 //
-// Decomposition (DESIGN.md section 1; mask_desc.hpp is the single source of truth
+// Decomposition (docs/semantics.md section 3; mask_desc.hpp is the single source of truth
 // and every function here must agree with mask_allowed exactly):
 //   allowed(b, i) = base(b, i) ∩ docset(b, i) ∩ blockset(i / 128)
 // where

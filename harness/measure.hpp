@@ -1,4 +1,4 @@
-// The measurement engine (DESIGN.md section 3): times one pass of a prepared
+// The measurement engine (docs/semantics.md section 9): times one pass of a prepared
 // backend instance. GPU passes are timed with CUDA events on the instance's
 // stream; CPU passes with a steady clock. Warm-up, cold (L2 flushed between
 // samples) or hot mode, and a stopping rule on the relative standard deviation

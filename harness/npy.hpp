@@ -1,5 +1,5 @@
 // A small reader and writer for NumPy .npy files (format versions 1.0 and 2.0),
-// enough for the `attnbench reference` contract (DESIGN.md section 6): C-order
+// enough for the `attnbench reference` contract (docs/semantics.md section 11): C-order
 // arrays of little-endian float64 ('<f8'), float32 ('<f4'), int64 ('<i8') and
 // int32 ('<i4').
 //

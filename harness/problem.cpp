@@ -316,7 +316,7 @@ Problem problem_from_json(const json& j, const std::string& file, const std::str
   if (j.contains("score_mod"))
     p.score_mod = score_mod_from_json(j["score_mod"], file, child_path(path, "score_mod"));
 
-  // Document lengths from a file must fill every row exactly (DESIGN.md section 6).
+  // Document lengths from a file must fill every row exactly (docs/semantics.md section 10).
   for (size_t i = 0; i < p.mask.size(); ++i) {
     auto* d = std::get_if<DocumentTerm>(&p.mask[i]);
     if (!d || d->doc_lengths.empty()) continue;

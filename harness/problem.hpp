@@ -1,5 +1,5 @@
-// The attention problem model of DESIGN.md section 1 (NORMATIVE) and the
-// problem-file contract of section 6.
+// The attention problem model of docs/semantics.md sections 1-5 (NORMATIVE) and the
+// problem-file contract of its section 10.
 //
 // Logical tensors (row-major, innermost last):
 //   Q [B, Hq, Sq, Dqk], K [B, Hkv, Sk, Dqk], V [B, Hkv, Sk, Dv],
@@ -81,7 +81,7 @@ struct ScoreMod {
   int64_t size = 0;          ///< offset_bias table size
 };
 
-/// One attention problem (DESIGN.md sections 1 and 6).
+/// One attention problem (docs/semantics.md sections 1 and 10).
 struct Problem {
   int64_t batch = 1;
   int64_t heads_q = 1;
@@ -146,7 +146,7 @@ const char* to_string(ScoreMod::Kind k);
 /// "prefix_lm", "padding", "block_sparse".
 const char* mask_kind_name(const MaskTerm& t);
 
-/// Parse a problem object (DESIGN.md section 6). `file` and `path` (a JSON
+/// Parse a problem object (docs/semantics.md section 10). `file` and `path` (a JSON
 /// pointer to `j` inside the file) only label errors.
 /// Throws InputError naming file, JSON path and value on any malformed field,
 /// unknown kind or inconsistent value (also runs validate()).
@@ -160,7 +160,7 @@ MaskTerm mask_term_from_json(const nlohmann::json& j, const std::string& file,
 ScoreMod score_mod_from_json(const nlohmann::json& j, const std::string& file,
                              const std::string& path);
 
-/// Check every invariant of DESIGN.md section 1: positive sizes, Hq % Hkv == 0,
+/// Check every invariant of docs/semantics.md sections 1, 3, 4 and 10: positive sizes, Hq % Hkv == 0,
 /// window bounds >= -1, document only with Sq == Sk and ids of shape [B][Sq],
 /// doc_lengths summing to at most Sq (exactly Sq when given in a file), padding
 /// lengths in range, density in [0, 1], score-mod parameters, at most one entry

@@ -1,4 +1,4 @@
-// report.json rows (DESIGN.md section 6; schema v1 in reports/report.schema.json,
+// report.json rows (docs/semantics.md section 12; schema v1 in reports/report.schema.json,
 // documented in docs/report-format.md). The writer rewrites the file after
 // every row, so results already computed survive a later crash or Ctrl-C.
 #pragma once

@@ -164,7 +164,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   header["backends"] = names;
   ReportWriter writer((std::filesystem::path(opts.out_dir) / "report.json").string(), header);
 
-  // Ceilings (DESIGN.md section 3): a large bf16 GEMM and a device-to-device copy,
+  // Ceilings (docs/semantics.md section 8): a large bf16 GEMM and a device-to-device copy,
   // once per run, when a GPU backend will be timed.
 #if defined(ATTNBENCH_HAVE_CUDA)
   bool any_gpu = false;

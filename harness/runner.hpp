@@ -1,6 +1,6 @@
 // The main job: run every case of a scenario on every selected backend, check
 // outputs and gradients against the float64 reference, time the passes and
-// write report rows as they complete (DESIGN.md sections 2, 3 and 6).
+// write report rows as they complete (docs/semantics.md sections 7, 8, 9 and 12).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Scenario matrices (JSON) and their expansion into cases.
 //
-// A scenario file is either a single problem file (DESIGN.md section 6; optional
+// A scenario file is either a single problem file (docs/semantics.md section 10; optional
 // "name" and "description" keys are allowed and ignored by the problem parser),
 // or a matrix:
 //

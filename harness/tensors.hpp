@@ -1,4 +1,4 @@
-// Host tensors in the logical layout of DESIGN.md section 1, seeded input
+// Host tensors in the logical layout of docs/semantics.md section 1, seeded input
 // generation and rounding to the kernel dtype.
 #pragma once
 

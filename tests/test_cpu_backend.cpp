@@ -1,5 +1,5 @@
 // The cpu backend (backends/cpu): correctness against the float64 reference under
-// the rule of DESIGN.md section 2 for every mask kind, score mod, head mapping,
+// the rule of docs/semantics.md section 7 for every mask kind, score mod, head mapping,
 // layout and odd length, in fp32, fp16 and bf16; broken variants must fail the
 // rule; poisoning, determinism, executed pairs and the interface.
 #include <doctest/doctest.h>

@@ -1,6 +1,6 @@
 // Document packing: Python-compatible shuffle, length sources, strategies,
 // fill ratio, padding, truncation, token streams, and the CodeAlpaca workload of
-// the peers file (shared/peers/torch-2.11-h100.json).
+// the peers file (docs/peers/torch-2.11-h100.json).
 #include <doctest/doctest.h>
 
 #include <algorithm>

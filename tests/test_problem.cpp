@@ -25,7 +25,7 @@ std::string error_of(const json& j) {
 }
 }  // namespace
 
-TEST_CASE("the DESIGN.md problem example parses") {
+TEST_CASE("the docs/semantics.md problem example parses") {
   Problem p = problem_from_json(design_example(), "p.json");
   CHECK(p.batch == 2);
   CHECK(p.heads_q == 8);

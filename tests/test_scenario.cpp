@@ -71,7 +71,7 @@ struct TempDir {
 
 }  // namespace
 
-TEST_CASE("the DESIGN.md problem example is a one-case scenario") {
+TEST_CASE("the docs/semantics.md problem example is a one-case scenario") {
   Scenario s = scenario_from_json(design_example(), "/tmp/example.json");
   REQUIRE(s.cases.size() == 1);
   CHECK(s.name == "example");

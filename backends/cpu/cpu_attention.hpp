@@ -12,7 +12,7 @@
 // P^T dO, dS K, dS^T Q, D and dBias. The forward keeps two float64 tensors for the
 // backward (like autograd's saved tensors): the LSE, whose rounding is the float32
 // LSE output, and O before rounding to the dtype. Why, measured with the
-// correctness rule of DESIGN.md section 2 (check_outputs against reference::gold
+// correctness rule of docs/semantics.md section 7 (check_outputs against reference::gold
 // and reference::lp) on seeded random problems of every mask, mod, layout and dtype:
 //   - FA-2 as written in float32 (float32 sums, float32 LSE, D from the written O)
 //     fails in fp32, where lp is itself plain float32: O up to 3x, dQ, dK, dV 4-6x

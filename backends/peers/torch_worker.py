@@ -58,7 +58,7 @@ PROTOCOL = 1
 PEERS = ("torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient", "torch-flex", "torch-varlen")
 SDPA_PEERS = PEERS[:3]
 PASSES = ("fwd", "bwd", "fwd_bwd")
-BLOCK = 128  # block_sparse block and BlockMask tile (DESIGN.md section 1)
+BLOCK = 128  # block_sparse block and BlockMask tile (docs/semantics.md sections 3 and 6)
 MASK64 = (1 << 64) - 1
 
 
@@ -71,7 +71,7 @@ class RequestError(Exception):
 
 
 # --------------------------------------------------------------------------- problem model
-# Mirrors harness/problem.hpp and harness/mask_desc.hpp (DESIGN.md section 1).
+# Mirrors harness/problem.hpp and harness/mask_desc.hpp (docs/semantics.md sections 1-4).
 
 
 def splitmix64(x):
@@ -106,7 +106,7 @@ def _need(obj, key, kind, where):
 
 
 class Problem:
-    """One attention problem parsed from a problem file (DESIGN.md section 6).
+    """One attention problem parsed from a problem file (docs/semantics.md section 10).
 
     Besides the fields, holds the flattened mask of harness/mask_desc.hpp:
     upper_tl / upper_br / lower_br bounds on j - i (None = unbounded), prefix_len,
@@ -259,7 +259,7 @@ class Problem:
         return self.doc_ids is not None or self.seq_lens_q is not None
 
     def allowed(self, b, i, j):
-        """mask(b, h, i, j) of DESIGN.md section 1, scalar (port of mask_allowed())."""
+        """mask(b, h, i, j) of docs/semantics.md section 3, scalar (port of mask_allowed())."""
         sq, sk = self.seq_q, self.seq_k
         if self.seq_lens_q is not None:
             sq, sk = self.seq_lens_q[b], self.seq_lens_k[b]
@@ -1159,7 +1159,7 @@ def _masked_row_notes(T, peer, res, row_any, notes):
             msg = (f"{n} fully masked (b, i) query rows (x {peer.p.heads_q} heads): the peer gives O = {o_desc}, "
                    f"LSE = {lse_desc}")
             if o_desc != "0" or lse_desc not in ("-inf", "n/a"):
-                msg += " (DESIGN.md wants O = 0 and LSE = -inf; reported as given, not fixed)"
+                msg += " (docs/semantics.md section 5 wants O = 0 and LSE = -inf; reported as given, not fixed)"
             notes.append(msg)
     for key in ("o", "lse", "dq", "dk", "dv", "dbias"):
         t = res.get(key)
@@ -1522,7 +1522,7 @@ def _make_inputs(T, p, seed):
 def _reference(T, p, inp, allowed, lp):
     """Dense reference on the CPU: float64 (gold) or float32 with rounding to the
     dtype after S, score_mod, P and O and, through autograd's casts, after each
-    backward product (lp, DESIGN.md section 2). Returns logical float64 tensors."""
+    backward product (lp, docs/semantics.md section 7). Returns logical float64 tensors."""
     torch = T.torch
     ct = torch.float32 if lp else torch.float64
     low = T.dtype(p.dtype)
@@ -1682,7 +1682,7 @@ def self_test(args):
                     r = 2.0 if key in ("o", "lse") else 3.0
                     gmax = float(g[sel].abs().max())
                     ulp = _ulp("fp32" if key in ("lse", "dbias") else p.dtype, gmax)
-                    tol = 2.0 * (r * float(e_lp.max()) + ulp)  # 2x the DESIGN.md rule: plumbing check
+                    tol = 2.0 * (r * float(e_lp.max()) + ulp)  # 2x the correctness rule: plumbing check
                     err = float(e.max())
                     worst.append(f"{key} {err:.2e}/{tol:.2e}")
                     if not err <= tol:
@@ -1721,7 +1721,7 @@ def self_test(args):
         for f in failures:
             print(f"  - {f}")
         return 1
-    print("[self-test] all supported (peer, case) pairs agree with float64 within 2x the DESIGN.md rule")
+    print("[self-test] all supported (peer, case) pairs agree with float64 within 2x the correctness rule")
     return 0
 
 

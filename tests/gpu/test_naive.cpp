@@ -1,5 +1,5 @@
 // GPU tests of the naive backend against the float64 reference (gold) and the
-// low-precision emulation (lp) under the correctness rule of DESIGN.md section 2.
+// low-precision emulation (lp) under the correctness rule of docs/semantics.md section 7.
 //
 // Every case: poison -> forward -> backward -> check_outputs (O, LSE, dQ, dK, dV,
 // dBias), no NaN anywhere, fully masked rows exactly 0 with LSE = -inf, guard
