@@ -23,9 +23,9 @@
 
 #include <Eigen/Core>
 
-#include "harness/mask.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;

@@ -2,9 +2,9 @@
 // docs/semantics.md section 7, with exactly the semantics of its sections 1-5.
 //
 // Both run the same tiled algorithm over the problem's BlockMask
-// (harness/block_mask.hpp): empty tiles are never computed, partial tiles evaluate
+// (harness/model/block_mask.hpp): empty tiles are never computed, partial tiles evaluate
 // mask_allowed() per element, full tiles skip the mask; score mods go through
-// score_mod_apply() / score_mod_grad() of harness/mask_desc.hpp. Per tile the work
+// score_mod_apply() / score_mod_grad() of harness/model/mask_desc.hpp. Per tile the work
 // is Eigen GEMMs on [q_block x kv_block] score tiles, so the cost is proportional to
 // the pairs inside computed tiles and memory is O(threads * q_block * kv_block) on
 // top of the inputs and outputs; Sq x Sk is never materialised.
@@ -29,8 +29,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 
 namespace attnbench::reference {
 

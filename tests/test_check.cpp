@@ -8,8 +8,8 @@
 #include <limits>
 #include <string>
 
-#include "harness/check.hpp"
-#include "harness/errors.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/errors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;

@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
-#include "harness/backend.hpp"
-#include "harness/block_mask.hpp"
-#include "harness/check.hpp"
-#include "harness/mask.hpp"
-#include "harness/mask_desc.hpp"
-#include "harness/problem.hpp"
-#include "harness/scenario.hpp"
-#include "harness/tensors.hpp"
+#include "harness/backend/backend.hpp"
+#include "harness/model/block_mask.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/workloads/scenario.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backends/cudnn/cudnn_plan.hpp"
-#include "harness/mask.hpp"
+#include "harness/model/mask.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;

@@ -12,10 +12,10 @@
 
 #include <unistd.h>
 
-#include "harness/errors.hpp"
-#include "harness/mask.hpp"
-#include "harness/packing.hpp"
-#include "harness/scenario.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/workloads/packing.hpp"
+#include "harness/workloads/scenario.hpp"
 
 using namespace attnbench;
 using nlohmann::json;

@@ -1,8 +1,8 @@
 // Problem model: parsing, validation, error paths, serialisation round trip.
 #include <doctest/doctest.h>
 
-#include "harness/errors.hpp"
-#include "harness/problem.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/problem.hpp"
 
 using namespace attnbench;
 using nlohmann::json;

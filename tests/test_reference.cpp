@@ -22,11 +22,11 @@
 #include <unistd.h>
 #include <vector>
 
-#include "harness/check.hpp"
-#include "harness/mask_desc.hpp"
-#include "harness/npy.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/npy.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;

@@ -1,6 +1,6 @@
 // Kernels of the `cpu` backend: FlashAttention-2 forward (Algorithm 1) and
 // backward (Algorithm 2) of Dao 2023, tiled over a FlexAttention BlockMask, on
-// float32 host buffers stored in a physical layout (harness/layout.hpp).
+// float32 host buffers stored in a physical layout (harness/model/layout.hpp).
 //
 // One parameter struct with explicit layouts (FlashAttention's Flash_fwd_params
 // style); the kernels never allocate tensors, only per-thread tile scratch.
@@ -31,10 +31,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/block_mask.hpp"
-#include "harness/layout.hpp"
-#include "harness/mask_desc.hpp"
-#include "harness/problem.hpp"
+#include "harness/model/block_mask.hpp"
+#include "harness/model/layout.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/problem.hpp"
 
 namespace attnbench::cpu_kernels {
 

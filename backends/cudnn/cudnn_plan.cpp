@@ -11,8 +11,8 @@
 #include <set>
 #include <sstream>
 
-#include "harness/mask.hpp"
-#include "harness/mask_desc.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/mask_desc.hpp"
 
 namespace attnbench::cudnn_sdpa {
 

@@ -31,8 +31,8 @@
 #include <variant>
 #include <vector>
 
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 
 namespace attnbench::cudnn_sdpa {
 

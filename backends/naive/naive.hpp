@@ -28,7 +28,7 @@
 #include <memory>
 #include <string>
 
-#include "harness/backend.hpp"
+#include "harness/backend/backend.hpp"
 
 namespace attnbench::naive {
 

@@ -42,9 +42,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/backend.hpp"
-#include "harness/errors.hpp"
-#include "harness/measure.hpp"
+#include "harness/backend/backend.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/measure/measure.hpp"
 
 namespace attnbench::peers {
 

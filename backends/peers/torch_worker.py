@@ -71,11 +71,11 @@ class RequestError(Exception):
 
 
 # --------------------------------------------------------------------------- problem model
-# Mirrors harness/problem.hpp and harness/mask_desc.hpp (docs/semantics.md sections 1-4).
+# Mirrors harness/model/problem.hpp and harness/model/mask_desc.hpp (docs/semantics.md sections 1-4).
 
 
 def splitmix64(x):
-    """splitmix64 finaliser on a 64-bit unsigned int (harness/mask_desc.hpp)."""
+    """splitmix64 finaliser on a 64-bit unsigned int (harness/model/mask_desc.hpp)."""
     x = (x + 0x9E3779B97F4A7C15) & MASK64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
@@ -108,7 +108,7 @@ def _need(obj, key, kind, where):
 class Problem:
     """One attention problem parsed from a problem file (docs/semantics.md section 10).
 
-    Besides the fields, holds the flattened mask of harness/mask_desc.hpp:
+    Besides the fields, holds the flattened mask of harness/model/mask_desc.hpp:
     upper_tl / upper_br / lower_br bounds on j - i (None = unbounded), prefix_len,
     doc_ids [B][Sq] (-1 = padding), seq_lens_q / seq_lens_k [B], block (density, seed).
     """
@@ -986,7 +986,7 @@ def make_peer(name, p, T, inputs, notes):
 
 
 class Policy:
-    """Timing policy of the request (harness/measure.hpp TimingPolicy)."""
+    """Timing policy of the request (harness/measure/measure.hpp TimingPolicy)."""
 
     def __init__(self, obj):
         obj = obj or {}
@@ -1004,7 +1004,7 @@ class Policy:
 
 
 def sample_until_stable(policy, take):
-    """The stopping rule of harness/measure.cpp sample_until_stable: stop once n >=
+    """The stopping rule of harness/measure/measure.cpp sample_until_stable: stop once n >=
     min_samples and stddev/mean <= target (converged), at max_samples, or when the
     sampling wall time reaches max_seconds. Returns (samples, stop_reason, wall_s)."""
     samples = []

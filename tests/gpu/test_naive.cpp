@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "backends/naive/naive.hpp"
-#include "harness/check.hpp"
+#include "harness/check/check.hpp"
 #include "harness/device/buffer.hpp"
-#include "harness/errors.hpp"
-#include "harness/mask.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 #include "tests/test_util.hpp"
 
