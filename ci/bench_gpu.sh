@@ -152,7 +152,7 @@ if [[ $what == peers ]]; then
   "$AB" run scenarios/peers_h100.json --cases codealpaca --backends "${PEERS_BACKENDS:-cudnn,torch-flex,torch-varlen}" \
     --max-seconds 1 --out "$OUT/peers_packed" >"$OUT/peers_packed.log" 2>&1 || status=1
   tail -n 25 "$OUT/peers_dense.log" "$OUT/peers_packed.log"
-  python3 ci/peers_table.py "${PEERS_FILE:-$ROOT/../shared/peers/torch-2.11-h100.json}" "$OUT/peers_dense/report.json" \
+  python3 ci/peers_table.py "${PEERS_FILE:-$ROOT/docs/peers/torch-2.11-h100.json}" "$OUT/peers_dense/report.json" \
     "$OUT/peers_packed/report.json" | tee "$OUT/peers_table.md" || status=1
 fi
 if [[ $what == default ]]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Time PyTorch's dense attention paths with triton.testing.do_bench, the way the
-peers file (shared/peers/torch-2.11-h100.json) was measured, next to CUDA events
+peers file (docs/peers/torch-2.11-h100.json) was measured, next to CUDA events
 around a single pass with the stream held (the torch worker's way).
 
 Answers whether a difference between attnbench's peer rows and the file comes from

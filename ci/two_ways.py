@@ -7,7 +7,7 @@ import time
 def two_ways(torch, body, leaves, reps=50):
     """(do_bench_ms, held_events_ms, host_enqueue_ms) of body(), medians.
 
-    do_bench: triton.testing.do_bench, how shared/peers/torch-2.11-h100.json was
+    do_bench: triton.testing.do_bench, how docs/peers/torch-2.11-h100.json was
     measured (back-to-back repetitions, L2 cleared between them). held events:
     one pass between CUDA events after an L2 flush, the stream held by a spin
     kernel (about 10 ms at 1.98 GHz) while the host enqueues, as the torch

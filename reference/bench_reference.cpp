@@ -3,7 +3,7 @@
 //
 // Counters:
 //   GFLOP/s      useful FLOPs per wall-clock second: forward 2 * pairs * (Dqk + Dv) * Hq
-//                and backward 2.5x that (DESIGN.md section 3), pairs = allowed (i, j)
+//                and backward 2.5x that (docs/semantics.md section 8), pairs = allowed (i, j)
 //                pairs; for the GEMM benchmarks 2 N^3 per product and thread.
 //   GFLOP/cpu_s  the same FLOPs per second of process CPU time (all threads): the
 //                per-core rate, meaningful also on a loaded machine where wall time is not.
@@ -23,9 +23,9 @@
 
 #include <Eigen/Core>
 
-#include "harness/mask.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;

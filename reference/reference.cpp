@@ -16,9 +16,9 @@
 
 #include <Eigen/Core>
 
-#include "harness/block_mask.hpp"
-#include "harness/mask.hpp"
-#include "harness/mask_desc.hpp"
+#include "harness/model/block_mask.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/mask_desc.hpp"
 
 namespace attnbench::reference {
 

@@ -1,10 +1,10 @@
 // The float64 Eigen reference (gold) and the low-precision emulation (lp) of
-// DESIGN.md section 2, with exactly the semantics of section 1.
+// docs/semantics.md section 7, with exactly the semantics of its sections 1-5.
 //
 // Both run the same tiled algorithm over the problem's BlockMask
-// (harness/block_mask.hpp): empty tiles are never computed, partial tiles evaluate
+// (harness/model/block_mask.hpp): empty tiles are never computed, partial tiles evaluate
 // mask_allowed() per element, full tiles skip the mask; score mods go through
-// score_mod_apply() / score_mod_grad() of harness/mask_desc.hpp. Per tile the work
+// score_mod_apply() / score_mod_grad() of harness/model/mask_desc.hpp. Per tile the work
 // is Eigen GEMMs on [q_block x kv_block] score tiles, so the cost is proportional to
 // the pairs inside computed tiles and memory is O(threads * q_block * kv_block) on
 // top of the inputs and outputs; Sq x Sk is never materialised.
@@ -29,8 +29,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 
 namespace attnbench::reference {
 
@@ -114,7 +114,7 @@ AttentionOutputs lp(const Problem& p, const ProblemData& in, bool grads,
 AttentionOutputs lp(const Problem& p, const ProblemData& in, bool grads, const SliceSet& slices,
                     const Options& opt, Stats* stats = nullptr);
 
-/// Useful floating-point operations of the problem (DESIGN.md section 3):
+/// Useful floating-point operations of the problem (docs/semantics.md section 8):
 /// fwd = 2 * pairs * (Dqk + Dv) * Hq with pairs the exact allowed-pair count of one
 /// head summed over the batch (count_allowed_pairs), and fwd + 2.5 fwd when `grads`.
 /// Used as the estimated reference cost to pick --check full/sample; the gold run

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "harness/errors.hpp"
+#include "harness/model/errors.hpp"
 
 namespace attnbench::html {
 

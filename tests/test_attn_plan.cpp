@@ -11,8 +11,8 @@
 
 #include "backends/kernels/attn_plan.hpp"
 #include "backends/kernels/attn_tiles.hpp"
-#include "harness/mask.hpp"
-#include "harness/mask_desc.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/mask_desc.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;

@@ -1,4 +1,4 @@
-// The correctness rule of DESIGN.md section 2: verdicts on constructed outputs
+// The correctness rule of docs/semantics.md section 7: verdicts on constructed outputs
 // (gold itself, lp, perturbations at and beyond the tolerance, NaN-poisoned and
 // masked-row violations), the rule constants, slices, ulp, modes and plans.
 #include <doctest/doctest.h>
@@ -8,8 +8,8 @@
 #include <limits>
 #include <string>
 
-#include "harness/check.hpp"
-#include "harness/errors.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/errors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;
@@ -129,7 +129,7 @@ TEST_CASE("r = 2 for forward tensors, r = 3 for gradients, overridable with a re
   const CheckResult r = f.check(got);
   CHECK_FALSE(find(r, "O").pass);  // 2.5 > r_fwd = 2
   CHECK(find(r, "dQ").pass);       // 2.5 <= r_bwd = 3
-  CHECK(r.rule.find("r_fwd=2 (O, LSE) r_bwd=3 (gradients) (DESIGN.md section 2 default)") != std::string::npos);
+  CHECK(r.rule.find("r_fwd=2 (O, LSE) r_bwd=3 (gradients) (docs/semantics.md section 7 default)") != std::string::npos);
 
   RuleConstants swapped;
   swapped.r_fwd = 3;

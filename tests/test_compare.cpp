@@ -14,11 +14,11 @@
 #include <random>
 #include <string>
 
-#include "harness/compare.hpp"
-#include "harness/errors.hpp"
-#include "harness/json_util.hpp"
-#include "harness/measure.hpp"
-#include "harness/report.hpp"
+#include "reports/compare.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/json_util.hpp"
+#include "harness/measure/measure.hpp"
+#include "reports/report.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;

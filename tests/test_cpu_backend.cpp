@@ -1,5 +1,5 @@
 // The cpu backend (backends/cpu): correctness against the float64 reference under
-// the rule of DESIGN.md section 2 for every mask kind, score mod, head mapping,
+// the rule of docs/semantics.md section 7 for every mask kind, score mod, head mapping,
 // layout and odd length, in fp32, fp16 and bf16; broken variants must fail the
 // rule; poisoning, determinism, executed pairs and the interface.
 #include <doctest/doctest.h>
@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
-#include "harness/backend.hpp"
-#include "harness/block_mask.hpp"
-#include "harness/check.hpp"
-#include "harness/mask.hpp"
-#include "harness/mask_desc.hpp"
-#include "harness/problem.hpp"
-#include "harness/scenario.hpp"
-#include "harness/tensors.hpp"
+#include "harness/backend/backend.hpp"
+#include "harness/model/block_mask.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/workloads/scenario.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;

@@ -1,5 +1,5 @@
 // Host-only tests of the cudnn backend's plan analysis (backends/cudnn/cudnn_plan.*):
-// how DESIGN.md masks map to cuDNN's diagonal band, ragged sequences and fix-up
+// how the masks of docs/semantics.md section 3 map to cuDNN's diagonal band, ragged sequences and fix-up
 // lists, the executed-pair estimate, the length-class split of ragged cases and
 // the version gates, all with a fake Env. No GPU needed: this runs in CI wherever
 // the cudnn backend is built (CUDA toolkit + cuDNN headers). The GPU half of the
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backends/cudnn/cudnn_plan.hpp"
-#include "harness/mask.hpp"
+#include "harness/model/mask.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;
@@ -50,7 +50,7 @@ std::string plan_reason(const Problem& p, const Env& env) {
 
 }  // namespace
 
-TEST_CASE("cudnn plan: bands map DESIGN masks to one cuDNN alignment (left bound = left + 1)") {
+TEST_CASE("cudnn plan: bands map the masks of docs/semantics.md to one cuDNN alignment (left bound = left + 1)") {
   const Env env = fake_env(91900);
   SUBCASE("window(64, 0), Sq == Sk: top-left, R = 0, L = 65") {
     CasePlan c = plan_ok(with_window(make_problem(1, 2, 2, 300, 300, 64, DType::bf16), 64, 0), env);

@@ -1,7 +1,7 @@
-// Kernel-trace summary (harness/kernel_trace.hpp): grouping, ordering, shares.
+// Kernel-trace summary (harness/measure/kernel_trace.hpp): grouping, ordering, shares.
 #include <doctest/doctest.h>
 
-#include "harness/kernel_trace.hpp"
+#include "harness/measure/kernel_trace.hpp"
 
 using namespace attnbench;
 

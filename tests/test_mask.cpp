@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "harness/mask.hpp"
-#include "harness/mask_desc.hpp"
-#include "harness/problem.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/problem.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;

@@ -12,8 +12,8 @@
 
 #include <unistd.h>
 
-#include "harness/errors.hpp"
-#include "harness/measure.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/measure/measure.hpp"
 
 using namespace attnbench;
 

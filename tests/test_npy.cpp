@@ -11,8 +11,8 @@
 #include <unistd.h>
 #include <vector>
 
-#include "harness/errors.hpp"
-#include "harness/npy.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/npy.hpp"
 
 using namespace attnbench;
 

@@ -1,6 +1,6 @@
 // Document packing: Python-compatible shuffle, length sources, strategies,
 // fill ratio, padding, truncation, token streams, and the CodeAlpaca workload of
-// the peers file (shared/peers/torch-2.11-h100.json).
+// the peers file (docs/peers/torch-2.11-h100.json).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,10 +12,10 @@
 
 #include <unistd.h>
 
-#include "harness/errors.hpp"
-#include "harness/mask.hpp"
-#include "harness/packing.hpp"
-#include "harness/scenario.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/workloads/packing.hpp"
+#include "harness/workloads/scenario.hpp"
 
 using namespace attnbench;
 using nlohmann::json;

@@ -23,14 +23,14 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/peers/peer_backend.hpp"
-#include "harness/block_mask.hpp"
-#include "harness/check.hpp"
-#include "harness/errors.hpp"
-#include "harness/mask.hpp"
-#include "harness/npy.hpp"
-#include "harness/problem.hpp"
-#include "harness/runner.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/block_mask.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/npy.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;

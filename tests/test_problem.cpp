@@ -1,8 +1,8 @@
 // Problem model: parsing, validation, error paths, serialisation round trip.
 #include <doctest/doctest.h>
 
-#include "harness/errors.hpp"
-#include "harness/problem.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/problem.hpp"
 
 using namespace attnbench;
 using nlohmann::json;
@@ -25,7 +25,7 @@ std::string error_of(const json& j) {
 }
 }  // namespace
 
-TEST_CASE("the DESIGN.md problem example parses") {
+TEST_CASE("the docs/semantics.md problem example parses") {
   Problem p = problem_from_json(design_example(), "p.json");
   CHECK(p.batch == 2);
   CHECK(p.heads_q == 8);

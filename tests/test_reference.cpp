@@ -2,9 +2,9 @@
 //
 // gold is checked four independent ways: central finite differences of
 // loss = sum(O * dO) for every mask kind and score mod (dQ, dK, dV, dBias); an
-// independent float64 implementation written plainly below from DESIGN.md
-// section 1 (its own mask evaluation; only the seeded block_sparse pattern comes
-// from block_sparse_keep, since DESIGN.md fixes it by reference to that hash);
+// independent float64 implementation written plainly below from docs/semantics.md
+// sections 2-4 (its own mask evaluation; only the seeded block_sparse pattern comes
+// from block_sparse_keep, the hash that docs/semantics.md section 3 spells out);
 // exact identities (GQA = head repetition, Q = 0 gives uniform attention,
 // invariance to the order of packed documents); and the fully-masked-row rules.
 #include <doctest/doctest.h>
@@ -22,11 +22,11 @@
 #include <unistd.h>
 #include <vector>
 
-#include "harness/check.hpp"
-#include "harness/mask_desc.hpp"
-#include "harness/npy.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/npy.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 
 using namespace attnbench;
@@ -116,7 +116,7 @@ std::vector<MaskCase> mask_cases() {
 
 // ------------------------------------------------------------------ plain implementation
 
-/// mask(b, h, i, j) written directly from the DESIGN.md section 1 text.
+/// mask(b, h, i, j) written directly from the docs/semantics.md section 3 text.
 bool plain_allowed(const Problem& p, int64_t b, int64_t i, int64_t j) {
   int64_t sq = p.seq_q, sk = p.seq_k;
   for (const auto& t : p.mask)
@@ -145,7 +145,7 @@ bool plain_allowed(const Problem& p, int64_t b, int64_t i, int64_t j) {
   return true;
 }
 
-/// score_mod(s, b, h, i, j) and its derivative in s, from the DESIGN.md text.
+/// score_mod(s, b, h, i, j) and its derivative in s, from the docs/semantics.md section 4 text.
 double plain_mod(const Problem& p, const ProblemData& in, double s, int64_t h, int64_t i, int64_t j,
                  double* dmod) {
   *dmod = 1.0;
@@ -654,7 +654,7 @@ TEST_CASE("cost follows the allowed pairs: excluded tiles are never computed") {
   CHECK(st.executed_pairs == 2 * 34 * 32 * 32);
 }
 
-TEST_CASE("estimated_flops follows the DESIGN.md convention") {
+TEST_CASE("estimated_flops follows the docs/semantics.md convention") {
   Problem p = base_problem(2, 4, 2, 100, 100, 16, 8);
   p.mask = {causal(CausalAlign::top_left)};
   const double pairs = 2.0 * (100 * 101 / 2);

@@ -14,14 +14,14 @@
 #include <sstream>
 #include <string>
 
-#include "harness/environment.hpp"
-#include "harness/version.hpp"
-#include "harness/errors.hpp"
-#include "harness/json_util.hpp"
-#include "harness/measure.hpp"
-#include "harness/problem.hpp"
-#include "harness/progress.hpp"
-#include "harness/report.hpp"
+#include "harness/device/environment.hpp"
+#include "harness/model/version.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/json_util.hpp"
+#include "harness/measure/measure.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/run/progress.hpp"
+#include "reports/report.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;

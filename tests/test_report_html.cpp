@@ -21,9 +21,9 @@
 #include <fstream>
 #include <string>
 
-#include "harness/errors.hpp"
-#include "harness/json_util.hpp"
-#include "harness/report.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/json_util.hpp"
+#include "reports/report.hpp"
 #include "reports/html_report.hpp"
 #include "tests/test_util.hpp"
 

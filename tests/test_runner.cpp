@@ -6,10 +6,10 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "harness/backend.hpp"
-#include "harness/errors.hpp"
-#include "harness/measure.hpp"
-#include "harness/runner.hpp"
+#include "harness/backend/backend.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/measure/measure.hpp"
+#include "harness/run/runner.hpp"
 
 using namespace attnbench;
 

@@ -11,9 +11,9 @@
 
 #include <unistd.h>
 
-#include "harness/errors.hpp"
-#include "harness/mask.hpp"
-#include "harness/scenario.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/workloads/scenario.hpp"
 
 using namespace attnbench;
 using nlohmann::json;
@@ -71,7 +71,7 @@ struct TempDir {
 
 }  // namespace
 
-TEST_CASE("the DESIGN.md problem example is a one-case scenario") {
+TEST_CASE("the docs/semantics.md problem example is a one-case scenario") {
   Scenario s = scenario_from_json(design_example(), "/tmp/example.json");
   REQUIRE(s.cases.size() == 1);
   CHECK(s.name == "example");

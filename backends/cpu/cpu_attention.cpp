@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "backends/cpu/cpu_backend.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/tensors.hpp"
 
 namespace attnbench::cpu_kernels {
 namespace {

@@ -1,6 +1,6 @@
 // Kernels of the `cpu` backend: FlashAttention-2 forward (Algorithm 1) and
 // backward (Algorithm 2) of Dao 2023, tiled over a FlexAttention BlockMask, on
-// float32 host buffers stored in a physical layout (harness/layout.hpp).
+// float32 host buffers stored in a physical layout (harness/model/layout.hpp).
 //
 // One parameter struct with explicit layouts (FlashAttention's Flash_fwd_params
 // style); the kernels never allocate tensors, only per-thread tile scratch.
@@ -12,7 +12,7 @@
 // P^T dO, dS K, dS^T Q, D and dBias. The forward keeps two float64 tensors for the
 // backward (like autograd's saved tensors): the LSE, whose rounding is the float32
 // LSE output, and O before rounding to the dtype. Why, measured with the
-// correctness rule of DESIGN.md section 2 (check_outputs against reference::gold
+// correctness rule of docs/semantics.md section 7 (check_outputs against reference::gold
 // and reference::lp) on seeded random problems of every mask, mod, layout and dtype:
 //   - FA-2 as written in float32 (float32 sums, float32 LSE, D from the written O)
 //     fails in fp32, where lp is itself plain float32: O up to 3x, dQ, dK, dV 4-6x
@@ -31,10 +31,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/block_mask.hpp"
-#include "harness/layout.hpp"
-#include "harness/mask_desc.hpp"
-#include "harness/problem.hpp"
+#include "harness/model/block_mask.hpp"
+#include "harness/model/layout.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/problem.hpp"
 
 namespace attnbench::cpu_kernels {
 

@@ -8,9 +8,9 @@
 #include <stdexcept>
 
 #include "backends/cpu/cpu_attention.hpp"
-#include "harness/block_mask.hpp"
-#include "harness/layout.hpp"
-#include "harness/mask.hpp"
+#include "harness/model/block_mask.hpp"
+#include "harness/model/layout.hpp"
+#include "harness/model/mask.hpp"
 
 namespace attnbench {
 namespace {

@@ -1,7 +1,7 @@
 // The `cpu` backend: a tiled float32 CPU implementation of FlashAttention-2
 // (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and
 // Work Partitioning", Algorithm 1 forward, Algorithm 2 backward) driven by a
-// FlexAttention BlockMask (harness/block_mask.hpp).
+// FlexAttention BlockMask (harness/model/block_mask.hpp).
 //
 // It is the executable specification of the GPU kernels of this project: the
 // same tile walk (partial tiles evaluate the mask, full tiles skip it, empty
@@ -11,14 +11,14 @@
 //
 // Registered as "cpu" (one line in cpu_backend.cpp). Tests construct it with
 // CpuBackendOptions to obtain deliberately broken variants and prove that the
-// correctness rule (harness/check.hpp) catches them.
+// correctness rule (harness/check/check.hpp) catches them.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "harness/backend.hpp"
+#include "harness/backend/backend.hpp"
 
 namespace attnbench {
 

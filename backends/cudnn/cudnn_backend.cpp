@@ -19,9 +19,9 @@
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
-#include "harness/environment.hpp"
-#include "harness/errors.hpp"
-#include "harness/layout.hpp"
+#include "harness/device/environment.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/layout.hpp"
 
 namespace attnbench::cudnn_sdpa {
 

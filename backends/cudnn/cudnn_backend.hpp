@@ -32,7 +32,7 @@
 #include <string>
 
 #include "backends/cudnn/cudnn_plan.hpp"
-#include "harness/backend.hpp"
+#include "harness/backend/backend.hpp"
 
 namespace attnbench::cudnn_sdpa {
 

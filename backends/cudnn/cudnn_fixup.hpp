@@ -1,5 +1,5 @@
 // The fix-up kernel that completes cuDNN's outputs where it leaves stored rows
-// unwritten or where DESIGN.md's fully-masked-row rule differs from what a fused
+// unwritten or where the fully-masked-row rule (docs/semantics.md section 5) differs from what a fused
 // kernel produces: zeroed O / dQ / dK / dV rows and sanitized statistics. (The
 // logical LSE is mapped from cuDNN's statistics on the host: lse_from_stats.)
 // Plain C++ declarations so that host code compiles without nvcc; definitions in

@@ -11,8 +11,8 @@
 #include <set>
 #include <sstream>
 
-#include "harness/mask.hpp"
-#include "harness/mask_desc.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/mask_desc.hpp"
 
 namespace attnbench::cudnn_sdpa {
 
@@ -434,7 +434,7 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
              "with a top-left causal mask only)";
     if (!(band.has_right && band.right == 0 && !band.has_left && band.align == Align::top_left))
       return "alibi needs exactly a causal mask aligned top-left (or Sq == Sk): cuDNN's ALiBi adds slope * (j - i), "
-             "which equals DESIGN's -slope * |i - j| only where j <= i, and cuDNN requires right bound 0 without "
+             "which equals docs/semantics.md's -slope * |i - j| only where j <= i, and cuDNN requires right bound 0 without "
              "bottom-right alignment";
   }
 

@@ -18,7 +18,7 @@
 //            to no sequence and have no token row: they are fully masked, and
 //            read_outputs gives them O = 0, LSE = -inf and zero gradients.
 //
-// Diagonal band (causal and sliding window, DESIGN.md section 1). cuDNN's graph has
+// Diagonal band (causal and sliding window, docs/semantics.md section 3). cuDNN's graph has
 // one diagonal alignment per graph: a right bound (keep j <= i + R [+ off]) and a
 // left bound (keep j > i - L [+ off]), off = s_kv - s_q of the sequence for
 // bottom-right alignment. cuDNN's left bound counts the diagonal: L = left + 1.
@@ -31,8 +31,8 @@
 #include <variant>
 #include <vector>
 
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 
 namespace attnbench::cudnn_sdpa {
 
@@ -111,7 +111,7 @@ enum class Align { top_left, bottom_right };
 struct Band {
   bool has_right = false;  ///< keep j <= i + right (+ off for bottom_right)
   int64_t right = 0;
-  bool has_left = false;   ///< keep j > i - left_bound (+ off): left_bound = DESIGN left + 1
+  bool has_left = false;   ///< keep j > i - left_bound (+ off): left_bound = semantics.md left + 1
   int64_t left_bound = 0;
   Align align = Align::top_left;
   bool any() const { return has_right || has_left; }

@@ -17,9 +17,9 @@
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
-#include "harness/errors.hpp"
-#include "harness/layout.hpp"
-#include "harness/mask.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/layout.hpp"
+#include "harness/model/mask.hpp"
 
 namespace attnbench::fused {
 
@@ -366,9 +366,9 @@ bool sm80_available(const std::string& backend, std::string* why) {
   return true;
 }
 
-bool env_flag(const char* var) {
+bool env_flag(const char* var, bool fallback) {
   const char* v = std::getenv(var);
-  if (!v || !*v) return false;
+  if (!v || !*v) return fallback;
   const std::string s(v);
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
   if (s == "0" || s == "false" || s == "no" || s == "off") return false;

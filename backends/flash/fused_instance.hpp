@@ -19,9 +19,9 @@
 #include <memory>
 #include <string>
 
-#include "harness/backend.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/backend/backend.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 
 namespace attnbench::fused {
 
@@ -31,9 +31,9 @@ enum class Placement { padded, documents };
 /// Options of one fused instance.
 struct FusedOptions {
   Placement placement = Placement::padded;
-  /// Deterministic backward: dQ by its own kernel (bitwise reproducible) instead
-  /// of float32 atomics.
-  bool deterministic = false;
+  /// Deterministic backward: dQ by its own kernel (bitwise reproducible; the
+  /// default, measured faster on the H100) instead of float32 atomics.
+  bool deterministic = true;
   /// Query heads per forward / dQ CTA (GQA packing); 0 = the plan's choice
   /// (kernels::choose_pack for documents, 1 otherwise). Must divide the group.
   int pack = 0;
@@ -58,9 +58,9 @@ std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemDa
 /// capability >= 8.0: mma.sync bf16, cp.async); `why` names `backend` and the reason.
 bool sm80_available(const std::string& backend, std::string* why);
 
-/// True when the environment variable `var` is set to a true value ("1", "true",
-/// "yes", "on"); false when unset or "0" / "false" / "no" / "off". Throws
-/// attnbench::InputError naming the variable for any other value.
-bool env_flag(const char* var);
+/// The boolean value of environment variable `var`: true for "1", "true", "yes",
+/// "on"; false for "0", "false", "no", "off"; `fallback` when unset or empty.
+/// Throws attnbench::InputError naming the variable for any other value.
+bool env_flag(const char* var, bool fallback);
 
 }  // namespace attnbench::fused

@@ -27,7 +27,7 @@
 
 #include <cstdint>
 
-#include "harness/mask_desc.hpp"
+#include "harness/model/mask_desc.hpp"
 
 namespace attnbench::kernels {
 

@@ -12,9 +12,9 @@
 #include <utility>
 
 #include "backends/kernels/attn_params.hpp"
-#include "harness/mask_desc.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 
 namespace attnbench::kernels {
 

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "harness/hd.hpp"
-#include "harness/mask_desc.hpp"
+#include "harness/model/hd.hpp"
+#include "harness/model/mask_desc.hpp"
 
 namespace attnbench::kernels {
 

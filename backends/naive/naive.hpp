@@ -28,7 +28,7 @@
 #include <memory>
 #include <string>
 
-#include "harness/backend.hpp"
+#include "harness/backend/backend.hpp"
 
 namespace attnbench::naive {
 
@@ -80,7 +80,7 @@ class NaiveBackend : public Backend {
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) override;
   /// cuBLAS on one stream with a fixed workspace and fixed-order reductions.
   bool deterministic() const override { return true; }
-  /// Override of the forward constant (DESIGN.md section 2 allows documented
+  /// Override of the forward constant (docs/semantics.md section 7 allows documented
   /// per-backend constants): cuBLAS chooses its own k-reduction order (split-K,
   /// tensor-core fragments) for S = QK^T and O = PV, and in fp32 the lp error is only
   /// a few ulp, so reduction-order noise alone reached 2.76x the lp error on O on the

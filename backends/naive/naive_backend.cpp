@@ -31,9 +31,9 @@
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
 #include "harness/device/fill.hpp"
-#include "harness/errors.hpp"
-#include "harness/layout.hpp"
-#include "harness/mask.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/layout.hpp"
+#include "harness/model/mask.hpp"
 
 namespace attnbench::naive {
 

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "harness/mask_desc.hpp"
-#include "harness/problem.hpp"
+#include "harness/model/mask_desc.hpp"
+#include "harness/model/problem.hpp"
 
 namespace attnbench::naive {
 

@@ -27,9 +27,9 @@
 #include <sstream>
 #include <thread>
 
-#include "harness/block_mask.hpp"
-#include "harness/mask.hpp"
-#include "harness/npy.hpp"
+#include "harness/model/block_mask.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/npy.hpp"
 
 extern char** environ;
 
@@ -1048,7 +1048,7 @@ int64_t torch_peer_executed_pairs(TorchPeer k, const Problem& p) {
 TorchPeerBackend::TorchPeerBackend(TorchPeer kind, LaunchConfig cfg)
     : PeerBackend(torch_peer_name(kind), torch_peer_name(kind), description_of(kind), std::move(cfg)), kind_(kind) {}
 
-// One line each (harness/backend.hpp).
+// One line each (harness/backend/backend.hpp).
 ATTNBENCH_REGISTER_BACKEND(TorchSdpaFlash);
 ATTNBENCH_REGISTER_BACKEND(TorchSdpaCudnn);
 ATTNBENCH_REGISTER_BACKEND(TorchSdpaEfficient);

@@ -42,9 +42,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/backend.hpp"
-#include "harness/errors.hpp"
-#include "harness/measure.hpp"
+#include "harness/backend/backend.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/measure/measure.hpp"
 
 namespace attnbench::peers {
 
@@ -262,7 +262,7 @@ Support torch_peer_supports(TorchPeer k, const Problem& p);
 /// How the torch worker expresses the mask: "none", "is_causal", "dense" (a
 /// boolean attn_mask), "block_mask" (flex) or "sequences" (varlen).
 std::string torch_peer_mask_plan(TorchPeer k, const Problem& p);
-/// Executed pairs (DESIGN.md section 3) per path: flex, and SDPA with is_causal or
+/// Executed pairs (docs/semantics.md section 8) per path: flex, and SDPA with is_causal or
 /// no mask, the 128x128 BlockMask of the problem; SDPA with a dense mask, every
 /// pair; varlen, the 128x128 tiles of each sequence (document or row) under its
 /// causal / window bounds. Estimates of the kernels' own tiling, except for flex.

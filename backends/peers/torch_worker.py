@@ -58,7 +58,7 @@ PROTOCOL = 1
 PEERS = ("torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient", "torch-flex", "torch-varlen")
 SDPA_PEERS = PEERS[:3]
 PASSES = ("fwd", "bwd", "fwd_bwd")
-BLOCK = 128  # block_sparse block and BlockMask tile (DESIGN.md section 1)
+BLOCK = 128  # block_sparse block and BlockMask tile (docs/semantics.md sections 3 and 6)
 MASK64 = (1 << 64) - 1
 
 
@@ -71,11 +71,11 @@ class RequestError(Exception):
 
 
 # --------------------------------------------------------------------------- problem model
-# Mirrors harness/problem.hpp and harness/mask_desc.hpp (DESIGN.md section 1).
+# Mirrors harness/model/problem.hpp and harness/model/mask_desc.hpp (docs/semantics.md sections 1-4).
 
 
 def splitmix64(x):
-    """splitmix64 finaliser on a 64-bit unsigned int (harness/mask_desc.hpp)."""
+    """splitmix64 finaliser on a 64-bit unsigned int (harness/model/mask_desc.hpp)."""
     x = (x + 0x9E3779B97F4A7C15) & MASK64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
@@ -106,9 +106,9 @@ def _need(obj, key, kind, where):
 
 
 class Problem:
-    """One attention problem parsed from a problem file (DESIGN.md section 6).
+    """One attention problem parsed from a problem file (docs/semantics.md section 10).
 
-    Besides the fields, holds the flattened mask of harness/mask_desc.hpp:
+    Besides the fields, holds the flattened mask of harness/model/mask_desc.hpp:
     upper_tl / upper_br / lower_br bounds on j - i (None = unbounded), prefix_len,
     doc_ids [B][Sq] (-1 = padding), seq_lens_q / seq_lens_k [B], block (density, seed).
     """
@@ -259,7 +259,7 @@ class Problem:
         return self.doc_ids is not None or self.seq_lens_q is not None
 
     def allowed(self, b, i, j):
-        """mask(b, h, i, j) of DESIGN.md section 1, scalar (port of mask_allowed())."""
+        """mask(b, h, i, j) of docs/semantics.md section 3, scalar (port of mask_allowed())."""
         sq, sk = self.seq_q, self.seq_k
         if self.seq_lens_q is not None:
             sq, sk = self.seq_lens_q[b], self.seq_lens_k[b]
@@ -986,7 +986,7 @@ def make_peer(name, p, T, inputs, notes):
 
 
 class Policy:
-    """Timing policy of the request (harness/measure.hpp TimingPolicy)."""
+    """Timing policy of the request (harness/measure/measure.hpp TimingPolicy)."""
 
     def __init__(self, obj):
         obj = obj or {}
@@ -1004,7 +1004,7 @@ class Policy:
 
 
 def sample_until_stable(policy, take):
-    """The stopping rule of harness/measure.cpp sample_until_stable: stop once n >=
+    """The stopping rule of harness/measure/measure.cpp sample_until_stable: stop once n >=
     min_samples and stddev/mean <= target (converged), at max_samples, or when the
     sampling wall time reaches max_seconds. Returns (samples, stop_reason, wall_s)."""
     samples = []
@@ -1159,7 +1159,7 @@ def _masked_row_notes(T, peer, res, row_any, notes):
             msg = (f"{n} fully masked (b, i) query rows (x {peer.p.heads_q} heads): the peer gives O = {o_desc}, "
                    f"LSE = {lse_desc}")
             if o_desc != "0" or lse_desc not in ("-inf", "n/a"):
-                msg += " (DESIGN.md wants O = 0 and LSE = -inf; reported as given, not fixed)"
+                msg += " (docs/semantics.md section 5 wants O = 0 and LSE = -inf; reported as given, not fixed)"
             notes.append(msg)
     for key in ("o", "lse", "dq", "dk", "dv", "dbias"):
         t = res.get(key)
@@ -1522,7 +1522,7 @@ def _make_inputs(T, p, seed):
 def _reference(T, p, inp, allowed, lp):
     """Dense reference on the CPU: float64 (gold) or float32 with rounding to the
     dtype after S, score_mod, P and O and, through autograd's casts, after each
-    backward product (lp, DESIGN.md section 2). Returns logical float64 tensors."""
+    backward product (lp, docs/semantics.md section 7). Returns logical float64 tensors."""
     torch = T.torch
     ct = torch.float32 if lp else torch.float64
     low = T.dtype(p.dtype)
@@ -1682,7 +1682,7 @@ def self_test(args):
                     r = 2.0 if key in ("o", "lse") else 3.0
                     gmax = float(g[sel].abs().max())
                     ulp = _ulp("fp32" if key in ("lse", "dbias") else p.dtype, gmax)
-                    tol = 2.0 * (r * float(e_lp.max()) + ulp)  # 2x the DESIGN.md rule: plumbing check
+                    tol = 2.0 * (r * float(e_lp.max()) + ulp)  # 2x the correctness rule: plumbing check
                     err = float(e.max())
                     worst.append(f"{key} {err:.2e}/{tol:.2e}")
                     if not err <= tol:
@@ -1721,7 +1721,7 @@ def self_test(args):
         for f in failures:
             print(f"  - {f}")
         return 1
-    print("[self-test] all supported (peer, case) pairs agree with float64 within 2x the DESIGN.md rule")
+    print("[self-test] all supported (peer, case) pairs agree with float64 within 2x the correctness rule")
     return 0
 
 

@@ -8,19 +8,19 @@
 #include "backends/flash/fused_instance.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
-#include "harness/errors.hpp"
+#include "harness/model/errors.hpp"
 
 namespace attnbench::fused {
 namespace {
 
 class VarlenBackend : public Backend {
  public:
-  VarlenBackend() : deterministic_(env_flag("ATTNBENCH_VARLEN_DETERMINISTIC")) {}
+  VarlenBackend() : deterministic_(env_flag("ATTNBENCH_VARLEN_DETERMINISTIC", true)) {}
   std::string name() const override { return "varlen"; }
   std::string description() const override {
     return "packed documents as THD sequences (cu_seqlens from the document mask, padding tokens dropped) on "
            "attnbench's fused kernels; GQA heads folded into the query tile for short documents, tiles sorted "
-           "longest first; deterministic dQ with ATTNBENCH_VARLEN_DETERMINISTIC=1";
+           "longest first; deterministic dQ kernel, float32 atomics with ATTNBENCH_VARLEN_DETERMINISTIC=0";
   }
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("varlen", why); }

@@ -148,7 +148,7 @@ def make(seed, started, finished):
                              "padded_tokens": 2 * seq, "packing_ratio": packing, "docs_per_pack": [11, 12],
                              "truncated_docs": 0} if packing else None),
                 "check": {"pass": True, "mode": "full", "scope": "all 8 (batch, kv-head) slices",
-                          "rule": "r_fwd = 2, r_bwd = 3 (DESIGN.md section 2)",
+                          "rule": "r_fwd = 2, r_bwd = 3 (docs/semantics.md section 7)",
                           "worst_ratio": max(ratios.values()), "reference_ms": 850.0, "tensors": tensors},
                 "timing": timing,
                 "memory": {"allocated_bytes": 64 << 20, "workspace_bytes": (b * hq * seq * seq * 2) if backend == "naive" else 0},

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/problem.hpp"
+#include "harness/model/problem.hpp"
 
 namespace attnbench::device {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "harness/device/check.hpp"
-#include "harness/environment.hpp"
+#include "harness/device/environment.hpp"
 
 namespace attnbench::device {
 

@@ -1,4 +1,4 @@
-// Hardware ceilings measured once per run (DESIGN.md section 3): a large bf16
+// Hardware ceilings measured once per run (docs/semantics.md section 8): a large bf16
 // GEMM through cuBLAS (the arithmetic ceiling) and a device-to-device copy (the
 // memory ceiling, bytes read plus bytes written). Each report row's throughput is
 // then given as a fraction of them.

@@ -7,10 +7,27 @@
 // Tracing adds a little launch overhead, so the runner traces untimed passes only.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
-#include "harness/kernel_trace.hpp"
+namespace attnbench {
+
+/// One device activity of a traced pass, as CUPTI reports it.
+struct TracedActivity {
+  std::string kind;           ///< "kernel", "memset" or "memcpy"
+  std::string name;           ///< demangled kernel name; "memset" / "memcpy <direction>"
+  uint64_t start_ns = 0;      ///< device timestamps, nanoseconds (CUPTI's clock)
+  uint64_t end_ns = 0;
+  int grid[3] = {0, 0, 0};    ///< kernels only
+  int block[3] = {0, 0, 0};
+  int registers = 0;          ///< per thread
+  int64_t shared_bytes = 0;   ///< static + dynamic shared memory per block
+  uint64_t bytes = 0;         ///< memsets / copies only
+  uint32_t stream = 0;        ///< CUPTI's stream id (lanes of the timeline)
+};
+
+}  // namespace attnbench
 
 namespace attnbench::device {
 

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/backend.hpp"
-#include "harness/check.hpp"
-#include "harness/mask.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/backend/backend.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 
 namespace attnbench::test {

@@ -1,5 +1,5 @@
 // Tests of the "cudnn" backend (backends/cudnn/): cuDNN SDPA forward and backward
-// against the float64 reference under DESIGN.md section 2's rule, the support
+// against the float64 reference under docs/semantics.md section 7's rule, the support
 // surface (every unsupported combination has a reason and never crashes) and
 // instance facts (plan cache, workspace, guards). The host-side plan analysis is
 // tested without a GPU in tests/test_cudnn_plan.cpp.
@@ -22,10 +22,10 @@
 #include "backends/cudnn/cudnn_backend.hpp"
 #include "backends/cudnn/cudnn_graph.hpp"
 #include "backends/cudnn/cudnn_plan.hpp"
-#include "harness/check.hpp"
-#include "harness/errors.hpp"
-#include "harness/mask.hpp"
-#include "harness/tensors.hpp"
+#include "harness/check/check.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 #include "tests/test_util.hpp"
 

@@ -18,7 +18,8 @@
 #include "harness/device/device.hpp"
 #include "harness/device/hold.hpp"
 #include "harness/device/kernel_trace.hpp"
-#include "harness/tensors.hpp"
+#include "harness/measure/kernel_trace.hpp"
+#include "harness/model/tensors.hpp"
 
 using namespace attnbench;
 using device::DeviceBuffer;

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "harness/backend.hpp"
+#include "harness/backend/backend.hpp"
 #include "tests/gpu/gpu_check.hpp"
 #include "tests/test_util.hpp"
 

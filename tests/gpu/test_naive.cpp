@@ -1,5 +1,5 @@
 // GPU tests of the naive backend against the float64 reference (gold) and the
-// low-precision emulation (lp) under the correctness rule of DESIGN.md section 2.
+// low-precision emulation (lp) under the correctness rule of docs/semantics.md section 7.
 //
 // Every case: poison -> forward -> backward -> check_outputs (O, LSE, dQ, dK, dV,
 // dBias), no NaN anywhere, fully masked rows exactly 0 with LSE = -inf, guard
@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "backends/naive/naive.hpp"
-#include "harness/check.hpp"
+#include "harness/check/check.hpp"
 #include "harness/device/buffer.hpp"
-#include "harness/errors.hpp"
-#include "harness/mask.hpp"
-#include "harness/problem.hpp"
-#include "harness/tensors.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/mask.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
 #include "tests/test_util.hpp"
 

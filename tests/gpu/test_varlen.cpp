@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "harness/backend.hpp"
-#include "harness/scenario.hpp"
+#include "harness/backend/backend.hpp"
+#include "harness/workloads/scenario.hpp"
 #include "tests/gpu/gpu_check.hpp"
 #include "tests/test_util.hpp"
 

@@ -1,0 +1,36 @@
+#include "harness/backend/backend.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+namespace attnbench {
+
+namespace {
+std::map<std::string, BackendRegistry::Factory>& registry() {
+  static std::map<std::string, BackendRegistry::Factory> r;
+  return r;
+}
+}  // namespace
+
+bool BackendRegistry::add(const std::string& name, Factory f) {
+  auto& r = registry();
+  if (r.count(name)) throw std::logic_error("backend registered twice: " + name);
+  r.emplace(name, std::move(f));
+  return true;
+}
+
+std::vector<std::string> BackendRegistry::names() {
+  std::vector<std::string> out;
+  for (const auto& kv : registry()) out.push_back(kv.first);
+  return out;
+}
+
+std::unique_ptr<Backend> BackendRegistry::create(const std::string& name) {
+  auto& r = registry();
+  auto it = r.find(name);
+  if (it == r.end()) return nullptr;
+  return it->second();
+}
+
+}  // namespace attnbench

@@ -1,0 +1,157 @@
+// The backend interface and registry (docs/ARCHITECTURE.md, "How to add a backend").
+//
+// A backend answers supports(problem) -> ok | reason, workspace_bytes, and
+// prepare(problem, inputs) -> an instance whose forward()/backward() are what the
+// measurement engine times. Instances own their buffers (host for CPU backends,
+// device for GPU ones) in the problem's physical layout and dtype; read_outputs()
+// converts back to the logical float64 layout for checking.
+//
+// Registering a backend is one line in its own source file:
+//   ATTNBENCH_REGISTER_BACKEND(MyBackend);
+// (MyBackend default-constructible, deriving from Backend).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
+
+namespace attnbench {
+
+/// Where a backend computes.
+enum class Device { cpu, cuda };
+
+/// The answer of Backend::supports(): ok, or the reason it is not.
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support yes() { return {true, {}}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+  explicit operator bool() const { return ok; }
+};
+
+/// Per-backend constants of the correctness rule (docs/semantics.md section 7):
+/// pass iff e(X) <= r * e_lp(X) + ulp(X_gold), r_fwd for O and LSE, r_bwd for
+/// gradients. A backend that overrides them must say why in `reason`.
+struct RuleConstants {
+  double r_fwd = 2.0;
+  double r_bwd = 3.0;
+  std::string reason;  ///< empty for the default rule
+};
+
+/// One prepared case on one backend. Created by Backend::prepare(); not thread safe.
+class BackendInstance {
+ public:
+  virtual ~BackendInstance() = default;
+
+  /// Compute O [B,Hq,Sq,Dv] and LSE [B,Hq,Sq] into the instance's buffers.
+  /// Asynchronous for GPU backends (enqueued on stream()). Throws on failure.
+  virtual void forward() = 0;
+  /// Compute dQ, dK, dV (and dBias) from the last forward's O and LSE.
+  virtual void backward() = 0;
+  /// Fill every output (O, LSE, dQ, dK, dV, dBias) with NaN so that an element a
+  /// pass leaves unwritten fails the check.
+  virtual void poison_outputs() = 0;
+  /// Wait for queued work (GPU backends); a no-op on the CPU.
+  virtual void synchronize() {}
+  /// Copy results back in the logical float64 layout; gradients only if `with_grads`.
+  virtual AttentionOutputs read_outputs(bool with_grads) = 0;
+
+  /// (i, j) pairs inside the tiles the forward pass computes, summed over batch
+  /// and query heads (docs/semantics.md section 8 "executed" pairs).
+  virtual int64_t executed_pairs() const = 0;
+  /// Milliseconds spent in prepare() building metadata (BlockMask, cu_seqlens,
+  /// plans), reported apart from kernel time; 0 if none.
+  virtual double setup_ms() const { return 0.0; }
+  /// Bytes the instance holds (inputs, outputs, workspace) on its device.
+  virtual size_t allocated_bytes() const { return 0; }
+  /// The cudaStream_t the passes run on (GPU backends), else nullptr.
+  virtual void* stream() const { return nullptr; }
+
+  /// Out-of-process peers (backends/peers/) time inside their own process: they
+  /// return their raw samples in milliseconds for pass 0 = forward, 1 = backward,
+  /// 2 = forward+backward, and the runner reports those instead of timing calls.
+  virtual std::optional<std::vector<double>> external_samples_ms(int pass) const {
+    (void)pass;
+    return std::nullopt;
+  }
+  /// Out-of-process peers run twice themselves and report bitwise determinism.
+  virtual std::optional<bool> external_deterministic() const { return std::nullopt; }
+  /// Extra backend-specific facts for the report row (e.g. compile time of a
+  /// peer, cuDNN engine name); null when none.
+  virtual nlohmann::json extra() const { return nullptr; }
+};
+
+struct TimingPolicy;  // harness/measure/measure.hpp
+
+/// A backend plugin.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// Registry name, e.g. "cpu", "naive", "cudnn".
+  virtual std::string name() const = 0;
+  /// One line for `attnbench list backends`.
+  virtual std::string description() const = 0;
+  virtual Device device() const = 0;
+  /// Whether the backend can run on this machine at all (GPU present, library
+  /// loadable); `why` receives the reason when not.
+  virtual bool available(std::string* why) const {
+    (void)why;
+    return true;
+  }
+  /// Whether this problem can run; the reason when not (becomes an
+  /// `unsupported` report row).
+  virtual Support supports(const Problem& p) const = 0;
+  /// Scratch bytes beyond inputs and outputs.
+  virtual size_t workspace_bytes(const Problem& p) const {
+    (void)p;
+    return 0;
+  }
+  /// Allocate, upload `inputs` in the backend's dtype and layout, build metadata.
+  /// Untimed. Throws std::exception on failure (becomes an `error` row).
+  virtual std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) = 0;
+  /// Correctness-rule constants for this backend (default: docs/semantics.md section 7).
+  virtual RuleConstants rule() const { return {}; }
+  /// Whether results are expected to be bitwise reproducible (reported, not gated).
+  virtual bool deterministic() const { return true; }
+  /// The run's options, called once by the runner before the first case. In-process
+  /// backends are timed by the runner and ignore it (the default); backends that
+  /// time themselves (out-of-process peers) use it to apply the same cold/hot
+  /// policy, warm-up and stopping rule, to skip the backward pass or the timing when
+  /// the run does, and to pick the CUDA device.
+  virtual void configure(const TimingPolicy& policy, bool backward, bool timing, bool determinism, int device) {
+    (void)policy;
+    (void)backward;
+    (void)timing;
+    (void)determinism;
+    (void)device;
+  }
+};
+
+/// Process-wide backend registry.
+class BackendRegistry {
+ public:
+  using Factory = std::function<std::unique_ptr<Backend>()>;
+  /// Register a factory under `name`; returns true (for static initialisers).
+  /// A duplicate name throws std::logic_error.
+  static bool add(const std::string& name, Factory f);
+  /// Registered names, sorted.
+  static std::vector<std::string> names();
+  /// A new backend, or nullptr if `name` is unknown.
+  static std::unique_ptr<Backend> create(const std::string& name);
+};
+
+#define ATTNBENCH_CONCAT_INNER(a, b) a##b
+#define ATTNBENCH_CONCAT(a, b) ATTNBENCH_CONCAT_INNER(a, b)
+/// Register backend type T (default-constructible) under T().name().
+#define ATTNBENCH_REGISTER_BACKEND(T)                                                   \
+  static const bool ATTNBENCH_CONCAT(attnbench_registered_, __LINE__) =                 \
+      ::attnbench::BackendRegistry::add(T().name(), [] { return std::make_unique<T>(); })
+
+}  // namespace attnbench

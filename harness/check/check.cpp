@@ -1,0 +1,310 @@
+#include "harness/check/check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "harness/model/errors.hpp"
+#include "harness/model/mask_desc.hpp"
+
+namespace attnbench {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string fmt_g(double v, int digits = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
+
+/// JSON number, or "inf" / "-inf" / "nan" (JSON has no non-finite numbers).
+nlohmann::json num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+/// 0 finite, 1 NaN, 2 +inf, 3 -inf.
+int value_class(double v) {
+  if (std::isnan(v)) return 1;
+  if (std::isinf(v)) return v > 0 ? 2 : 3;
+  return 0;
+}
+
+/// Running comparison of one tensor.
+struct Accum {
+  TensorCheck t;
+  double sum_abs = 0, sum_sq_diff = 0, sum_sq_gold = 0, max_gold = 0;
+  int64_t finite_pairs = 0;
+
+  void add(double x, double g, double l, bool masked_row) {
+    ++t.checked;
+    const int cx = value_class(x), cg = value_class(g);
+    if (cg == 0 && cx == 1) ++t.unwritten;
+    else if (cx != cg) ++t.nan_mismatch;
+    if (masked_row && !(x == 0.0)) ++t.masked_nonzero;
+    if (cg == 0) max_gold = std::max(max_gold, std::abs(g));
+    if (cg == 0 && value_class(l) == 0) t.lp_max_abs_err = std::max(t.lp_max_abs_err, std::abs(l - g));
+    if (cg == 0 && cx == 0) {
+      const double d = std::abs(x - g);
+      t.max_abs_err = std::max(t.max_abs_err, d);
+      sum_abs += d;
+      sum_sq_diff += d * d;
+      sum_sq_gold += g * g;
+      ++finite_pairs;
+    }
+  }
+
+  TensorCheck finish(DType ulp_type, double r) {
+    t.mean_abs_err = finite_pairs ? sum_abs / static_cast<double>(finite_pairs) : 0.0;
+    t.rel_l2_err = sum_sq_gold > 0 ? std::sqrt(sum_sq_diff / sum_sq_gold) : std::sqrt(sum_sq_diff);
+    // ulp at max |gold|, never below kUlpFloorMagnitude (check.hpp says why).
+    t.ulp = ulp_of(ulp_type, std::max(max_gold, kUlpFloorMagnitude));
+    t.r = r;
+    t.tolerance = r * t.lp_max_abs_err + t.ulp;
+    t.ratio = t.max_abs_err / std::max(t.lp_max_abs_err, t.ulp);
+    t.pass = t.max_abs_err <= t.tolerance && t.nan_mismatch == 0 && t.unwritten == 0 && t.masked_nonzero == 0;
+    return t;
+  }
+};
+
+void require_shape(const HostTensor& got, const HostTensor& gold, const HostTensor& lp, const char* name) {
+  if (got.shape != gold.shape || lp.shape != gold.shape || got.data.size() != gold.data.size() ||
+      lp.data.size() != gold.data.size()) {
+    auto show = [](const std::vector<int64_t>& s) {
+      std::string out = "[";
+      for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+      return out + "]";
+    };
+    throw std::invalid_argument(std::string("check_outputs: ") + name + " shape " + show(got.shape) +
+                                " (lp " + show(lp.shape) + ") differs from gold " + show(gold.shape));
+  }
+}
+
+/// Compare a [B, H, S, ...] tensor over the selected slices. `query_heads` maps
+/// h to its kv head (H = Hq) for slice selection; with `row_lse` (gold LSE), rows
+/// whose LSE is -inf must be exactly 0 (`row_len` elements per row).
+TensorCheck compare_heads(const char* name, const HostTensor& got, const HostTensor& gold, const HostTensor& lp,
+                          const Problem& p, const reference::SliceSet& slices, bool query_heads,
+                          const HostTensor* row_lse, int64_t row_len, DType ulp_type, double r) {
+  require_shape(got, gold, lp, name);
+  Accum acc;
+  acc.t.name = name;
+  const int64_t H = gold.shape.at(1);
+  const int64_t inner = gold.numel() / (gold.shape.at(0) * H);
+  for (int64_t b = 0; b < gold.shape[0]; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = query_heads ? h / p.group_size() : h;
+      if (!slices.contains(b, g, p.heads_kv)) continue;
+      const int64_t base = (b * H + h) * inner;
+      for (int64_t e = 0; e < inner; ++e) {
+        const size_t idx = static_cast<size_t>(base + e);
+        const bool masked = row_lse && row_lse->data[static_cast<size_t>((base + e) / row_len)] == -kInf;
+        acc.add(got.data[idx], gold.data[idx], lp.data[idx], masked);
+      }
+    }
+  }
+  return acc.finish(ulp_type, r);
+}
+
+std::string rule_text(const RuleConstants& rule) {
+  const RuleConstants def;
+  std::string s = "pass iff max|X - gold| <= r * max|X_lp - gold| + ulp(max(max|gold|, 2^-6)); r_fwd=" + fmt_g(rule.r_fwd) +
+                  " (O, LSE) r_bwd=" + fmt_g(rule.r_bwd) + " (gradients)";
+  if (!rule.reason.empty()) return s + " (override: " + rule.reason + ")";
+  if (rule.r_fwd != def.r_fwd || rule.r_bwd != def.r_bwd) return s + " (override without a stated reason)";
+  return s + " (docs/semantics.md section 7 default)";
+}
+
+}  // namespace
+
+CheckMode parse_check_mode(const std::string& s) {
+  if (s == "auto" || s == "automatic") return CheckMode::automatic;
+  if (s == "full") return CheckMode::full;
+  if (s == "sample") return CheckMode::sample;
+  if (s == "off") return CheckMode::off;
+  throw InputError("", "--check", "unknown check mode \"" + s + "\" (expected auto, full, sample or off)");
+}
+
+const char* to_string(CheckMode m) {
+  switch (m) {
+    case CheckMode::automatic: return "auto";
+    case CheckMode::full: return "full";
+    case CheckMode::sample: return "sample";
+    case CheckMode::off: return "off";
+  }
+  return "?";
+}
+
+nlohmann::json CheckResult::to_json() const {
+  nlohmann::json j;
+  j["pass"] = pass;
+  j["mode"] = mode;
+  j["scope"] = scope;
+  j["rule"] = rule;
+  j["worst_ratio"] = num(worst_ratio);
+  j["tensors"] = nlohmann::json::array();
+  for (const auto& t : tensors) {
+    j["tensors"].push_back({{"name", t.name},
+                            {"pass", t.pass},
+                            {"max_abs_err", num(t.max_abs_err)},
+                            {"mean_abs_err", num(t.mean_abs_err)},
+                            {"rel_l2_err", num(t.rel_l2_err)},
+                            {"lp_max_abs_err", num(t.lp_max_abs_err)},
+                            {"ulp", num(t.ulp)},
+                            {"r", num(t.r)},
+                            {"tolerance", num(t.tolerance)},
+                            {"ratio", num(t.ratio)},
+                            {"checked", t.checked},
+                            {"nan_mismatch", t.nan_mismatch},
+                            {"unwritten", t.unwritten},
+                            {"masked_nonzero", t.masked_nonzero}});
+  }
+  return j;
+}
+
+reference::SliceSet sample_slices(const Problem& p, int64_t max_slices, uint64_t seed) {
+  const int64_t n = p.batch * p.heads_kv;
+  const int64_t k = std::max<int64_t>(2, max_slices);
+  if (k >= n) return reference::SliceSet::every();
+  std::vector<std::pair<uint64_t, int64_t>> ranked;
+  for (int64_t idx = 1; idx + 1 < n; ++idx)
+    ranked.push_back({splitmix64(seed ^ splitmix64(static_cast<uint64_t>(idx))), idx});
+  std::sort(ranked.begin(), ranked.end());
+  reference::SliceSet s;
+  s.all = false;
+  s.selected.assign(static_cast<size_t>(n), 0);
+  s.selected.front() = s.selected.back() = 1;
+  for (int64_t r = 0; r < k - 2; ++r) s.selected[static_cast<size_t>(ranked[static_cast<size_t>(r)].second)] = 1;
+  return s;
+}
+
+std::string describe_scope(const Problem& p, const reference::SliceSet& slices, bool grads) {
+  const int64_t n = p.batch * p.heads_kv;
+  const bool bias = grads && p.has_learnable_bias();
+  std::string s = grads ? "O, LSE, dQ, dK, dV" : "O, LSE";
+  if (bias && slices.all) s += ", dBias";
+  if (slices.all) {
+    s += " on all " + std::to_string(n) + " (b, kv-head) slices";
+  } else {
+    s += " on " + std::to_string(slices.count(p.batch, p.heads_kv)) + " of " + std::to_string(n) +
+         " (b, kv-head) slices";
+    int listed = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t g = 0; g < p.heads_kv; ++g)
+        if (slices.contains(b, g, p.heads_kv)) {
+          if (listed++ == 16) s += " ...";
+          if (listed <= 16) s += " (" + std::to_string(b) + "," + std::to_string(g) + ")";
+        }
+    if (bias) s += "; dBias not checked (needs every slice)";
+  }
+  return s;
+}
+
+CheckPlan plan_check(const Problem& p, CheckMode requested, bool grads, int64_t max_slices) {
+  CheckPlan plan;
+  if (requested == CheckMode::off) {
+    plan.mode = CheckMode::off;
+    plan.description = "off: outputs not checked";
+    return plan;
+  }
+  plan.estimated_flops = reference::estimated_flops(p, grads);
+  CheckMode mode = requested;
+  std::string why;
+  if (requested == CheckMode::automatic) {
+    const bool small = plan.estimated_flops < kAutoFullMaxFlops;
+    mode = small ? CheckMode::full : CheckMode::sample;
+    why = "auto: estimated reference cost " + fmt_g(plan.estimated_flops / 1e9) + " GFLOP " +
+          (small ? "< " : ">= ") + fmt_g(kAutoFullMaxFlops / 1e9) + " GFLOP";
+  }
+  if (mode == CheckMode::sample) {
+    plan.slices = sample_slices(p, max_slices, p.seed);
+    if (plan.slices.all) {
+      mode = CheckMode::full;
+      why += std::string(why.empty() ? "" : "; ") + "the sample covers every slice";
+    }
+  }
+  plan.mode = mode;
+  plan.description = std::string(to_string(mode)) + (why.empty() ? "" : " (" + why + ")") + ": " +
+                     describe_scope(p, plan.slices, grads);
+  return plan;
+}
+
+CheckResult check_outputs(const Problem& p, const AttentionOutputs& got, const AttentionOutputs& gold,
+                          const AttentionOutputs& lp, const RuleConstants& rule,
+                          const reference::SliceSet& slices) {
+  const bool grads = got.has_grads();
+  if (grads && (!gold.has_grads() || !lp.has_grads()))
+    throw std::invalid_argument("check_outputs: the backend has gradients but gold or lp was run forward-only");
+  CheckResult res;
+  res.mode = slices.all ? "full" : "sample";
+  res.scope = describe_scope(p, slices, grads);
+  res.rule = rule_text(rule);
+
+  const int64_t dv = p.head_dim_v, dqk = p.head_dim;
+  res.tensors.push_back(compare_heads("O", got.o, gold.o, lp.o, p, slices, true, &gold.lse, dv, p.dtype, rule.r_fwd));
+  res.tensors.push_back(
+      compare_heads("LSE", got.lse, gold.lse, lp.lse, p, slices, true, nullptr, 1, DType::fp32, rule.r_fwd));
+  if (grads) {
+    res.tensors.push_back(
+        compare_heads("dQ", got.dq, gold.dq, lp.dq, p, slices, true, &gold.lse, dqk, p.dtype, rule.r_bwd));
+    res.tensors.push_back(
+        compare_heads("dK", got.dk, gold.dk, lp.dk, p, slices, false, nullptr, 1, p.dtype, rule.r_bwd));
+    res.tensors.push_back(
+        compare_heads("dV", got.dv, gold.dv, lp.dv, p, slices, false, nullptr, 1, p.dtype, rule.r_bwd));
+    if (p.has_learnable_bias() && slices.all) {
+      const size_t n = static_cast<size_t>(p.bias_numel());
+      if (gold.dbias.size() != n || lp.dbias.size() != n)
+        throw std::invalid_argument("check_outputs: gold or lp has no dBias of " + std::to_string(n) + " elements");
+      Accum acc;
+      acc.t.name = "dBias";
+      if (got.dbias.empty()) {
+        acc.t.checked = acc.t.unwritten = static_cast<int64_t>(n);
+        for (size_t i = 0; i < n; ++i)
+          if (std::isfinite(gold.dbias[i])) acc.max_gold = std::max(acc.max_gold, std::abs(gold.dbias[i]));
+      } else if (got.dbias.size() != n) {
+        throw std::invalid_argument("check_outputs: dBias has " + std::to_string(got.dbias.size()) +
+                                    " elements, gold " + std::to_string(n));
+      } else {
+        for (size_t i = 0; i < n; ++i) acc.add(got.dbias[i], gold.dbias[i], lp.dbias[i], false);
+      }
+      res.tensors.push_back(acc.finish(DType::fp32, rule.r_bwd));
+    }
+  }
+  res.pass = true;
+  for (const auto& t : res.tensors) {
+    res.pass = res.pass && t.pass;
+    res.worst_ratio = std::max(res.worst_ratio, t.ratio);
+  }
+  return res;
+}
+
+double ulp_of(DType t, double x) {
+  if (!std::isfinite(x)) return kInf;
+  const int mant = t == DType::fp32 ? 23 : (t == DType::fp16 ? 10 : 7);
+  const int emin = t == DType::fp16 ? -14 : -126;
+  int e = emin;
+  const double a = std::abs(x);
+  if (a > 0) {
+    int ex = 0;
+    std::frexp(a, &ex);  // a = m * 2^ex, m in [0.5, 1)
+    e = std::max(ex - 1, emin);
+  }
+  return std::ldexp(1.0, e - mant);
+}
+
+bool bitwise_equal(const AttentionOutputs& a, const AttentionOutputs& b) {
+  auto same = [](const std::vector<double>& x, const std::vector<double>& y) {
+    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
+  };
+  auto same_t = [&](const HostTensor& x, const HostTensor& y) { return x.shape == y.shape && same(x.data, y.data); };
+  return same_t(a.o, b.o) && same_t(a.lse, b.lse) && same_t(a.dq, b.dq) && same_t(a.dk, b.dk) &&
+         same_t(a.dv, b.dv) && same(a.dbias, b.dbias);
+}
+
+}  // namespace attnbench

@@ -1,0 +1,136 @@
+// The correctness rule of docs/semantics.md section 7 (NORMATIVE).
+//
+// For each tensor X in {O, LSE, dQ, dK, dV, dBias}: e(X) = max |X - gold|.
+// Pass iff e(X_backend) <= r * e(X_lp) + ulp(X_gold), r = 2 for O and LSE and
+// r = 3 for gradients (FlashAttention's test rule, tests/test_flash_attn.py),
+// ulp = one unit in the last place of the dtype at max(max |X_gold|, 2^-6) (float32
+// for LSE and dBias, which are float32 in every backend; the 2^-6 floor is
+// kUlpFloorMagnitude below). The NaN/Inf pattern must equal
+// gold's (LSE = -inf on fully masked rows); fully masked rows must be exactly 0 in O
+// and dQ; an element left NaN (outputs are poisoned before every run) where gold is
+// finite fails as unwritten.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/backend/backend.hpp"
+#include "harness/model/problem.hpp"
+#include "harness/model/tensors.hpp"
+#include "reference/reference.hpp"
+
+namespace attnbench {
+
+/// How much of a case is checked: everything, a deterministic subset of
+/// (batch, kv-head) slices, nothing, or chosen from the estimated reference cost.
+enum class CheckMode { automatic, full, sample, off };
+/// "auto" (or "automatic"), "full", "sample", "off". Throws InputError (no file,
+/// path "--check") naming the value and the accepted ones.
+CheckMode parse_check_mode(const std::string& s);
+/// "auto", "full", "sample", "off".
+const char* to_string(CheckMode m);
+
+/// Automatic mode checks the whole case when reference::estimated_flops(p, grads)
+/// (useful forward+backward FLOPs, docs/semantics.md section 8 convention) is below this:
+/// 2 GFLOP, i.e. gold (float64, ~9/7 of that executed) plus lp (float32) in about
+/// a second on a few cores. Above it, automatic means sample.
+constexpr double kAutoFullMaxFlops = 2e9;
+/// Slices checked in sample mode: first, last and 2 hashed others.
+constexpr int64_t kSampleSlices = 4;
+
+/// Smallest magnitude at which the rule's ulp term is taken: ulp(max(max |gold|,
+/// 2^-6)). Where gold is identically 0 (dQ and dK of rows that attend a single key,
+/// where dP - D cancels exactly in float64 and in lp's identical dot products) a
+/// kernel's float32 reduction order leaves ~1e-6, and ulp(0) would demand exact
+/// zeros. FlashAttention's tests take their absolute floor at 0.3 (the rounding of
+/// x + 0.3 - 0.3); 2^-6 is about 20x stricter.
+constexpr double kUlpFloorMagnitude = 1.0 / 64.0;
+
+/// Verdict for one tensor. Errors are taken over the compared elements where both
+/// gold and the backend are finite; the pattern counters cover the others.
+struct TensorCheck {
+  std::string name;            ///< "O", "LSE", "dQ", "dK", "dV", "dBias"
+  double max_abs_err = 0;      ///< e(X_backend) = max |X - gold|
+  double mean_abs_err = 0;     ///< mean |X - gold|
+  double rel_l2_err = 0;       ///< ||X - gold|| / ||gold|| (||X - gold|| when gold is all 0)
+  double lp_max_abs_err = 0;   ///< e(X_lp) = max |X_lp - gold|
+  double ulp = 0;              ///< ulp of the dtype at max(max |gold|, 2^-6) (float32 for LSE, dBias)
+  double r = 0;                ///< rule constant used
+  double tolerance = 0;        ///< r * e_lp + ulp
+  double ratio = 0;            ///< e / max(e_lp, ulp): comparable across tensors
+  int64_t nan_mismatch = 0;    ///< elements whose NaN/+inf/-inf/finite class differs from gold (unwritten excluded)
+  int64_t unwritten = 0;       ///< NaN where gold is finite (poisoned, never written)
+  int64_t masked_nonzero = 0;  ///< elements of fully masked rows (O, dQ) that are not exactly 0
+  int64_t checked = 0;         ///< elements compared
+  bool pass = false;           ///< e <= tolerance and all three counters 0
+};
+
+/// Verdict for one case on one backend.
+struct CheckResult {
+  bool pass = false;
+  std::string mode;     ///< "full", "sample", "off"
+  std::string scope;    ///< what was checked, e.g. "all 16 (b, kv-head) slices" or "4 of 64 slices: ..."
+  std::vector<TensorCheck> tensors;
+  double worst_ratio = 0;  ///< max ratio over the tensors
+  std::string rule;     ///< the constants and any override reason
+  /// {"pass", "mode", "scope", "rule", "worst_ratio", "tensors": [{"name",
+  /// "pass", "max_abs_err", "mean_abs_err", "rel_l2_err", "lp_max_abs_err", "ulp",
+  /// "r", "tolerance", "ratio", "checked", "nan_mismatch", "unwritten",
+  /// "masked_nonzero"}]}; non-finite numbers are written as strings ("inf", "nan").
+  nlohmann::json to_json() const;
+};
+
+/// Deterministic subset of (b, kv-head) slices for sample mode: at most `max_slices`
+/// (at least 2; always including the first slice (0, 0) and the last (B-1, Hkv-1)),
+/// the others being those with the smallest splitmix64(seed, index) hash. Returns
+/// SliceSet::every() when max_slices >= B * Hkv.
+reference::SliceSet sample_slices(const Problem& p, int64_t max_slices, uint64_t seed);
+
+/// Apply the rule (above, with the ulp floor kUlpFloorMagnitude) to a backend's
+/// outputs. `gold` and `lp` come from reference::gold / reference::lp over
+/// `slices`; only those slices are compared.
+/// Gradients are checked when `got.has_grads()` (gold and lp must have them then).
+/// dBias is checked only when all slices were computed and the problem has a
+/// learnable bias; a missing dBias then fails as unwritten. Sets mode ("full" or
+/// "sample" from `slices`), scope (describe_scope) and rule ("r_fwd=2 r_bwd=3
+/// (docs/semantics.md section 7 default)" or the override with its reason).
+/// Throws std::invalid_argument when a tensor's shape differs from gold's.
+CheckResult check_outputs(const Problem& p, const AttentionOutputs& got,
+                          const AttentionOutputs& gold, const AttentionOutputs& lp,
+                          const RuleConstants& rule, const reference::SliceSet& slices);
+
+/// One unit in the last place of dtype `t` at magnitude |x| (float32 for LSE/dBias):
+/// 2^(max(floor(log2 |x|), emin) - mantissa bits), with (mantissa bits, emin) =
+/// (23, -126) fp32, (10, -14) fp16, (7, -126) bf16; at x = 0 the smallest subnormal
+/// spacing; +inf for non-finite x.
+double ulp_of(DType t, double x);
+
+/// True when two output sets are bitwise identical (determinism check): same
+/// shapes and the same bytes in every tensor (NaNs compare by bit pattern).
+bool bitwise_equal(const AttentionOutputs& a, const AttentionOutputs& b);
+
+/// What a check covers, decided before running the reference.
+struct CheckPlan {
+  CheckMode mode = CheckMode::full;  ///< full, sample or off (never automatic)
+  reference::SliceSet slices;        ///< slices to compute and compare
+  double estimated_flops = 0;        ///< reference::estimated_flops(p, grads)
+  std::string description;           ///< exactly what is checked and why, for reports
+};
+
+/// Resolve `requested` for problem p: automatic -> full when estimated_flops <
+/// kAutoFullMaxFlops, else sample; sample -> sample_slices(p, max_slices, p.seed)
+/// (reported as full when that covers every slice); off -> nothing. The
+/// description names the mode, the tensors and the slices, e.g.
+/// "sample (auto: 5.1 GFLOP >= 2 GFLOP): O, LSE, dQ, dK, dV on 4 of 64 (b, kv-head)
+/// slices (0,0) (1,3) (5,2) (7,7); dBias not checked (needs every slice)".
+CheckPlan plan_check(const Problem& p, CheckMode requested, bool grads,
+                     int64_t max_slices = kSampleSlices);
+
+/// The scope text of a check over `slices`: tensors compared and slices, e.g.
+/// "O, LSE, dQ, dK, dV, dBias on all 16 (b, kv-head) slices".
+std::string describe_scope(const Problem& p, const reference::SliceSet& slices, bool grads);
+
+}  // namespace attnbench

@@ -1,0 +1,148 @@
+// `attnbench report`, `attnbench compare` and `attnbench merge`
+// (docs/report-format.md; exit codes of docs/semantics.md section 12).
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "harness/cli/cli.hpp"
+#include "reports/compare.hpp"
+#include "harness/model/errors.hpp"
+#include "reports/report.hpp"
+#include "reports/html_report.hpp"
+
+namespace attnbench::cli {
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path, "", "cannot open for writing");
+    out << text;
+    out.flush();
+    if (!out) throw InputError(path, "", "write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError(path, "", "cannot rename " + tmp + " to it");
+}
+
+void add_report(CLI::App& app, Action& action) {
+  struct Args {
+    std::string input, output = "report.html", baseline, title;
+    bool no_charts = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("report", "render report.json as one self-contained HTML file");
+  cmd->add_option("report", a->input, "report.json written by `attnbench run` or `attnbench merge`")->required();
+  cmd->add_option("-o,--output", a->output, "HTML file to write")->capture_default_str();
+  cmd->add_option("--baseline", a->baseline, "backend the speed-up columns are relative to");
+  cmd->add_option("--title", a->title, "page title (default: from the scenario)");
+  cmd->add_flag("--no-charts", a->no_charts, "do not inline the Vega bundles (tables only)");
+  cmd->callback([a, &action] {
+    action = [a]() -> int {
+      nlohmann::json doc = load_report(a->input);
+      html::HtmlOptions o;
+      o.baseline_backend = a->baseline;
+      o.title = a->title;
+      o.source_file = a->input;
+      o.inline_charts = !a->no_charts;
+      std::string why;
+      if (o.inline_charts && html::find_chart_assets(&why).empty())
+        std::fprintf(stderr,
+                     "attnbench: warning: charts left out: the Vega bundles are missing (%s); run `npm ci` in "
+                     "reports/ or set ATTNBENCH_NODE_MODULES\n",
+                     why.c_str());
+      write_text(a->output, html::render_report(doc, o));
+      std::printf("attnbench: wrote %s (%zu rows)\n", a->output.c_str(), doc["results"].size());
+      return kExitOk;
+    };
+  });
+}
+
+void add_compare(CLI::App& app, Action& action) {
+  struct Args {
+    std::string base, neu, max_slowdown = "5%", markdown, json_out;
+    double alpha = 0.05;
+    bool allow_env_mismatch = false, fail_on_ambiguous = false, fail_on_missing = false, quiet = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "compare",
+      "regression gate: compare NEW against BASE per (case, backend, pass); exit 0 nothing regressed, 1 a "
+      "slowdown beyond the tolerance or a correctness failure, 2 bad input");
+  cmd->add_option("base", a->base, "baseline report.json")->required();
+  cmd->add_option("new", a->neu, "new report.json")->required();
+  cmd->add_option("--max-slowdown", a->max_slowdown, "tolerated slowdown of the median, e.g. 5% or 0.05")
+      ->capture_default_str();
+  cmd->add_option("--alpha", a->alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
+  cmd->add_flag("--allow-env-mismatch", a->allow_env_mismatch, "compare runs from different GPUs / drivers");
+  cmd->add_flag("--fail-on-ambiguous", a->fail_on_ambiguous, "count AMBIGUOUS timings as regressions");
+  cmd->add_flag("--fail-on-missing", a->fail_on_missing, "count rows missing from NEW as regressions");
+  cmd->add_option("--markdown", a->markdown, "also write the markdown summary to this file");
+  cmd->add_option("--json", a->json_out, "write the full comparison as JSON to this file");
+  cmd->add_flag("-q,--quiet", a->quiet, "do not print the markdown summary to stdout");
+  cmd->callback([a, &action] {
+    action = [a]() -> int {
+      CompareOptions o;
+      o.max_slowdown = parse_fraction(a->max_slowdown, "--max-slowdown");
+      o.alpha = a->alpha;
+      o.allow_env_mismatch = a->allow_env_mismatch;
+      o.fail_on_ambiguous = a->fail_on_ambiguous;
+      o.fail_on_missing = a->fail_on_missing;
+      nlohmann::json base = load_report(a->base);
+      nlohmann::json neu = load_report(a->neu);
+      Comparison c = compare_reports(base, neu, a->base, a->neu, o);
+      const std::string md = c.markdown();
+      if (!a->quiet) std::fputs(md.c_str(), stdout);
+      if (!a->markdown.empty()) write_text(a->markdown, md);
+      if (!a->json_out.empty()) write_text(a->json_out, c.to_json().dump(1) + "\n");
+      std::fprintf(stderr, "attnbench compare: %lld gate failure(s); %lld SLOWER, %lld FASTER, %lld AMBIGUOUS, %lld SAME\n",
+                   static_cast<long long>(c.regressions()), static_cast<long long>(c.count(Verdict::slower)),
+                   static_cast<long long>(c.count(Verdict::faster)), static_cast<long long>(c.count(Verdict::ambiguous)),
+                   static_cast<long long>(c.count(Verdict::same)));
+      return c.exit_code();
+    };
+  });
+}
+
+void add_merge(CLI::App& app, Action& action) {
+  struct Args {
+    std::vector<std::string> inputs;
+    std::string output;
+    bool allow_env_mismatch = false, replace = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("merge", "merge reports (e.g. shards of one sweep) into one report.json");
+  cmd->add_option("reports", a->inputs, "report.json files, in order")->required()->expected(1, -1);
+  cmd->add_option("-o,--output", a->output, "merged report.json to write")->required();
+  cmd->add_flag("--allow-env-mismatch", a->allow_env_mismatch, "merge runs from different GPUs / drivers");
+  cmd->add_flag("--replace", a->replace, "a later file's (case, backend) row replaces an earlier one");
+  cmd->callback([a, &action] {
+    action = [a]() -> int {
+      std::vector<std::pair<std::string, nlohmann::json>> docs;
+      for (const auto& f : a->inputs) docs.emplace_back(f, load_report(f));
+      MergeOptions o;
+      o.allow_env_mismatch = a->allow_env_mismatch;
+      o.replace_duplicates = a->replace;
+      nlohmann::json merged = merge_reports(docs, o);
+      try {
+        write_json_atomic(a->output, merged);
+      } catch (const std::runtime_error& e) {
+        throw InputError(a->output, "", e.what());
+      }
+      std::printf("attnbench: merged %zu reports, %zu rows, into %s\n", docs.size(), merged["results"].size(),
+                  a->output.c_str());
+      return kExitOk;
+    };
+  });
+}
+
+}  // namespace
+
+void add_report_commands(CLI::App& app, Action& action) {
+  add_report(app, action);
+  add_compare(app, action);
+  add_merge(app, action);
+}
+
+}  // namespace attnbench::cli

@@ -1,0 +1,368 @@
+// The regression gate: see compare.hpp for the rule.
+#include "reports/compare.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "harness/device/environment.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/json_util.hpp"
+#include "harness/measure/measure.hpp"
+#include "reports/report.hpp"
+
+namespace attnbench {
+
+// ------------------------------------------------------------------ statistics
+
+MannWhitney mann_whitney_u(const std::vector<double>& a, const std::vector<double>& b) {
+  MannWhitney r;
+  const size_t n1 = a.size(), n2 = b.size();
+  if (n1 == 0 || n2 == 0) return r;
+  r.valid = true;
+  // Rank the pooled sample; tied values share the mean of their ranks.
+  std::vector<std::pair<double, int>> pooled;
+  pooled.reserve(n1 + n2);
+  for (double x : a) pooled.emplace_back(x, 0);
+  for (double x : b) pooled.emplace_back(x, 1);
+  std::sort(pooled.begin(), pooled.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  const double n = static_cast<double>(n1 + n2);
+  double rank_sum_a = 0, tie_term = 0;
+  for (size_t i = 0; i < pooled.size();) {
+    size_t j = i;
+    while (j < pooled.size() && pooled[j].first == pooled[i].first) ++j;
+    const double t = static_cast<double>(j - i);
+    const double mean_rank = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2.0;  // ranks i+1 .. j
+    for (size_t k = i; k < j; ++k)
+      if (pooled[k].second == 0) rank_sum_a += mean_rank;
+    tie_term += t * t * t - t;
+    i = j;
+  }
+  const double d1 = static_cast<double>(n1), d2 = static_cast<double>(n2);
+  r.u = rank_sum_a - d1 * (d1 + 1.0) / 2.0;
+  const double mu = d1 * d2 / 2.0;
+  const double var = d1 * d2 / 12.0 * ((n + 1.0) - tie_term / (n * (n - 1.0)));
+  if (!(var > 0)) {
+    r.z = 0;
+    r.p = 1;
+    return r;
+  }
+  const double diff = r.u - mu;
+  const double corrected = std::max(0.0, std::abs(diff) - 0.5);  // continuity correction
+  r.z = (diff < 0 ? -corrected : corrected) / std::sqrt(var);
+  r.p = std::min(1.0, std::erfc(std::abs(r.z) / std::sqrt(2.0)));
+  return r;
+}
+
+const char* to_string(Verdict v) {
+  switch (v) {
+    case Verdict::same: return "SAME";
+    case Verdict::faster: return "FASTER";
+    case Verdict::slower: return "SLOWER";
+    case Verdict::ambiguous: return "AMBIGUOUS";
+  }
+  return "SAME";
+}
+
+double parse_fraction(const std::string& text, const std::string& option) {
+  std::string s = text;
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  const bool percent = !s.empty() && s.back() == '%';
+  if (percent) s.pop_back();
+  char* end = nullptr;
+  const double v = s.empty() ? NAN : std::strtod(s.c_str(), &end);
+  const bool parsed = !s.empty() && end && *end == '\0' && std::isfinite(v);
+  const double frac = percent ? v / 100.0 : v;
+  if (!parsed || frac < 0 || frac >= 1)
+    throw InputError("<command line>", option,
+                     "expected a fraction in [0, 1) such as 0.05, or a percentage such as 5%, got \"" + text + "\"");
+  return frac;
+}
+
+// ------------------------------------------------------------------ comparison
+
+int64_t Comparison::count(Verdict v) const {
+  return std::count_if(timings.begin(), timings.end(), [v](const PassComparison& t) { return t.verdict == v; });
+}
+
+int64_t Comparison::regressions() const {
+  int64_t n = 0;
+  for (const auto& t : timings) n += t.regression;
+  for (const auto& s : status_changes) n += s.regression;
+  if (options.fail_on_missing) n += static_cast<int64_t>(missing.size());
+  return n;
+}
+
+namespace {
+
+const nlohmann::json* timing_of(const nlohmann::json& row, const std::string& pass) {
+  if (!row.contains("timing") || !row["timing"].is_object() || !row["timing"].contains(pass)) return nullptr;
+  const auto& t = row["timing"][pass];
+  return t.is_object() ? &t : nullptr;
+}
+
+std::string status_detail(const nlohmann::json& row) {
+  if (row.contains("message") && row["message"].is_string()) return row["message"].get<std::string>();
+  if (row.contains("reason") && row["reason"].is_string()) return row["reason"].get<std::string>();
+  if (row.contains("check") && row["check"].is_object() && row["check"].contains("worst_ratio") &&
+      row["check"]["worst_ratio"].is_number()) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "worst error ratio %.3g", row["check"]["worst_ratio"].get<double>());
+    return buf;
+  }
+  return "";
+}
+
+PassComparison compare_pass(const TimingStats& b, const TimingStats& n, const CompareOptions& o) {
+  PassComparison c;
+  c.base_median_ms = b.median_ms;
+  c.new_median_ms = n.median_ms;
+  c.base_q1_ms = b.q1_ms;
+  c.base_q3_ms = b.q3_ms;
+  c.new_q1_ms = n.q1_ms;
+  c.new_q3_ms = n.q3_ms;
+  c.base_n = b.n;
+  c.new_n = n.n;
+  c.ratio = b.median_ms > 0 ? n.median_ms / b.median_ms : (n.median_ms > 0 ? INFINITY : 1.0);
+  c.intervals_overlap = !(n.q1_ms > b.q3_ms || b.q1_ms > n.q3_ms);
+  const bool have_samples = !b.samples_ms.empty() && !n.samples_ms.empty();
+  if (have_samples) c.test = mann_whitney_u(n.samples_ms, b.samples_ms);
+  else c.note = "no raw samples: interval test only";
+  const bool separated = !c.intervals_overlap && (!have_samples || c.test.p < o.alpha);
+  const double t = o.max_slowdown;
+  if (c.ratio > 1.0 + t) c.verdict = separated ? Verdict::slower : Verdict::ambiguous;
+  else if (c.ratio < 1.0 / (1.0 + t)) c.verdict = separated ? Verdict::faster : Verdict::ambiguous;
+  else c.verdict = Verdict::same;
+  c.regression = c.verdict == Verdict::slower || (o.fail_on_ambiguous && c.verdict == Verdict::ambiguous);
+  return c;
+}
+
+}  // namespace
+
+Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu, const std::string& base_file,
+                           const std::string& new_file, const CompareOptions& options) {
+  if (!(options.max_slowdown >= 0))
+    throw InputError("<command line>", "--max-slowdown", "must be >= 0, got " + std::to_string(options.max_slowdown));
+  if (!(options.alpha > 0 && options.alpha < 1))
+    throw InputError("<command line>", "--alpha", "must be in (0, 1), got " + std::to_string(options.alpha));
+  Comparison cmp;
+  cmp.base_file = base_file;
+  cmp.new_file = new_file;
+  cmp.options = options;
+  cmp.base_identity = env::comparable_identity(base.value("environment", nlohmann::json::object()));
+  cmp.new_identity = env::comparable_identity(neu.value("environment", nlohmann::json::object()));
+  if (cmp.base_identity != cmp.new_identity) {
+    if (!options.allow_env_mismatch) {
+      std::string diff;
+      for (const auto& [k, v] : cmp.base_identity.items())
+        if (cmp.new_identity.value(k, nlohmann::json()) != v)
+          diff += (diff.empty() ? "" : ", ") + k + " " + v.dump() + " vs " + cmp.new_identity[k].dump();
+      throw InputError(new_file, "/environment",
+                       "runs are from different environments (" + diff + " in " + base_file +
+                           " vs this file); timings are not comparable (pass --allow-env-mismatch to compare anyway)");
+    }
+    cmp.env_mismatch = true;
+  }
+
+  std::map<std::string, const nlohmann::json*> base_rows, new_rows;
+  std::vector<std::string> new_order;
+  for (const auto& r : base.at("results")) base_rows[row_key(r)] = &r;
+  for (const auto& r : neu.at("results")) {
+    const std::string k = row_key(r);
+    if (!new_rows.count(k)) new_order.push_back(k);
+    new_rows[k] = &r;
+  }
+  for (const auto& r : base.at("results"))
+    if (!new_rows.count(row_key(r))) cmp.missing.push_back(row_key(r));
+
+  for (const std::string& key : new_order) {
+    const nlohmann::json& nr = *new_rows[key];
+    const std::string case_id = nr.value("case_id", ""), backend = nr.value("backend", "");
+    const std::string nst = nr.value("status", "");
+    auto bit = base_rows.find(key);
+    if (bit == base_rows.end()) {
+      cmp.added.push_back(key);
+      if (nst == "fail") cmp.status_changes.push_back({case_id, backend, "", nst, status_detail(nr), true});
+      continue;
+    }
+    const nlohmann::json& br = *bit->second;
+    ++cmp.rows_compared;
+    const std::string bst = br.value("status", "");
+    if (bst != nst || nst == "fail") {
+      StatusChange sc{case_id, backend, bst, nst, status_detail(nr), false};
+      sc.regression = (bst == "pass" && nst != "pass") || (nst == "fail" && bst != "fail");
+      cmp.status_changes.push_back(sc);
+    }
+    for (const char* pass : {"fwd", "bwd", "fwd_bwd"}) {
+      const nlohmann::json* bt = timing_of(br, pass);
+      const nlohmann::json* nt = timing_of(nr, pass);
+      if (!bt || !nt) continue;
+      const std::string path = "/timing/" + std::string(pass);
+      TimingStats bs = TimingStats::from_json(*bt, base_file, path);
+      TimingStats ns = TimingStats::from_json(*nt, new_file, path);
+      if (bs.n == 0 || ns.n == 0) continue;
+      PassComparison pc = compare_pass(bs, ns, options);
+      pc.case_id = case_id;
+      pc.backend = backend;
+      pc.pass = pass;
+      cmp.timings.push_back(pc);
+    }
+  }
+  return cmp;
+}
+
+// ------------------------------------------------------------------ output
+
+namespace {
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n' || c == '\r') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+std::string change_pct(double ratio) {
+  if (!std::isfinite(ratio)) return "n/a";
+  return fmt("%+.1f%%", (ratio - 1.0) * 100.0);
+}
+
+void timing_table(std::ostringstream& os, const std::vector<const PassComparison*>& rows) {
+  os << "| case | backend | pass | base median ms | new median ms | change | U-test p | IQRs overlap | n base/new |\n";
+  os << "|---|---|---|---:|---:|---:|---:|---|---:|\n";
+  for (const auto* t : rows) {
+    os << "| " << md_cell(t->case_id) << " | " << md_cell(t->backend) << " | " << t->pass << " | "
+       << fmt("%.4g", t->base_median_ms) << " | " << fmt("%.4g", t->new_median_ms) << " | " << change_pct(t->ratio)
+       << " | " << (t->test.valid ? fmt("%.2g", t->test.p) : std::string("n/a")) << " | "
+       << (t->intervals_overlap ? "yes" : "no") << " | " << t->base_n << "/" << t->new_n << " |";
+    if (!t->note.empty()) os << " " << md_cell(t->note);
+    os << "\n";
+  }
+  os << "\n";
+}
+
+}  // namespace
+
+std::string Comparison::markdown() const {
+  std::ostringstream os;
+  const int64_t reg = regressions();
+  os << "## attnbench compare: " << (reg ? "REGRESSED" : "OK") << "\n\n";
+  os << "- base: `" << md_cell(base_file) << "` " << md_cell(base_identity.dump()) << "\n";
+  os << "- new: `" << md_cell(new_file) << "` " << md_cell(new_identity.dump()) << "\n";
+  os << "- rule: SLOWER when the median is more than " << fmt("%.3g", options.max_slowdown * 100)
+     << "% slower and both the IQR-overlap and Mann-Whitney U (alpha " << fmt("%.3g", options.alpha)
+     << ") tests separate the runs\n";
+  if (env_mismatch) os << "- **warning: different environments (allowed by --allow-env-mismatch)**\n";
+  os << "\n| | count |\n|---|---:|\n";
+  os << "| rows compared | " << rows_compared << " |\n";
+  os << "| timings compared | " << timings.size() << " |\n";
+  for (Verdict v : {Verdict::slower, Verdict::faster, Verdict::ambiguous, Verdict::same})
+    os << "| " << to_string(v) << " | " << count(v) << " |\n";
+  int64_t failing_status = 0;
+  for (const auto& s : status_changes) failing_status += s.regression;
+  os << "| correctness / status regressions | " << failing_status << " |\n";
+  os << "| rows added | " << added.size() << " |\n";
+  os << "| rows missing | " << missing.size() << " |\n";
+  os << "| **gate failures** | **" << reg << "** |\n\n";
+
+  auto pick = [&](Verdict v) {
+    std::vector<const PassComparison*> out;
+    for (const auto& t : timings)
+      if (t.verdict == v) out.push_back(&t);
+    std::sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->ratio > b->ratio; });
+    return out;
+  };
+  if (auto s = pick(Verdict::slower); !s.empty()) {
+    os << "### Regressions (SLOWER)\n\n";
+    timing_table(os, s);
+  }
+  if (!status_changes.empty()) {
+    os << "### Status changes\n\n| case | backend | base | new | gates | detail |\n|---|---|---|---|---|---|\n";
+    for (const auto& s : status_changes)
+      os << "| " << md_cell(s.case_id) << " | " << md_cell(s.backend) << " | "
+         << (s.base_status.empty() ? "(new row)" : s.base_status) << " | " << s.new_status << " | "
+         << (s.regression ? "**yes**" : (s.base_status == "fail" && s.new_status == "fail" ? "no (known failure)" : "no"))
+         << " | " << md_cell(s.detail.substr(0, 200)) << " |\n";
+    os << "\n";
+  }
+  if (auto s = pick(Verdict::ambiguous); !s.empty()) {
+    os << "### AMBIGUOUS (medians differ beyond the tolerance, noise too high to tell)\n\n";
+    timing_table(os, s);
+  }
+  if (auto s = pick(Verdict::faster); !s.empty()) {
+    os << "### Improvements (FASTER)\n\n";
+    std::reverse(s.begin(), s.end());
+    timing_table(os, s);
+  }
+  auto list = [&](const char* title, const std::vector<std::string>& keys) {
+    if (keys.empty()) return;
+    os << "### " << title << "\n\n";
+    for (const auto& k : keys) {
+      auto bar = k.find('|');
+      os << "- " << md_cell(k.substr(0, bar)) << " on " << md_cell(k.substr(bar + 1)) << "\n";
+    }
+    os << "\n";
+  };
+  list(options.fail_on_missing ? "Rows missing from new (gating)" : "Rows missing from new", missing);
+  list("Rows only in new", added);
+  return os.str();
+}
+
+nlohmann::json Comparison::to_json() const {
+  nlohmann::json j;
+  j["base_file"] = base_file;
+  j["new_file"] = new_file;
+  j["options"] = {{"max_slowdown", options.max_slowdown},
+                  {"alpha", options.alpha},
+                  {"allow_env_mismatch", options.allow_env_mismatch},
+                  {"fail_on_ambiguous", options.fail_on_ambiguous},
+                  {"fail_on_missing", options.fail_on_missing}};
+  j["base_identity"] = base_identity;
+  j["new_identity"] = new_identity;
+  j["env_mismatch"] = env_mismatch;
+  j["regressions"] = regressions();
+  j["timings"] = nlohmann::json::array();
+  for (const auto& t : timings)
+    j["timings"].push_back({{"case_id", t.case_id},
+                            {"backend", t.backend},
+                            {"pass", t.pass},
+                            {"verdict", to_string(t.verdict)},
+                            {"base_median_ms", t.base_median_ms},
+                            {"new_median_ms", t.new_median_ms},
+                            {"ratio", std::isfinite(t.ratio) ? nlohmann::json(t.ratio) : nlohmann::json(nullptr)},
+                            {"intervals_overlap", t.intervals_overlap},
+                            {"u", t.test.u},
+                            {"z", t.test.z},
+                            {"p", t.test.valid ? nlohmann::json(t.test.p) : nlohmann::json(nullptr)},
+                            {"base_n", t.base_n},
+                            {"new_n", t.new_n},
+                            {"regression", t.regression},
+                            {"note", t.note}});
+  j["status_changes"] = nlohmann::json::array();
+  for (const auto& s : status_changes)
+    j["status_changes"].push_back({{"case_id", s.case_id},
+                                   {"backend", s.backend},
+                                   {"base_status", s.base_status.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.base_status)},
+                                   {"new_status", s.new_status},
+                                   {"detail", s.detail},
+                                   {"regression", s.regression}});
+  j["added"] = added;
+  j["missing"] = missing;
+  return j;
+}
+
+}  // namespace attnbench

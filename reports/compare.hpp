@@ -1,0 +1,123 @@
+// The regression gate behind `attnbench compare BASE.json NEW.json`.
+//
+// For every (case, backend, pass) present in both reports the two runs' timing
+// distributions are compared with two independent tests of the noise:
+//   1. interval overlap: do the interquartile ranges [q1, q3] of the two runs
+//      overlap?
+//   2. a two-sided Mann-Whitney U test on the raw samples (normal approximation
+//      with tie correction and continuity correction).
+// and the ratio of medians r = median_new / median_base against a tolerance t
+// (--max-slowdown, default 5%):
+//   SAME      1 / (1 + t) <= r <= 1 + t: any change is within the tolerance
+//   SLOWER    r > 1 + t and both tests separate the runs        (a regression)
+//   FASTER    r < 1 / (1 + t) and both tests separate the runs
+//   AMBIGUOUS the medians differ by more than the tolerance but the noise does
+//             not let both tests separate the runs (re-run with more samples)
+// Without raw samples on either side the U test is skipped and the interval test
+// decides alone (noted in the row).
+// Correctness: a row that passed in BASE and does not pass in NEW (fail, error,
+// oom, timeout, crashed, unsupported) is a failure; so is a row that fails the
+// correctness check in NEW and did not in BASE (NEW-only rows included). A row
+// failing in both is listed as a known failure and does not gate. Rows only in
+// one report are listed.
+// Environments (GPU name, SM count, driver, CUDA runtime) must match unless
+// allowed: otherwise compare_reports() throws InputError (exit code 2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace attnbench {
+
+/// Result of a two-sided Mann-Whitney U test.
+struct MannWhitney {
+  double u = 0;       ///< U statistic of the first sample (number of pairs a_i > b_j, ties count 1/2)
+  double z = 0;       ///< standardised U (0 when the variance is 0)
+  double p = 1;       ///< two-sided p-value from the normal approximation
+  bool valid = false; ///< false when either sample is empty
+};
+
+/// Mann-Whitney U test of samples `a` and `b`, normal approximation with tie
+/// correction (sigma^2 = n1 n2 / 12 * ((n + 1) - sum(t^3 - t) / (n (n - 1))),
+/// n = n1 + n2, t = size of each group of ties) and a continuity correction of
+/// 0.5, as in SciPy's scipy.stats.mannwhitneyu(method="asymptotic") and
+/// Wikipedia's "Mann-Whitney U test" (normal approximation and tie correction).
+MannWhitney mann_whitney_u(const std::vector<double>& a, const std::vector<double>& b);
+
+/// Verdict for one (case, backend, pass).
+enum class Verdict { same, faster, slower, ambiguous };
+/// "SAME", "FASTER", "SLOWER", "AMBIGUOUS".
+const char* to_string(Verdict v);
+
+/// Options of the gate.
+struct CompareOptions {
+  double max_slowdown = 0.05;       ///< tolerance t on the ratio of medians
+  double alpha = 0.05;              ///< significance level of the U test (two-sided)
+  bool allow_env_mismatch = false;  ///< compare runs of different GPUs / drivers
+  bool fail_on_ambiguous = false;   ///< count AMBIGUOUS as a regression
+  bool fail_on_missing = false;     ///< count rows missing from NEW as a regression
+};
+
+/// One compared timing.
+struct PassComparison {
+  std::string case_id, backend, pass;  ///< pass: "fwd", "bwd", "fwd_bwd"
+  Verdict verdict = Verdict::same;
+  double base_median_ms = 0, new_median_ms = 0;
+  double ratio = 1;                   ///< new / base medians
+  double base_q1_ms = 0, base_q3_ms = 0, new_q1_ms = 0, new_q3_ms = 0;
+  int64_t base_n = 0, new_n = 0;
+  bool intervals_overlap = true;
+  MannWhitney test;
+  bool regression = false;            ///< counts against the gate
+  std::string note;                   ///< e.g. "no raw samples: interval test only"
+};
+
+/// A row whose status changed, or a failing row only in NEW.
+struct StatusChange {
+  std::string case_id, backend;
+  std::string base_status;  ///< "" for a row only in NEW
+  std::string new_status;
+  std::string detail;       ///< NEW's reason / message, or the worst error ratio
+  bool regression = false;
+};
+
+/// The whole comparison.
+struct Comparison {
+  std::string base_file, new_file;
+  CompareOptions options;
+  nlohmann::json base_identity, new_identity;  ///< env::comparable_identity of each
+  bool env_mismatch = false;                   ///< allowed mismatch (else compare throws)
+  std::vector<PassComparison> timings;
+  std::vector<StatusChange> status_changes;
+  std::vector<std::string> added;    ///< "case_id|backend" only in NEW
+  std::vector<std::string> missing;  ///< "case_id|backend" only in BASE
+  int64_t rows_compared = 0;
+
+  int64_t count(Verdict v) const;
+  /// Regressions: SLOWER timings, failing status changes (and AMBIGUOUS / missing
+  /// rows when the options say so).
+  int64_t regressions() const;
+  /// 0 when nothing regressed, 1 otherwise (docs/semantics.md section 12).
+  int exit_code() const { return regressions() > 0 ? 1 : 0; }
+  /// Markdown summary for CI logs: verdict line, counts, regressions first, then
+  /// improvements, ambiguous timings, status changes, added and missing rows.
+  std::string markdown() const;
+  nlohmann::json to_json() const;
+};
+
+/// Compare two loaded reports (load_report()). `base_file` and `new_file` label
+/// messages. Throws InputError (naming NEW's /environment) when the environments
+/// differ and options.allow_env_mismatch is false, or when an option is out of
+/// range (max_slowdown < 0, alpha outside (0, 1)).
+Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu, const std::string& base_file,
+                           const std::string& new_file, const CompareOptions& options = {});
+
+/// Parse a tolerance such as "5%", "0.05" or "12.5%" into a fraction. Plain numbers
+/// must be fractions in [0, 1); percentages in [0, 100). Throws InputError naming
+/// `option` ("--max-slowdown") and the value.
+double parse_fraction(const std::string& text, const std::string& option);
+
+}  // namespace attnbench

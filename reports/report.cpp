@@ -1,0 +1,299 @@
+// report.json: rows, the atomic writer, the reader's structural guard, merge and
+// mask thumbnails (docs/report-format.md).
+#include "reports/report.hpp"
+#include "harness/model/version.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "harness/model/block_mask.hpp"
+#include "harness/device/environment.hpp"
+#include "harness/model/errors.hpp"
+#include "harness/model/json_util.hpp"
+#include "harness/measure/measure.hpp"
+
+namespace attnbench {
+
+const char* to_string(RowStatus s) {
+  switch (s) {
+    case RowStatus::pass: return "pass";
+    case RowStatus::fail: return "fail";
+    case RowStatus::unsupported: return "unsupported";
+    case RowStatus::error: return "error";
+    case RowStatus::oom: return "oom";
+    case RowStatus::timeout: return "timeout";
+    case RowStatus::crashed: return "crashed";
+  }
+  return "error";
+}
+
+std::optional<RowStatus> parse_row_status(const std::string& s) {
+  for (RowStatus r : {RowStatus::pass, RowStatus::fail, RowStatus::unsupported, RowStatus::error, RowStatus::oom,
+                      RowStatus::timeout, RowStatus::crashed})
+    if (s == to_string(r)) return r;
+  return std::nullopt;
+}
+
+nlohmann::json ReportRow::to_json() const {
+  nlohmann::json j;
+  j["case_id"] = case_id;
+  j["backend"] = backend;
+  j["status"] = to_string(status);
+  if (!reason.empty()) j["reason"] = reason;
+  if (!message.empty()) j["message"] = message;
+  j["problem"] = problem;
+  j["work"] = work;
+  j["packing"] = packing;
+  j["check"] = check;
+  j["timing"] = timing;
+  j["memory"] = memory;
+  j["extra"] = extra;
+  if (!clocks.is_null()) j["clocks"] = clocks;
+  if (!mask_thumbnail.is_null()) j["mask_thumbnail"] = mask_thumbnail;
+  return j;
+}
+
+// ------------------------------------------------------------------ writing
+
+void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+    out << doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out.flush();
+    if (!out) throw std::runtime_error("write failed: " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  }
+}
+
+nlohmann::json make_report_header(const std::string& command_line, nlohmann::json scenario,
+                                  nlohmann::json measurement, nlohmann::json environment) {
+  nlohmann::json h;
+  h["schema_version"] = kReportSchemaVersion;
+  h["tool"] = "attnbench";
+  h["git_revision"] = git_revision();
+  h["command"] = command_line;
+  h["started"] = env::utc_now_iso8601();
+  h["finished"] = nullptr;
+  h["scenario"] = std::move(scenario);
+  h["measurement"] = std::move(measurement);
+  h["environment"] = std::move(environment);
+  h["ceilings"] = nullptr;
+  return h;
+}
+
+ReportWriter::ReportWriter(std::string path, nlohmann::json header) : path_(std::move(path)), doc_(std::move(header)) {
+  if (!doc_.is_object()) doc_ = nlohmann::json::object();
+  if (!doc_.contains("schema_version")) doc_["schema_version"] = kReportSchemaVersion;
+  if (!doc_.contains("tool")) doc_["tool"] = "attnbench";
+  if (!doc_.contains("started")) doc_["started"] = env::utc_now_iso8601();
+  doc_["finished"] = nullptr;
+  doc_["results"] = nlohmann::json::array();
+  flush();
+}
+
+void ReportWriter::add_row(const ReportRow& row) {
+  doc_["results"].push_back(row.to_json());
+  flush();
+}
+
+void ReportWriter::set_field(const std::string& key, nlohmann::json value) {
+  doc_[key] = std::move(value);
+  flush();
+}
+
+void ReportWriter::finish() {
+  doc_["finished"] = env::utc_now_iso8601();
+  flush();
+}
+
+void ReportWriter::flush() const { write_json_atomic(path_, doc_); }
+
+// ------------------------------------------------------------------ reading
+
+std::string row_key(const nlohmann::json& row) {
+  return row.value("case_id", std::string()) + "|" + row.value("backend", std::string());
+}
+
+nlohmann::json load_report(const std::string& file) {
+  using jsonu::child_path;
+  nlohmann::json doc = jsonu::load_file(file);
+  jsonu::require_object(doc, file, "");
+  const auto& ver = jsonu::require(doc, "schema_version", file, "");
+  if (!ver.is_number_integer() || ver.get<int64_t>() != kReportSchemaVersion)
+    throw InputError(file, "/schema_version",
+                     "unsupported report schema version " + jsonu::show(ver) + " (this attnbench reads " +
+                         std::to_string(kReportSchemaVersion) + ")");
+  const auto& results = jsonu::require(doc, "results", file, "");
+  if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string rp = child_path("/results", i);
+    const auto& row = results[i];
+    jsonu::require_object(row, file, rp);
+    for (const char* k : {"case_id", "backend"}) {
+      const auto& v = jsonu::require(row, k, file, rp);
+      if (!v.is_string() || v.get<std::string>().empty())
+        throw InputError(file, child_path(rp, k), "expected a non-empty string, got " + jsonu::show(v));
+    }
+    const auto& st = jsonu::require(row, "status", file, rp);
+    if (!st.is_string() || !parse_row_status(st.get<std::string>()))
+      throw InputError(file, child_path(rp, "status"),
+                       "unknown status " + jsonu::show(st) +
+                           " (expected pass, fail, unsupported, error, oom, timeout or crashed)");
+    if (row.contains("timing") && !row["timing"].is_null()) {
+      const auto& t = row["timing"];
+      const std::string tp = child_path(rp, "timing");
+      jsonu::require_object(t, file, tp);
+      for (const auto& [pass, stats] : t.items()) {
+        try {
+          (void)parse_pass(pass);
+        } catch (const std::invalid_argument&) {
+          throw InputError(file, child_path(tp, pass), "unknown pass \"" + pass + "\" (expected fwd, bwd or fwd_bwd)");
+        }
+        (void)TimingStats::from_json(stats, file, child_path(tp, pass));
+      }
+    }
+  }
+  return doc;
+}
+
+// ------------------------------------------------------------------ merge
+
+nlohmann::json merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& inputs,
+                             const MergeOptions& opts) {
+  if (inputs.empty()) throw InputError("<command line>", "", "merge needs at least one report");
+  const auto& [first_file, first] = inputs.front();
+  nlohmann::json out = first;
+  out["results"] = nlohmann::json::array();
+  out["merged_from"] = nlohmann::json::array();
+  const nlohmann::json first_id = env::comparable_identity(first.value("environment", nlohmann::json::object()));
+  std::map<std::string, size_t> index;  // row key -> position in out["results"]
+  std::string started, finished;
+  bool any_unfinished = false;
+  for (const auto& [file, doc] : inputs) {
+    const nlohmann::json id = env::comparable_identity(doc.value("environment", nlohmann::json::object()));
+    if (id != first_id && !opts.allow_env_mismatch)
+      throw InputError(file, "/environment",
+                       "environment " + id.dump() + " differs from " + first_file + "'s " + first_id.dump() +
+                           " (pass --allow-env-mismatch to merge anyway)");
+    const auto& rows = doc.at("results");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::string key = row_key(rows[i]);
+      auto it = index.find(key);
+      if (it != index.end()) {
+        if (!opts.replace_duplicates)
+          throw InputError(file, jsonu::child_path("/results", i),
+                           "row (case_id \"" + rows[i].value("case_id", "") + "\", backend \"" +
+                               rows[i].value("backend", "") +
+                               "\") is already in an earlier input (pass --replace to keep the later one)");
+        out["results"][it->second] = rows[i];
+      } else {
+        index[key] = out["results"].size();
+        out["results"].push_back(rows[i]);
+      }
+    }
+    nlohmann::json src = {{"file", file}, {"rows", rows.size()}};
+    if (doc.contains("started") && doc["started"].is_string()) {
+      src["started"] = doc["started"];
+      const std::string s = doc["started"].get<std::string>();
+      if (started.empty() || s < started) started = s;  // ISO 8601 UTC sorts as text
+    }
+    if (doc.contains("command") && doc["command"].is_string()) src["command"] = doc["command"];
+    if (doc.contains("finished") && doc["finished"].is_string()) {
+      const std::string f = doc["finished"].get<std::string>();
+      if (f > finished) finished = f;
+    } else {
+      any_unfinished = true;
+    }
+    if ((!out.contains("ceilings") || out["ceilings"].is_null() ||
+         !out["ceilings"].value("measured", false)) &&
+        doc.contains("ceilings") && doc["ceilings"].is_object())
+      out["ceilings"] = doc["ceilings"];
+    if (doc.contains("backends") && doc["backends"].is_array()) {
+      std::vector<std::string> all = out.value("backends", std::vector<std::string>{});
+      for (const auto& b : doc["backends"])
+        if (b.is_string() && std::find(all.begin(), all.end(), b.get<std::string>()) == all.end())
+          all.push_back(b.get<std::string>());
+      out["backends"] = all;
+    }
+    out["merged_from"].push_back(src);
+  }
+  if (!started.empty()) out["started"] = started;
+  out["finished"] = any_unfinished ? nlohmann::json(nullptr) : nlohmann::json(finished);
+  if (out.contains("shard")) out.erase("shard");
+  return out;
+}
+
+// ------------------------------------------------------------------ mask thumbnail
+
+nlohmann::json mask_thumbnail(const std::string& rendering, int64_t q_block, int64_t kv_block, int max_cells) {
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  while (pos < rendering.size()) {
+    size_t nl = rendering.find('\n', pos);
+    std::string line = rendering.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) lines.push_back(line);
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  if (lines.empty()) return nullptr;
+  if (max_cells < 1) throw std::invalid_argument("mask_thumbnail: max_cells must be >= 1");
+  const size_t width = lines.front().size();
+  for (const auto& l : lines) {
+    if (l.size() != width) throw std::invalid_argument("mask_thumbnail: ragged rendering");
+    if (l.find_first_not_of("#+.") != std::string::npos)
+      throw std::invalid_argument("mask_thumbnail: unexpected character in rendering (expected # + .)");
+  }
+  const size_t mc = static_cast<size_t>(max_cells);
+  const size_t fq = (lines.size() + mc - 1) / mc;  // q-blocks per cell
+  const size_t fk = (width + mc - 1) / mc;         // kv-blocks per cell
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t r0 = 0; r0 < lines.size(); r0 += fq) {
+    std::string out;
+    for (size_t c0 = 0; c0 < width; c0 += fk) {
+      bool all_full = true, all_empty = true;
+      for (size_t r = r0; r < std::min(r0 + fq, lines.size()); ++r)
+        for (size_t c = c0; c < std::min(c0 + fk, width); ++c) {
+          const char ch = lines[r][c];
+          all_full = all_full && ch == '#';
+          all_empty = all_empty && ch == '.';
+        }
+      out += all_full ? '#' : all_empty ? '.' : '+';
+    }
+    rows.push_back(out);
+  }
+  return {{"rows", rows},
+          {"q_block", q_block},
+          {"kv_block", kv_block},
+          {"cell_q_blocks", static_cast<int64_t>(fq)},
+          {"cell_kv_blocks", static_cast<int64_t>(fk)}};
+}
+
+nlohmann::json mask_thumbnail_for(const Problem& p, int max_cells) {
+  constexpr int64_t kTile = 128;  // FlexAttention's default BlockMask tile
+  Problem one = p;                // only batch row 0 is drawn: build just that row
+  one.batch = 1;
+  for (auto& term : one.mask) {
+    if (auto* d = std::get_if<DocumentTerm>(&term)) {
+      if (d->doc_ids.size() > 1) d->doc_ids.resize(1);
+      if (d->doc_lengths.size() > 1) d->doc_lengths.resize(1);
+    } else if (auto* pad = std::get_if<PaddingTerm>(&term)) {
+      if (pad->seq_lens_q.size() > 1) pad->seq_lens_q.resize(1);
+      if (pad->seq_lens_k.size() > 1) pad->seq_lens_k.resize(1);
+    }
+  }
+  return mask_thumbnail(render_block_mask(build_block_mask(one, kTile, kTile), 0, 0), kTile, kTile, max_cells);
+}
+
+}  // namespace attnbench
