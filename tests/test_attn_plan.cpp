@@ -140,20 +140,27 @@ TEST_CASE("tile plan: longest work first, executed pairs, packing") {
   MaskArrays arrays;
   const MaskDesc m = make_mask_desc(p, arrays);
   const SeqLengths lens{{128}, {128}, {128}, {128}};
-  const TilePlan t = plan_tiles(m, lens, 2, 1, 1);
-  REQUIRE(t.q_items.size() == 2);
-  CHECK(t.q_items[0].start == 64);  // two key tiles first, then one
-  CHECK(t.q_items[1].start == 0);
-  CHECK(t.fwd_tiles == 3);
-  CHECK(t.executed_pairs == 3 * 64 * 64 * 2);
+  const TilePlan t = plan_tiles(m, lens, 2, 1, 1, 64);
+  // Without packing the forward tile is 128 rows: one tile over two key tiles.
+  REQUIRE(t.q_items.size() == 1);
+  CHECK(t.tile_rows == kFwdBlockMWide);
+  CHECK(t.fwd_tiles == 2);
+  CHECK(t.executed_pairs == 2 * kFwdBlockN * 128 * 2);
+  // The dQ kernel's 64-row tiles: two key tiles first, then one.
+  REQUIRE(t.dq_items.size() == 2);
+  CHECK(t.dq_items[0].start == 64);
+  CHECK(t.dq_items[1].start == 0);
   REQUIRE(t.k_items.size() == 2);
   CHECK(t.k_items[0].start == 0);  // key tile 0 is seen by every query tile
   // Packing four heads: 16-position query tiles, causal waste shrinks.
-  const TilePlan t4 = plan_tiles(m, lens, 8, 4, 4);
+  const TilePlan t4 = plan_tiles(m, lens, 8, 4, 4, 128);
   CHECK(t4.tile_rows == 16);
+  CHECK(t4.tile_keys == kFwdBlockN);
+  // head_dim 128 without packing: 32-key steps.
+  CHECK(plan_tiles(m, lens, 2, 1, 1, 128).tile_keys == 32);
   CHECK(t4.q_items.size() == 8);
   CHECK(t4.q_items.front().start >= t4.q_items.back().start);
-  CHECK_THROWS_AS(plan_tiles(m, lens, 6, 3, 2), std::invalid_argument);
+  CHECK_THROWS_AS(plan_tiles(m, lens, 6, 3, 2, 64), std::invalid_argument);
 }
 
 TEST_CASE("GQA pack choice by group and mean document length") {

@@ -67,7 +67,7 @@ class FusedInstance final : public BackendInstance {
                             stream_.s);
   }
   void backward() override {
-    kernels::launch_backward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()),
+    kernels::launch_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
                              k_items_.as<const WorkItem>(), static_cast<int>(plan_.k_items.size()), plan_.pack,
                              opt_.deterministic, static_cast<int64_t>(dq_.count()), stream_.s);
   }
@@ -85,7 +85,7 @@ class FusedInstance final : public BackendInstance {
   size_t allocated_bytes() const override {
     size_t n = 0;
     for (const DeviceBuffer* b : {&q_, &k_, &v_, &do_, &o_, &lse_, &dq_, &dk_, &dv_, &dq_accum_, &dsum_, &cu_q_,
-                                  &cu_k_, &lens_q_, &lens_k_, &q_items_, &k_items_})
+                                  &cu_k_, &lens_q_, &lens_k_, &q_items_, &dq_items_, &k_items_})
       n += b->allocated_bytes();
     return n;
   }
@@ -109,7 +109,7 @@ class FusedInstance final : public BackendInstance {
 
   StreamHolder stream_;
   DeviceBuffer q_, k_, v_, do_, o_, lse_, dq_, dk_, dv_, dq_accum_, dsum_;
-  DeviceBuffer cu_q_, cu_k_, lens_q_, lens_k_, q_items_, k_items_;
+  DeviceBuffer cu_q_, cu_k_, lens_q_, lens_k_, q_items_, dq_items_, k_items_;
 };
 
 std::vector<double> FusedInstance::to_device(const HostTensor& t, TensorRole role) const {
@@ -195,7 +195,8 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   int pack = opt.placement == Placement::documents ? kernels::choose_pack(static_cast<int>(p.group_size()), mean_len)
                                                    : 1;
   if (opt.pack > 0) pack = opt.pack;
-  plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack);
+  plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
+                              static_cast<int>(p.head_dim));
 
   // Inputs, outputs, workspaces.
   q_ = device::upload(to_device(in.q, TensorRole::q), p.dtype, st);
@@ -219,6 +220,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     lens_k_ = device::upload_i32(lens.lk, st);
   }
   q_items_ = upload_items(plan_.q_items, st);
+  dq_items_ = upload_items(plan_.dq_items, st);
   k_items_ = upload_items(plan_.k_items, st);
 
   AttnParams& a = params_;
@@ -297,7 +299,9 @@ nlohmann::json FusedInstance::extra() const {
                            : std::string(to_string(p_.layout)) + " padded batch";
   j["sequences"] = static_cast<int64_t>(plan_.q_items.empty() ? 0 : params_.num_seqs);
   j["tiles"] = kernels::describe(plan_, static_cast<int>(p_.heads_q), static_cast<int>(p_.heads_kv));
-  j["fwd_tile"] = std::to_string(plan_.tile_rows) + "x" + std::to_string(kernels::kFwdBlockN);
+  j["fwd_tile"] = std::to_string(plan_.tile_rows * plan_.pack) + " rows (" + std::to_string(plan_.pack) + " head" +
+                  (plan_.pack > 1 ? "s" : "") + " x " + std::to_string(plan_.tile_rows) + " positions) x " +
+                  std::to_string(plan_.tile_keys) + " keys";
   j["gqa_pack"] = plan_.pack;
   j["dq_mode"] = opt_.deterministic ? "deterministic (dQ kernel, no atomics)" : "float32 atomics";
   return j;

@@ -2,13 +2,12 @@
 // Dao 2023, "FlashAttention-2", Algorithm 1), portable path: mma.sync m16n8k16,
 // ldmatrix, cp.async double buffering (sm_80 and up).
 //
-// A CTA of kWarps warps owns kBlockM = 16 * kWarps query rows. Row r of the CTA is
-// query head h0 + r / Mq at position m0 + r % Mq, with Mq = kBlockM / pack: with
-// pack > 1 the query heads that share one KV head are folded into the tile's rows
-// (GQA packing), so each K/V tile is loaded once for `pack` heads. Each warp owns
-// 16 rows of one head. The mainloop walks the KV tiles [n0, n0 + kBlockN) that the
-// rows' key intervals touch (key_span), computes S = Q K^T with Q held in
-// registers, applies the score mod in the exp2 domain, masks only tiles that are
+// A CTA of kWarps warps owns kBlockM = 16 * kMT * kWarps query rows. Row r of the
+// CTA is query head h0 + r / Mq at position m0 + r % Mq, with Mq = kBlockM / pack:
+// with pack > 1 the query heads that share one KV head are folded into the tile's
+// rows (GQA packing), so each K/V tile is loaded once for `pack` heads. Each warp
+// owns 16 * kMT rows of one head. The mainloop walks the KV tiles [n0, n0 + kBlockN) that the
+// rows' key intervals touch (key_tiles), computes S = Q K^T, applies the score mod in the exp2 domain, masks only tiles that are
 // not fully inside every row's interval, updates the online softmax (running max
 // m, running sum l), and adds P V with P converted in registers to the A operand.
 // The epilogue writes O = acc / l and LSE = ln 2 * (m + log2 l); rows with no
@@ -20,15 +19,17 @@
 namespace attnbench::kernels {
 
 /// Shared memory of attn_fwd_kernel: Q tile plus two stages of K and V tiles.
-template <int D, int kWarps, int kBlockN>
+template <int D, int kWarps, int kBlockN, int kMT>
 constexpr size_t fwd_smem_bytes() {
-  return 2u * (static_cast<size_t>(16 * kWarps) * D + 4u * kBlockN * D);
+  return 2u * (static_cast<size_t>(16 * kMT * kWarps) * D + 4u * kBlockN * D);
 }
 
-template <int D, bool Bf16, int kWarps, int kBlockN>
+/// kMT: 16-row m-tiles per warp (2: every K / V fragment read from shared memory
+/// feeds two MMAs; 1: 16-row warps for GQA-packed short tiles).
+template <int D, bool Bf16, int kWarps, int kBlockN, int kMT>
 __global__ void __launch_bounds__(kWarps * 32)
     attn_fwd_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack) {
-  constexpr int kThreads = kWarps * 32, kBlockM = 16 * kWarps;
+  constexpr int kThreads = kWarps * 32, kBlockM = 16 * kMT * kWarps;
   constexpr int kKs = D / 16;        // k-slices of Q K^T
   constexpr int kNt = kBlockN / 8;   // n-tiles of S
   constexpr int kDt = D / 8;         // n-tiles of O
@@ -77,19 +78,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (n_tiles > 0) load_kv(0, 0);
   cp_async_commit();
 
-  // This warp's head and rows; this thread's two rows (g, g + 8).
-  const int wh = h0 + (warp * 16) / Mq;
-  const int wt0 = m0 + (warp * 16) % Mq;
+  // This warp's head and rows; this thread's rows g and g + 8 of each m-tile.
+  const int wh = h0 + (warp * 16 * kMT) / Mq;
+  const int wt0 = m0 + (warp * 16 * kMT) % Mq;
   const int g = lane / 4, qd = lane % 4;
-  const int row_t[2] = {wt0 + g, wt0 + g + 8};
-  const RowBounds rb[2] = {RowBounds::of(p.mask, row_t[0], si.lq, si.lk), RowBounds::of(p.mask, row_t[1], si.lq, si.lk)};
+  // Row t of m-tile mt, half r (registers are scarce at two m-tiles: recomputed).
+  auto row_of = [&](int mt, int r) { return wt0 + mt * 16 + g + 8 * r; };
   const ScoreMod2 mod = ScoreMod2::of(p, wh);
 
-  Acc o[kDt];
+  Acc o[kMT][kDt];
+  float m_run[kMT][2], l_run[kMT][2];
 #pragma unroll
-  for (int i = 0; i < kDt; ++i) o[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  uint32_t qf[kKs][4];
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < kDt; ++i) o[mt][i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.f;
+  }
 
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int stage = tile & 1;
@@ -101,93 +106,108 @@ __global__ void __launch_bounds__(kWarps * 32)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (tile == 0) {
-#pragma unroll
-      for (int ks = 0; ks < kKs; ++ks) load_a<D>(sQ, warp * 16, ks, lane, qf[ks]);
-    }
     const uint16_t* tK = sK + stage * kBlockN * D;
     const uint16_t* tV = sV + stage * kBlockN * D;
     const int n0 = n_first + tile * kBlockN;
 
-    // S = Q K^T.
-    Acc s[kNt];
+    // S = Q K^T (Q fragments from shared memory, each K fragment used kMT times).
+    Acc s[kMT][kNt];
 #pragma unroll
-    for (int i = 0; i < kNt; ++i) s[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int i = 0; i < kNt; ++i) s[mt][i] = Acc{{0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int ks = 0; ks < kKs; ++ks) {
+      uint32_t qa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) load_a<D>(sQ, (warp * kMT + mt) * 16, ks, lane, qa[mt]);
 #pragma unroll
       for (int nt = 0; nt < kNt; nt += 2) {
         uint32_t bb[4];
         load_b_nk<D>(tK, nt * 8, ks, lane, bb);
-        mma16816<Bf16>(s[nt], qf[ks], bb[0], bb[1]);
-        mma16816<Bf16>(s[nt + 1], qf[ks], bb[2], bb[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816<Bf16>(s[mt][nt], qa[mt], bb[0], bb[1]);
+          mma16816<Bf16>(s[mt][nt + 1], qa[mt], bb[2], bb[3]);
+        }
       }
     }
 
     // Score mod (exp2 domain), mask on partial tiles, online softmax.
     const bool full = tile_full(p.mask, si.lq, si.lk, m0, Mq, n0, kBlockN);
-    float mx[2] = {-INFINITY, -INFINITY};
-    if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
 #pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
+    for (int mt = 0; mt < kMT; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
+      if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nt].c[e] *= mod.scale_log2;
-          mx[e >> 1] = fmaxf(mx[e >> 1], s[nt].c[e]);
+        for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[mt][nt].c[e] *= mod.scale_log2;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][nt].c[e]);
+          }
+      } else {
+        const RowBounds rb[2] = {RowBounds::of(p.mask, row_of(mt, 0), si.lq, si.lk),
+                                 RowBounds::of(p.mask, row_of(mt, 1), si.lq, si.lk)};
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+            float x = mod.apply(s[mt][nt].c[e], row_of(mt, r), j);
+            if (!full && !rb[r].allows(j)) x = -INFINITY;
+            s[mt][nt].c[e] = x;
+            mx[r] = fmaxf(mx[r], x);
+          }
         }
-    } else {
+      }
+      float corr[2], base[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(m_run[mt][r], quad_max(mx[r]));
+        base[r] = m_new == -INFINITY ? 0.f : m_new;
+        corr[r] = fast_exp2(m_run[mt][r] - base[r]);
+        m_run[mt][r] = m_new;
+        l_run[mt][r] *= corr[r];
+      }
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-          float x = mod.apply(s[nt].c[e], row_t[r], j);
-          if (!full && !rb[r].allows(j)) x = -INFINITY;
-          s[nt].c[e] = x;
-          mx[r] = fmaxf(mx[r], x);
+          const float pe = fast_exp2(s[mt][nt].c[e] - base[e >> 1]);
+          s[mt][nt].c[e] = pe;
+          l_run[mt][e >> 1] += pe;
         }
       }
-    }
-    float corr[2], base[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m_run[r], quad_max(mx[r]));
-      base[r] = m_new == -INFINITY ? 0.f : m_new;
-      corr[r] = fast_exp2(m_run[r] - base[r]);
-      m_run[r] = m_new;
-      l_run[r] *= corr[r];
-    }
-#pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pe = fast_exp2(s[nt].c[e] - base[e >> 1]);
-        s[nt].c[e] = pe;
-        l_run[e >> 1] += pe;
+      for (int dt = 0; dt < kDt; ++dt) {
+        o[mt][dt].c[0] *= corr[0];
+        o[mt][dt].c[1] *= corr[0];
+        o[mt][dt].c[2] *= corr[1];
+        o[mt][dt].c[3] *= corr[1];
       }
     }
-#pragma unroll
-    for (int dt = 0; dt < kDt; ++dt) {
-      o[dt].c[0] *= corr[0];
-      o[dt].c[1] *= corr[0];
-      o[dt].c[2] *= corr[1];
-      o[dt].c[3] *= corr[1];
-    }
 
-    // O += P V, P from registers.
+    // O += P V, P from registers; each V fragment used kMT times.
 #pragma unroll
     for (int kt = 0; kt < kBlockN / 16; ++kt) {
-      uint32_t pa[4];
-      pa[0] = pack2<Bf16>(s[2 * kt].c[0], s[2 * kt].c[1]);
-      pa[1] = pack2<Bf16>(s[2 * kt].c[2], s[2 * kt].c[3]);
-      pa[2] = pack2<Bf16>(s[2 * kt + 1].c[0], s[2 * kt + 1].c[1]);
-      pa[3] = pack2<Bf16>(s[2 * kt + 1].c[2], s[2 * kt + 1].c[3]);
+      uint32_t pa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        pa[mt][0] = pack2<Bf16>(s[mt][2 * kt].c[0], s[mt][2 * kt].c[1]);
+        pa[mt][1] = pack2<Bf16>(s[mt][2 * kt].c[2], s[mt][2 * kt].c[3]);
+        pa[mt][2] = pack2<Bf16>(s[mt][2 * kt + 1].c[0], s[mt][2 * kt + 1].c[1]);
+        pa[mt][3] = pack2<Bf16>(s[mt][2 * kt + 1].c[2], s[mt][2 * kt + 1].c[3]);
+      }
 #pragma unroll
       for (int dt = 0; dt < kDt; dt += 2) {
         uint32_t bb[4];
         load_b_kn<D>(tV, kt * 16, dt, lane, bb);
-        mma16816<Bf16>(o[dt], pa, bb[0], bb[1]);
-        mma16816<Bf16>(o[dt + 1], pa, bb[2], bb[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816<Bf16>(o[mt][dt], pa[mt], bb[0], bb[1]);
+          mma16816<Bf16>(o[mt][dt + 1], pa[mt], bb[2], bb[3]);
+        }
       }
     }
     __syncthreads();  // this stage is refilled two tiles later
@@ -197,20 +217,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   // Epilogue.
   uint16_t* O = static_cast<uint16_t*>(p.o);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int t = row_t[r];
-    const float l = quad_sum(l_run[r]);
-    const bool live = t < si.lq && l > 0.f;
-    const float inv = live ? 1.f / l : 0.f;
-    if (t >= si.store_q) continue;
-    uint16_t* orow = O + o_off(p, si, b, t, wh);
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int dt = 0; dt < kDt; ++dt) {
-      const uint32_t v = pack2<Bf16>(o[dt].c[2 * r] * inv, o[dt].c[2 * r + 1] * inv);
-      *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * qd) = v;
+    for (int r = 0; r < 2; ++r) {
+      const int t = row_of(mt, r);
+      const float l = quad_sum(l_run[mt][r]);
+      const bool live = t < si.lq && l > 0.f;
+      const float inv = live ? 1.f / l : 0.f;
+      if (t >= si.store_q) continue;
+      uint16_t* orow = O + o_off(p, si, b, t, wh);
+#pragma unroll
+      for (int dt = 0; dt < kDt; ++dt) {
+        const uint32_t v = pack2<Bf16>(o[mt][dt].c[2 * r] * inv, o[mt][dt].c[2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * qd) = v;
+      }
+      if (qd == 0) p.lse[lse_off(p, si, b, t, wh)] = live ? (m_run[mt][r] + log2f(l)) * kLn2 : -INFINITY;
     }
-    if (qd == 0) p.lse[lse_off(p, si, b, t, wh)] = live ? (m_run[r] + log2f(l)) * kLn2 : -INFINITY;
-  }
 }
 
 }  // namespace attnbench::kernels

@@ -16,13 +16,13 @@ namespace attnbench::kernels {
 inline bool head_dim_supported(int d) { return d == 64 || d == 128; }
 
 /// Forward: O and LSE. `q_items` (device, n_q_items entries) lists query tiles of
-/// kFwdBlockM / pack positions; `pack` query heads of one KV head share a CTA
+/// fwd_block_m(pack) / pack positions; `pack` query heads of one KV head share a CTA
 /// (1, 2 or 4, dividing p.group). Asynchronous on `stream`.
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream);
 
 /// Backward: dQ, dK, dV from O, LSE, dO. `k_items` lists key tiles of kBwdBlockN
-/// positions; `q_items` / `pack` as for the forward (used by the deterministic dQ
-/// kernel). `deterministic` = false accumulates dQ with float32 atomics into
+/// positions; `q_items` lists query tiles of kDqBlockM / pack positions for the
+/// deterministic dQ kernel (TilePlan::dq_items). `deterministic` = false accumulates dQ with float32 atomics into
 /// p.dq_accum (q_numel floats, Q's strides) and converts; true runs the
 /// deterministic dQ kernel (bitwise reproducible). Asynchronous on `stream`.
 void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,

@@ -18,16 +18,25 @@ void allow_smem(Kernel k, size_t bytes) {
   ATTNBENCH_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <int D, bool Bf16>
-void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
-  constexpr int kWarps = kFwdBlockM / 16;
-  auto kernel = attn_fwd_kernel<D, Bf16, kWarps, kFwdBlockN>;
-  constexpr size_t smem = fwd_smem_bytes<D, kWarps, kFwdBlockN>();
+template <int D, bool Bf16, int kMT, int kBlockN>
+void forward_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
+  auto kernel = attn_fwd_kernel<D, Bf16, kFwdWarps, kBlockN, kMT>;
+  constexpr size_t smem = fwd_smem_bytes<D, kFwdWarps, kBlockN, kMT>();
   allow_smem(kernel, smem);
   const int64_t blocks = static_cast<int64_t>(n) * (p.heads_q / pack);
   if (blocks == 0) return;
-  kernel<<<static_cast<unsigned>(blocks), kWarps * 32, smem, st>>>(p, items, pack);
+  kernel<<<static_cast<unsigned>(blocks), kFwdWarps * 32, smem, st>>>(p, items, pack);
   ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+/// Wide tiles (two m-tiles per warp) without packing, 16-row warps with it.
+template <int D, bool Bf16>
+void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
+  static_assert(16 * 2 * kFwdWarps == kFwdBlockMWide && 16 * kFwdWarps == kFwdBlockM, "tile rows");
+  if (pack == 1)
+    forward_tiles<D, Bf16, 2, fwd_block_n(D, 1)>(p, items, n, pack, st);
+  else
+    forward_tiles<D, Bf16, 1, kFwdBlockN>(p, items, n, pack, st);
 }
 
 template <int D, bool Bf16>

@@ -82,8 +82,16 @@ struct AttnParams {
 };
 
 /// Tile shapes of the instantiated kernels (rows x keys per CTA, 16 rows per warp).
-constexpr int kFwdBlockM = 64;   ///< forward: query rows per CTA (4 warps)
-constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step
+constexpr int kFwdWarps = 4;     ///< forward: warps per CTA
+constexpr int kFwdBlockM = 64;   ///< forward: query rows per CTA with GQA packing (16 rows per warp)
+constexpr int kFwdBlockMWide = 128;  ///< forward: query rows per CTA without packing (32 rows per warp)
+/// Forward query rows per CTA for a GQA pack (1: the wide tile).
+constexpr int fwd_block_m(int pack) { return pack == 1 ? kFwdBlockMWide : kFwdBlockM; }
+constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step (64-row tiles, and D < 128)
+/// Forward keys per mainloop step: 32 for the wide (pack 1) tile at head_dim >= 128,
+/// where 64 keys need more than 255 registers per thread (the wide tile holds
+/// 2 x 16 rows of O and S per warp), else kFwdBlockN.
+constexpr int fwd_block_n(int head_dim, int pack) { return pack == 1 && head_dim >= 128 ? 32 : kFwdBlockN; }
 constexpr int kBwdBlockN = 64;   ///< dK/dV: keys per CTA (4 warps)
 /// dK/dV: query rows per inner step (32 at head_dim 128, where 64 spills registers).
 template <int D>

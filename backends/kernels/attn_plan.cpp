@@ -25,34 +25,39 @@ std::vector<WorkItem> longest_first(std::vector<WorkItem> items, const std::vect
 
 }  // namespace
 
-TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack) {
-  if (pack < 1 || (kFwdBlockM / 16) % pack != 0 || group % pack != 0)
+TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim) {
+  if (pack < 1 || kFwdWarps % pack != 0 || group % pack != 0)
     throw std::invalid_argument("plan_tiles: pack " + std::to_string(pack) + " must divide " +
-                                std::to_string(kFwdBlockM / 16) + " and the GQA group " + std::to_string(group));
+                                std::to_string(kFwdWarps) + " and the GQA group " + std::to_string(group));
   TilePlan t;
   t.pack = pack;
-  t.tile_rows = kFwdBlockM / pack;
+  t.tile_rows = fwd_block_m(pack) / pack;
+  t.tile_keys = fwd_block_n(head_dim, pack);
+  t.dq_tile_rows = kDqBlockM / pack;
   const size_t n = s.lq.size();
-  std::vector<WorkItem> q, k;
-  std::vector<int64_t> qc, kc;
+  std::vector<WorkItem> q, dq, k;
+  std::vector<int64_t> qc, dqc, kc;
   for (size_t b = 0; b < n; ++b) {
     const int lq = s.lq[b], lk = s.lk[b];
+    int first;
     for (int m0 = 0; m0 < s.store_q[b]; m0 += t.tile_rows) {
-      int first;
-      const int tiles = key_tiles(m, lq, lk, m0, t.tile_rows, kFwdBlockN, &first);
+      const int tiles = key_tiles(m, lq, lk, m0, t.tile_rows, t.tile_keys, &first);
       q.push_back({static_cast<int32_t>(b), m0});
       qc.push_back(tiles);
       t.fwd_tiles += tiles;
-      t.executed_pairs += static_cast<int64_t>(tiles) * kFwdBlockN * t.tile_rows * heads_q;
+      t.executed_pairs += static_cast<int64_t>(tiles) * t.tile_keys * t.tile_rows * heads_q;
     }
-    const int bm = kBwdBlockN;  // cost only: query tiles per key tile at the dK/dV step height
+    for (int m0 = 0; m0 < s.store_q[b]; m0 += t.dq_tile_rows) {
+      dq.push_back({static_cast<int32_t>(b), m0});
+      dqc.push_back(key_tiles(m, lq, lk, m0, t.dq_tile_rows, kDqBlockN, &first));
+    }
     for (int n0 = 0; n0 < s.store_k[b]; n0 += kBwdBlockN) {
-      int first;
       k.push_back({static_cast<int32_t>(b), n0});
-      kc.push_back(static_cast<int64_t>(query_tiles(m, lq, lk, n0, kBwdBlockN, bm, &first)));
+      kc.push_back(static_cast<int64_t>(query_tiles(m, lq, lk, n0, kBwdBlockN, kBwdBlockN, &first)));
     }
   }
   t.q_items = longest_first(std::move(q), qc);
+  t.dq_items = longest_first(std::move(dq), dqc);
   t.k_items = longest_first(std::move(k), kc);
   return t;
 }
@@ -60,7 +65,7 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
 int choose_pack(int group, double mean_seq_len) {
   if (mean_seq_len >= 4 * kFwdBlockM) return 1;
   for (int p : {4, 2})
-    if (group % p == 0 && (kFwdBlockM / 16) % p == 0) return p;
+    if (group % p == 0 && kFwdWarps % p == 0) return p;
   return 1;
 }
 
@@ -155,7 +160,7 @@ HostTensor scatter_tokens(const std::vector<double>& packed, std::vector<int64_t
 }
 
 std::string describe(const TilePlan& t, int heads_q, int heads_kv) {
-  return "q tiles " + std::to_string(t.tile_rows) + "x" + std::to_string(kFwdBlockN) + " (pack " +
+  return "q tiles " + std::to_string(t.tile_rows) + "x" + std::to_string(t.tile_keys) + " (pack " +
          std::to_string(t.pack) + "): " + std::to_string(t.q_items.size() * static_cast<size_t>(heads_q / t.pack)) +
          " CTAs; k tiles " + std::to_string(kBwdBlockN) + ": " +
          std::to_string(t.k_items.size() * static_cast<size_t>(heads_kv)) + " CTAs";

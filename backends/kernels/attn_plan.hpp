@@ -28,20 +28,24 @@ struct SeqLengths {
 /// Work lists and counts of one problem.
 struct TilePlan {
   int pack = 1;        ///< query heads per CTA (GQA packing)
-  int tile_rows = 0;   ///< query positions per forward tile (kFwdBlockM / pack)
-  std::vector<WorkItem> q_items;  ///< forward and deterministic-dQ tiles, longest first
+  int tile_rows = 0;   ///< query positions per forward tile (fwd_block_m(pack) / pack)
+  int tile_keys = 0;   ///< keys per forward mainloop step (fwd_block_n)
+  int dq_tile_rows = 0;  ///< query positions per deterministic-dQ tile (kDqBlockM / pack)
+  std::vector<WorkItem> q_items;   ///< forward tiles, longest first
+  std::vector<WorkItem> dq_items;  ///< deterministic-dQ tiles, longest first
   std::vector<WorkItem> k_items;  ///< dK/dV tiles, longest first
   int64_t fwd_tiles = 0;          ///< (query tile, key tile) steps per query head
   int64_t executed_pairs = 0;     ///< tile rows x keys of every visited tile, summed over Hq
 };
 
 /// Plan `s` under mask `m` (its diagonal / prefix bounds; lengths come from `s`)
-/// for heads_q query heads with `pack` heads per forward CTA (1, 2 or 4;
-/// must divide kFwdBlockM / 16 and the GQA group). Query tiles cover
-/// [0, store_q) in steps of kFwdBlockM / pack; key tiles cover [0, store_k) in
-/// steps of kBwdBlockN. Ties keep (sequence, start) order, so the plan is
+/// for heads_q query heads of head_dim (which picks the forward key-tile width,
+/// fwd_block_n) with `pack` heads per forward CTA (1, 2 or 4;
+/// must divide kFwdWarps and the GQA group). Query tiles cover [0, store_q) in
+/// steps of fwd_block_m(pack) / pack (kDqBlockM / pack for the dQ kernel); key
+/// tiles cover [0, store_k) in steps of kBwdBlockN. Ties keep (sequence, start) order, so the plan is
 /// deterministic. Throws std::invalid_argument on a bad pack.
-TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack);
+TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim);
 
 /// The largest pack in {4, 2, 1} that divides the GQA group (GQA packing for
 /// short sequences), or 1 when the mean sequence length is at least
