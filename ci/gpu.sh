@@ -112,6 +112,23 @@ if [[ -z "$GPU_SUMMARY" ]]; then GPU_SUMMARY="no summary: killed after ${GPU_TES
 grep -E "^\s*[0-9]+/[0-9]+ Test|tests passed|tests failed|Skipped|SKIPPED" "$OUT/ctest_gpu.log" || true
 if [[ $status -ne 0 ]]; then tail -n 60 "$OUT/ctest_gpu.log"; fi
 
+# compute-sanitizer memcheck and racecheck on small cases of attnbench's fused
+# kernels (flash, varlen), through ci/fused_gpu.sh (the build above is reused).
+SANITIZE_STATUS="not run"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  log "sanitizer: ci/fused_gpu.sh sanitize (log: $OUT/sanitize.log)"
+  if timeout "${SANITIZE_LIMIT:-360}" env OUT="$OUT/sanitize" JOBS="$JOBS" ATTNBENCH_CUDA_ARCHS="$ATTNBENCH_CUDA_ARCHS" \
+       "$ROOT/ci/fused_gpu.sh" sanitize >"$OUT/sanitize.log" 2>&1; then
+    SANITIZE_STATUS="clean"
+  else
+    SANITIZE_STATUS="FAILED"
+    status=1
+  fi
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize.log" || true
+else
+  SANITIZE_STATUS="compute-sanitizer not found"
+fi
+
 log "CPU tests: ctest -L cpu (log: $OUT/ctest_cpu.log)"
 # The report-schema and headless-Chromium tests need node, Chromium and the npm
 # bundles (ci/install_browser.sh, run by the CPU CI). GPU machines often lack
@@ -136,9 +153,9 @@ SMOKE_STATUS="not run"
 if [[ -f "$ROOT/scenarios/gpu_smoke.json" ]]; then
   # The cpu backend is left out here: it is checked by the CPU tests, and at these
   # sizes its timing alone would take most of the smoke budget.
-  log "smoke: attnbench run scenarios/gpu_smoke.json --backends naive,cudnn (log: $OUT/gpu_smoke.log)"
+  log "smoke: attnbench run scenarios/gpu_smoke.json --backends naive,cudnn,flash,varlen (log: $OUT/gpu_smoke.log)"
   smoke_rc=0
-  timeout "$SMOKE_LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/gpu_smoke.json" --backends naive,cudnn --max-seconds 0.5 --out "$SMOKE_OUT" \
+  timeout "$SMOKE_LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/gpu_smoke.json" --backends naive,cudnn,flash,varlen --max-seconds 0.5 --out "$SMOKE_OUT" \
     >"$OUT/gpu_smoke.log" 2>&1 || smoke_rc=$?
   tail -n 25 "$OUT/gpu_smoke.log"
   SMOKE_STATUS="exit $smoke_rc"
@@ -157,6 +174,7 @@ fi
   echo "cuDNN      : ${CUDNN_ROOT:-none} -> loaded $CUDNN_LOADED"
   echo "build      : $WARNINGS warning lines, $SPILLS kernels with spills"
   echo "GPU tests  : ${GPU_SUMMARY:-no summary (see ctest_gpu.log)}"
+  echo "sanitizer  : $SANITIZE_STATUS (fused kernels, memcheck + racecheck)"
   echo "CPU tests  : ${CPU_SUMMARY:-no summary (see ctest_cpu.log)}"
   echo "smoke      : $SMOKE_STATUS, report $SMOKE_OUT/report.json"
   echo "logs       : $OUT"

@@ -156,8 +156,7 @@ TEST_CASE("tile plan: longest work first, executed pairs, packing") {
   const TilePlan t4 = plan_tiles(m, lens, 8, 4, 4, 128);
   CHECK(t4.tile_rows == 16);
   CHECK(t4.tile_keys == kFwdBlockN);
-  // head_dim 128 without packing: 32-key steps.
-  CHECK(plan_tiles(m, lens, 2, 1, 1, 128).tile_keys == 32);
+  CHECK(plan_tiles(m, lens, 2, 1, 1, 128).tile_keys == kFwdBlockN);
   CHECK(t4.q_items.size() == 8);
   CHECK(t4.q_items.front().start >= t4.q_items.back().start);
   CHECK_THROWS_AS(plan_tiles(m, lens, 6, 3, 2, 64), std::invalid_argument);
