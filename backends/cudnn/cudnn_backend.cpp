@@ -18,6 +18,7 @@
 #include "backends/cudnn/cudnn_graph.hpp"
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
+#include "harness/device/stream.hpp"
 #include "harness/device/device.hpp"
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
@@ -54,21 +55,6 @@ void expect_shape(const HostTensor& t, const std::vector<int64_t>& shape, const 
   }
 }
 
-/// Owns a CUDA stream (destroyed after its work finished), so that a throwing
-/// instance constructor does not leak it.
-struct StreamHolder {
-  cudaStream_t s = nullptr;
-  StreamHolder() { ATTNBENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~StreamHolder() {
-    if (s) {
-      (void)cudaStreamSynchronize(s);
-      (void)cudaStreamDestroy(s);
-      (void)cudaGetLastError();
-    }
-  }
-  StreamHolder(const StreamHolder&) = delete;
-  StreamHolder& operator=(const StreamHolder&) = delete;
-};
 
 /// Workspace (bytes) of an instance whose parts need `need[i]` bytes each: the
 /// largest when the parts run one after another on one stream, the sum of
@@ -167,7 +153,7 @@ class Instance final : public CudnnInstanceApi {
       if (ws > 0) workspace_ = DeviceBuffer(static_cast<size_t>(ws), 1);
       if (concurrent_) {
         for (size_t i = 1; i < parts_.size(); ++i) {
-          aux_streams_.push_back(std::make_unique<StreamHolder>());
+          aux_streams_.push_back(std::make_unique<device::OwnedStream>());
           joins_.push_back(std::make_unique<EventHolder>());
         }
         fork_ = std::make_unique<EventHolder>();
@@ -611,12 +597,12 @@ class Instance final : public CudnnInstanceApi {
   CasePlan plan_;
   Env env_;
   double analysis_ms_ = 0.0;
-  StreamHolder stream_holder_;  // declared before the buffers: destroyed after them
+  device::OwnedStream stream_holder_;  // declared before the buffers: destroyed after them
   cudaStream_t stream_ = stream_holder_.s;
   cudnnHandle_t handle_ = nullptr;
   std::vector<std::unique_ptr<PartRuntime>> parts_;  ///< one per plan_.parts entry
   bool concurrent_ = false;                          ///< split_streams with more than one part
-  std::vector<std::unique_ptr<StreamHolder>> aux_streams_;  ///< parts 1.. when concurrent_
+  std::vector<std::unique_ptr<device::OwnedStream>> aux_streams_;  ///< parts 1.. when concurrent_
   std::unique_ptr<EventHolder> fork_;
   std::vector<std::unique_ptr<EventHolder>> joins_;
   CapturedPass fwd_graph_, bwd_graph_;  ///< Env::cuda_graph

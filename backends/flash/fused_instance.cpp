@@ -17,6 +17,7 @@
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
+#include "harness/device/stream.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/layout.hpp"
 #include "harness/model/mask.hpp"
@@ -32,16 +33,6 @@ namespace {
 constexpr int64_t kMaxPositions = int64_t{1} << 30;  // positions and token counts stay int32
 
 using kernels::Sequences;
-struct StreamHolder {
-  cudaStream_t s = nullptr;
-  StreamHolder() { ATTNBENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~StreamHolder() {
-    if (s && cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
-    if (s && cudaStreamDestroy(s) != cudaSuccess) (void)cudaGetLastError();
-  }
-  StreamHolder(const StreamHolder&) = delete;
-  StreamHolder& operator=(const StreamHolder&) = delete;
-};
 
 DeviceBuffer upload_items(const std::vector<WorkItem>& items, cudaStream_t st) {
   std::vector<int32_t> flat;
@@ -107,7 +98,7 @@ class FusedInstance final : public BackendInstance {
   AttnParams params_;
   double setup_ms_ = 0.0;
 
-  StreamHolder stream_;
+  device::OwnedStream stream_;
   DeviceBuffer q_, k_, v_, do_, o_, lse_, dq_, dk_, dv_, dq_accum_, dsum_;
   DeviceBuffer cu_q_, cu_k_, lens_q_, lens_k_, q_items_, dq_items_, k_items_;
 };

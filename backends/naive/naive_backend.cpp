@@ -31,6 +31,7 @@
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
 #include "harness/device/fill.hpp"
+#include "harness/device/stream.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/layout.hpp"
 #include "harness/model/mask.hpp"
@@ -85,17 +86,6 @@ void require_shape(const HostTensor& t, std::vector<int64_t> want, const char* n
   }
 }
 
-/// Owns a non-blocking CUDA stream.
-struct StreamHolder {
-  cudaStream_t s = nullptr;
-  StreamHolder() { ATTNBENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~StreamHolder() {
-    if (s && cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
-    if (s && cudaStreamDestroy(s) != cudaSuccess) (void)cudaGetLastError();
-  }
-  StreamHolder(const StreamHolder&) = delete;
-  StreamHolder& operator=(const StreamHolder&) = delete;
-};
 
 /// Owns a cuBLAS handle bound to a stream, with its own workspace and
 /// full-precision reductions.
@@ -158,7 +148,7 @@ class NaiveInstance final : public NaiveInstanceApi {
   MemoryPlan plan_;
 
   // Declared first so that they are destroyed last (after every buffer's work).
-  StreamHolder stream_;
+  device::OwnedStream stream_;
   BlasHolder blas_;
 
   DeviceBuffer q_, k_, v_, do_, o_, lse_, dq_, dk_, dv_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/device/check.hpp"
+#include "harness/device/stream.hpp"
 #include "harness/device/environment.hpp"
 
 namespace attnbench::device {
@@ -37,15 +38,6 @@ class Scratch {
 
  private:
   void* ptr_ = nullptr;
-};
-
-class Stream {
- public:
-  Stream() { ATTNBENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t s = nullptr;
 };
 
 class Events {
@@ -144,7 +136,7 @@ nlohmann::json Ceilings::to_json() const {
 
 Ceiling measure_gemm_ceiling(const CeilingOptions& o) {
   (void)kCublasVersionRegistered;
-  Stream stream;
+  OwnedStream stream;
   Cublas blas(stream.s);
   const size_t m = static_cast<size_t>(o.gemm_m), n = static_cast<size_t>(o.gemm_n), k = static_cast<size_t>(o.gemm_k);
   Scratch a(m * k * sizeof(__nv_bfloat16)), b(k * n * sizeof(__nv_bfloat16)), c(m * n * sizeof(__nv_bfloat16));
@@ -172,7 +164,7 @@ Ceiling measure_gemm_ceiling(const CeilingOptions& o) {
 }
 
 Ceiling measure_copy_ceiling(const CeilingOptions& o) {
-  Stream stream;
+  OwnedStream stream;
   const size_t bytes = static_cast<size_t>(o.copy_bytes);
   Scratch src(bytes), dst(bytes);
   fill_random(src.get(), bytes / sizeof(__nv_bfloat16), 4, stream.s);
