@@ -23,6 +23,7 @@
 #include "harness/model/problem.hpp"
 #include "harness/model/tensors.hpp"
 #include "reference/reference.hpp"
+#include "tests/gpu/gpu_check.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;
@@ -46,48 +47,8 @@ Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0, int64_t m = 0, int
   return p;
 }
 
-std::string label(const Problem& p) {
-  std::ostringstream os;
-  os << to_string(p.dtype) << " " << to_string(p.layout) << " B" << p.batch << " Hq" << p.heads_q << " Hkv"
-     << p.heads_kv << " Sq" << p.seq_q << " Sk" << p.seq_k << " D" << p.head_dim << "/" << p.head_dim_v
-     << " mask=" << describe_mask(p) << " mod=" << describe_score_mod(p.score_mod);
-  return os.str();
-}
-
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-}
-
-int64_t count_nan(const std::vector<double>& v) {
-  int64_t n = 0;
-  for (double x : v) n += std::isnan(x) ? 1 : 0;
-  return n;
-}
-
-int64_t count_inf(const std::vector<double>& v) {
-  int64_t n = 0;
-  for (double x : v) n += std::isinf(x) ? 1 : 0;
-  return n;
-}
-
-/// Loose sanity check independent of the rule, to make gross errors obvious:
-/// ||x - g|| <= bound * ||g|| + 4 * ||lp - g|| over entries where gold is finite
-/// (the lp term covers tensors whose gold is ~0, e.g. dBias of rel_bias(0)).
-bool loosely_close(const std::vector<double>& x, const std::vector<double>& g, const std::vector<double>& lp,
-                   DType t) {
-  const double bound = t == DType::bf16 ? 0.05 : (t == DType::fp16 ? 0.01 : 1e-4);
-  double err = 0, norm = 0, lp_err = 0;
-  for (size_t i = 0; i < x.size() && i < g.size() && i < lp.size(); ++i) {
-    if (!std::isfinite(g[i])) continue;
-    err += (x[i] - g[i]) * (x[i] - g[i]);
-    norm += g[i] * g[i];
-    lp_err += (lp[i] - g[i]) * (lp[i] - g[i]);
-  }
-  return std::sqrt(err) <= bound * std::sqrt(norm) + 4 * std::sqrt(lp_err);
-}
-
 void run_case(const Problem& p) {
-  const std::string what = label(p);
+  const std::string what = case_label(p);
   INFO(what);
   REQUIRE_NOTHROW(validate(p));
   NaiveBackend be;
@@ -116,14 +77,15 @@ void run_case(const Problem& p) {
   REQUIRE(static_cast<int64_t>(got.dbias.size()) == p.bias_numel());
 
   // No NaN anywhere; no Inf except LSE = -inf on fully masked rows.
-  CHECK(count_nan(got.o.data) == 0);
-  CHECK(count_nan(got.lse.data) == 0);
-  CHECK(count_nan(got.dq.data) == 0);
-  CHECK(count_nan(got.dk.data) == 0);
-  CHECK(count_nan(got.dv.data) == 0);
-  CHECK(count_nan(got.dbias) == 0);
-  CHECK(count_inf(got.o.data) + count_inf(got.dq.data) + count_inf(got.dk.data) + count_inf(got.dv.data) +
-            count_inf(got.dbias) ==
+  CHECK(count_nonfinite(got.o.data, true) == 0);
+  CHECK(count_nonfinite(got.lse.data, true) == 0);
+  CHECK(count_nonfinite(got.dq.data, true) == 0);
+  CHECK(count_nonfinite(got.dk.data, true) == 0);
+  CHECK(count_nonfinite(got.dv.data, true) == 0);
+  CHECK(count_nonfinite(got.dbias, true) == 0);
+  CHECK(count_nonfinite(got.o.data, false) + count_nonfinite(got.dq.data, false) +
+            count_nonfinite(got.dk.data, false) + count_nonfinite(got.dv.data, false) +
+            count_nonfinite(got.dbias, false) ==
         0);
 
   // Fully masked rows (from the mask itself): LSE = -inf, O and dQ exactly 0.
@@ -380,12 +342,12 @@ TEST_CASE("naive: poisoned outputs read back as NaN before any pass") {
   auto inst = be.prepare(p, make_inputs(p));
   inst->poison_outputs();
   const AttentionOutputs out = inst->read_outputs(true);
-  CHECK(count_nan(out.o.data) == static_cast<int64_t>(out.o.data.size()));
-  CHECK(count_nan(out.lse.data) == static_cast<int64_t>(out.lse.data.size()));
-  CHECK(count_nan(out.dq.data) == static_cast<int64_t>(out.dq.data.size()));
-  CHECK(count_nan(out.dk.data) == static_cast<int64_t>(out.dk.data.size()));
-  CHECK(count_nan(out.dv.data) == static_cast<int64_t>(out.dv.data.size()));
-  CHECK(count_nan(out.dbias) == static_cast<int64_t>(out.dbias.size()));
+  CHECK(count_nonfinite(out.o.data, true) == static_cast<int64_t>(out.o.data.size()));
+  CHECK(count_nonfinite(out.lse.data, true) == static_cast<int64_t>(out.lse.data.size()));
+  CHECK(count_nonfinite(out.dq.data, true) == static_cast<int64_t>(out.dq.data.size()));
+  CHECK(count_nonfinite(out.dk.data, true) == static_cast<int64_t>(out.dk.data.size()));
+  CHECK(count_nonfinite(out.dv.data, true) == static_cast<int64_t>(out.dv.data.size()));
+  CHECK(count_nonfinite(out.dbias, true) == static_cast<int64_t>(out.dbias.size()));
   CHECK(out.dbias.size() == static_cast<size_t>(p.bias_numel()));
 }
 
