@@ -317,6 +317,9 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
     return who + "score_mod " + to_string(p.score_mod.kind) +
            " not supported (learnable biases need the flex backend; none, softcap and alibi run here)";
   const bool docs = p.find_mask<DocumentTerm>() != nullptr;
+  if (p.batch > kernels::kMaxSequences)
+    return who + "batch " + std::to_string(p.batch) + " exceeds " + std::to_string(kernels::kMaxSequences) +
+           " sequences per launch";
   if (placement == Placement::padded) {
     if (docs) return who + "document masks run on the varlen backend (packed sequences); flash runs causal, "
                           "sliding_window, padding and prefix_lm";
@@ -333,10 +336,16 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
              " cannot be expressed with cu_seqlens (document, causal and sliding_window only)";
   const DocumentTerm* d = p.find_mask<DocumentTerm>();
   std::vector<std::pair<int64_t, int64_t>> runs;
-  for (int64_t b = 0; b < p.batch; ++b)
+  int64_t sequences = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
     if (!kernels::document_runs(*d, static_cast<size_t>(b), p.seq_q, &runs))
       return who + "document ids of batch row " + std::to_string(b) +
              " are not contiguous (a document split in two runs cannot be one packed sequence)";
+    sequences += static_cast<int64_t>(runs.size());
+  }
+  if (sequences > kernels::kMaxSequences)
+    return who + std::to_string(sequences) + " documents exceed " + std::to_string(kernels::kMaxSequences) +
+           " sequences per launch";
   return {};
 }
 

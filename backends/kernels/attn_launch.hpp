@@ -12,12 +12,17 @@
 
 namespace attnbench::kernels {
 
+/// Most sequences one launch takes (the Dsum kernel's grid.z).
+constexpr int kMaxSequences = 65535;
+
 /// Head dimensions with kernels (Dqk = Dv).
 inline bool head_dim_supported(int d) { return d == 64 || d == 128; }
 
 /// Forward: O and LSE. `q_items` (device, n_q_items entries) lists query tiles of
 /// fwd_block_m(pack) / pack positions; `pack` query heads of one KV head share a CTA
-/// (1, 2 or 4, dividing p.group). Asynchronous on `stream`.
+/// (1, 2 or 4, dividing p.group). Asynchronous on `stream`. Throws
+/// std::invalid_argument for a bad pack, a head_dim without kernels or more than
+/// kMaxSequences sequences, DeviceError when a launch fails.
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream);
 
 /// Backward: dQ, dK, dV from O, LSE, dO. `k_items` lists key tiles of kBwdBlockN

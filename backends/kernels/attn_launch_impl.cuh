@@ -11,11 +11,17 @@
 namespace attnbench::kernels {
 namespace detail {
 
-/// Raise a kernel's dynamic shared-memory limit (needed above 48 KB) once per
-/// process and device-independent kernel; checked.
+/// Raise a kernel's dynamic shared-memory limit (needed above 48 KB), once per
+/// kernel and device (a function-local static per instantiation), checked.
 template <class Kernel>
 void allow_smem(Kernel k, size_t bytes) {
+  static uint64_t done_devices = 0;  // bit d: set on device d (devices 0..63)
+  int dev = 0;
+  ATTNBENCH_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit && (done_devices & bit)) return;
   ATTNBENCH_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  done_devices |= bit;
 }
 
 template <int D, bool Bf16, int kMT, int kBlockN>
@@ -36,7 +42,7 @@ void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaSt
   if (pack == 1)
     forward_tiles<D, Bf16, 2, fwd_block_n(D, 1)>(p, items, n, pack, st);
   else
-    forward_tiles<D, Bf16, 1, kFwdBlockN>(p, items, n, pack, st);
+    forward_tiles<D, Bf16, 1, fwd_block_n(D, 2)>(p, items, n, pack, st);
 }
 
 template <int D, bool Bf16>
@@ -52,8 +58,8 @@ void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkI
   constexpr int kWarps = kBwdBlockN / 16;
   const unsigned k_blocks = static_cast<unsigned>(static_cast<int64_t>(n_k) * p.heads_kv);
   if (deterministic) {
-    auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m<D>(), false>;
-    constexpr size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m<D>(), false>();
+    auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), false>;
+    constexpr size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m(D), false>();
     allow_smem(dkdv, smem);
     if (k_blocks > 0) {
       dkdv<<<k_blocks, kWarps * 32, smem, st>>>(p, k_items);
@@ -72,16 +78,16 @@ void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkI
   }
   if (q_numel > 0)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(q_numel) * sizeof(float), st));
-  auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m<D>(), true>;
-  constexpr size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m<D>(), true>();
+  auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), true>;
+  constexpr size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m(D), true>();
   allow_smem(dkdv, smem);
   if (k_blocks > 0) {
     dkdv<<<k_blocks, kWarps * 32, smem, st>>>(p, k_items);
     ATTNBENCH_CHECK(cudaGetLastError());
   }
   if (q_numel > 0) {
-    const int64_t vec = (q_numel + 3) / 4;
-    const unsigned blocks = static_cast<unsigned>(vec < 132 * 16 * 8 ? (vec + 255) / 256 : 132 * 16 * 8 / 256 * 8);
+    const int64_t vec = (q_numel + 3) / 4;  // grid-stride kernel: any grid covers every element
+    const unsigned blocks = static_cast<unsigned>(vec < 4096 * 256 ? (vec + 255) / 256 : 4096);
     attn_bwd_dq_convert_kernel<Bf16><<<blocks, 256, 0, st>>>(p.dq_accum, static_cast<uint16_t*>(p.dq), q_numel,
                                                              p.scale);
     ATTNBENCH_CHECK(cudaGetLastError());

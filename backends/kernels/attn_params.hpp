@@ -20,9 +20,10 @@
 // are not stored there).
 //
 // Mask (docs/semantics.md "Masks"): per query row i the allowed keys are the
-// closed interval [lo(i), hi(i)] of mask_row_bounds() (harness/mask_desc.hpp, the
-// one definition shared with the reference): causal in both alignments, sliding
-// window, padding, prefix_lm. Score mods: none, softcap, alibi.
+// closed interval [lo(i), hi(i)] of mask_row_bounds() (harness/model/mask_desc.hpp,
+// beside mask_allowed(), the definition the reference evaluates; the two agree on
+// every pair of interval masks, tests/test_attn_plan.cpp): causal in both
+// alignments, sliding window, padding, prefix_lm. Score mods: none, softcap, alibi.
 #pragma once
 
 #include <cstdint>
@@ -83,26 +84,22 @@ struct AttnParams {
 
 /// Tile shapes of the instantiated kernels (rows x keys per CTA, 16 rows per warp).
 constexpr int kFwdWarps = 4;     ///< forward: warps per CTA
-constexpr int kFwdBlockM = 64;   ///< forward: query rows per CTA with GQA packing (16 rows per warp)
+constexpr int kFwdBlockM = 64;   ///< forward: query rows per CTA with GQA packing (1 m-tile of 16 rows per warp)
 constexpr int kFwdBlockMWide = 128;  ///< forward: query rows per CTA without packing (32 rows per warp)
 /// Forward query rows per CTA for a GQA pack (1: the wide tile).
 constexpr int fwd_block_m(int pack) { return pack == 1 ? kFwdBlockMWide : kFwdBlockM; }
-constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step (64-row tiles, and D < 128)
+constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step
 /// Forward keys per mainloop step. The wide (pack 1) tile at head_dim 128 holds
 /// 2 x 16 rows of O and S per warp and spills 68 bytes per thread (to L1) with 64
 /// keys; 32 keys spill nothing but measured slower on the H100 (causal S4096 B4
 /// H16 D128 forward: 236 TFLOP/s with 64 keys, 208 with 32), so 64 it is.
-constexpr int fwd_block_n(int head_dim, int pack) {
-  (void)head_dim;
-  (void)pack;
-  return kFwdBlockN;
-}
+/// The one definition of the forward tile shape: the launcher instantiates the
+/// kernel with it and plan_tiles() plans with it. (Arguments kept: the shape is a
+/// function of both; today every shape uses 64 keys.)
+constexpr int fwd_block_n(int /*head_dim*/, int /*pack*/) { return kFwdBlockN; }
 constexpr int kBwdBlockN = 64;   ///< dK/dV: keys per CTA (4 warps)
 /// dK/dV: query rows per inner step (32 at head_dim 128, where 64 spills registers).
-template <int D>
-constexpr int bwd_block_m() {
-  return D >= 128 ? 32 : 64;
-}
+constexpr int bwd_block_m(int head_dim) { return head_dim >= 128 ? 32 : 64; }
 constexpr int kDqBlockM = 64;    ///< deterministic dQ: query rows per CTA
 constexpr int kDqBlockN = 64;    ///< deterministic dQ: keys per step
 
@@ -114,5 +111,6 @@ struct WorkItem {
   int32_t seq = 0;
   int32_t start = 0;
 };
+static_assert(sizeof(WorkItem) == 8, "uploaded as two int32 per item");
 
 }  // namespace attnbench::kernels

@@ -53,7 +53,7 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
     }
     for (int n0 = 0; n0 < s.store_k[b]; n0 += kBwdBlockN) {
       k.push_back({static_cast<int32_t>(b), n0});
-      kc.push_back(static_cast<int64_t>(query_tiles(m, lq, lk, n0, kBwdBlockN, kBwdBlockN, &first)));
+      kc.push_back(static_cast<int64_t>(query_tiles(m, lq, lk, n0, kBwdBlockN, bwd_block_m(head_dim), &first)));
     }
   }
   t.q_items = longest_first(std::move(q), qc);

@@ -34,8 +34,8 @@ struct TilePlan {
   std::vector<WorkItem> q_items;   ///< forward tiles, longest first
   std::vector<WorkItem> dq_items;  ///< deterministic-dQ tiles, longest first
   std::vector<WorkItem> k_items;  ///< dK/dV tiles, longest first
-  int64_t fwd_tiles = 0;          ///< (query tile, key tile) steps per query head
-  int64_t executed_pairs = 0;     ///< tile rows x keys of every visited tile, summed over Hq
+  int64_t fwd_tiles = 0;          ///< forward (query tile, key tile) steps of one head chunk
+  int64_t executed_pairs = 0;     ///< forward: tile rows x keys of every visited tile, summed over Hq
 };
 
 /// Plan `s` under mask `m` (its diagonal / prefix bounds; lengths come from `s`)
@@ -43,7 +43,8 @@ struct TilePlan {
 /// fwd_block_n) with `pack` heads per forward CTA (1, 2 or 4;
 /// must divide kFwdWarps and the GQA group). Query tiles cover [0, store_q) in
 /// steps of fwd_block_m(pack) / pack (kDqBlockM / pack for the dQ kernel); key
-/// tiles cover [0, store_k) in steps of kBwdBlockN. Ties keep (sequence, start) order, so the plan is
+/// tiles cover [0, store_k) in steps of kBwdBlockN, ordered by their query
+/// steps of bwd_block_m(head_dim) rows (the group multiplies every cost alike). Ties keep (sequence, start) order, so the plan is
 /// deterministic. Throws std::invalid_argument on a bad pack.
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim);
 
@@ -85,7 +86,7 @@ HostTensor scatter_tokens(const std::vector<double>& packed, std::vector<int64_t
                           bool k_side, double fill);
 
 /// One line describing the plan, for the report row: e.g.
-/// "q tiles 64x64 (pack 1): 512 CTAs; k tiles 64: 512 CTAs".
+/// "q tiles 128x64 (pack 1): 512 CTAs; k tiles 64: 512 CTAs".
 std::string describe(const TilePlan& t, int heads_q, int heads_kv);
 
 }  // namespace attnbench::kernels

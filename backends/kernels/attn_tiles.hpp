@@ -1,7 +1,7 @@
 // Which keys a query row sees and which tiles a CTA visits: host and device (the
-// kernels and the host planner share these, so the planned work and the executed
-// work cannot disagree). Built on mask_row_bounds() of harness/mask_desc.hpp, the
-// one definition of the interval masks.
+// kernels and the host planner call the same functions with the same tile shapes,
+// attn_params.hpp's fwd_block_n / bwd_block_m). Built on mask_row_bounds() of
+// harness/model/mask_desc.hpp, the one definition of the interval masks.
 #pragma once
 
 #include <cstdint>

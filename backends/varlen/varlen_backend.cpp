@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string>
 
 #include "backends/flash/fused_instance.hpp"
 #include "harness/device/check.hpp"
@@ -34,8 +35,9 @@ class VarlenBackend : public Backend {
     ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
     FusedOptions opt{Placement::documents, deterministic_, 0, "varlen"};
     if (const char* v = std::getenv("ATTNBENCH_VARLEN_PACK"); v && *v) {
-      opt.pack = std::atoi(v);
-      if (opt.pack != 1 && opt.pack != 2 && opt.pack != 4)
+      const std::string text(v);
+      opt.pack = text == "1" ? 1 : text == "2" ? 2 : text == "4" ? 4 : 0;
+      if (opt.pack == 0)
         throw InputError("environment variable ATTNBENCH_VARLEN_PACK", "", std::string("value '") + v +
                                                                             "' is not 1, 2 or 4");
       if (p.group_size() % opt.pack != 0)

@@ -112,6 +112,20 @@ inline void check_gpu_case(Backend& be, const Problem& p, bool expect_bitwise) {
     }
   CAPTURE(masked_rows);
   CHECK(bad_rows == 0);
+  // Keys no query row attends (in any head of their group): dK = dV = 0 exactly.
+  int64_t lonely_keys = 0, bad_keys = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t j = 0; j < p.seq_k; ++j) {
+      bool seen = false;
+      for (int64_t i = 0; i < p.seq_q && !seen; ++i) seen = mask_allowed(md, b, 0, i, j);
+      if (seen) continue;
+      ++lonely_keys;
+      for (int64_t g = 0; g < p.heads_kv; ++g)
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          bad_keys += (got.dk.at4(b, g, j, d) != 0.0 || got.dv.at4(b, g, j, d) != 0.0) ? 1 : 0;
+    }
+  CAPTURE(lonely_keys);
+  CHECK(bad_keys == 0);
 
   const AttentionOutputs gold = reference::gold(p, in, true);
   const AttentionOutputs lp = reference::lp(p, in, true);

@@ -83,6 +83,18 @@ TEST_CASE("varlen: random document lengths, windows, GQA 4:1 and 7:1") {
   }
 }
 
+TEST_CASE("varlen: GQA 4:2 packs two heads per tile (pack 2), and forced packs 1, 2, 4") {
+  const Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16, Layout::bshd, 400),
+                                               {{60, 0, 130, 1, 90}, {17, 200, 40}}));
+  run_case(p);  // mean document < 256, group 2: pack 2
+  for (const char* pack : {"1", "2", "4"}) {
+    setenv("ATTNBENCH_VARLEN_PACK", pack, 1);
+    Problem q = with_documents(make_problem(1, 8, 2, 256, 256, 128, DType::fp16, Layout::bhsd, 401), {{100, 50, 106}});
+    check_gpu_case(*varlen(true), with_causal(q), true);
+  }
+  unsetenv("ATTNBENCH_VARLEN_PACK");
+}
+
 TEST_CASE("varlen: real CodeAlpaca packs from the scenario packer") {
   const nlohmann::json j = {
       {"name", "gpu_codealpaca"},
