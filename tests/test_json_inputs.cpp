@@ -13,12 +13,17 @@
 
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
+#include "reports/compare.hpp"
+#include "reports/report.hpp"
 #include "test_util.hpp"
 
 using namespace attnbench;
 using nlohmann::json;
 
 namespace {
+
+const std::string kSource = ATTNBENCH_SOURCE_DIR;
+const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
 
 bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
@@ -143,6 +148,24 @@ TEST_CASE("parse_text / load_file: malformed and missing input") {
   CHECK(jsonu::load_file(write("ok.json", R"({"x": [1.5, null, true, "s"]})"))["x"][0] == 1.5);
 }
 
+TEST_CASE("load_report and compare_reports refuse two rows for one (case_id, backend)") {
+  json doc = load_report(kBaseline);
+  REQUIRE(doc["results"].size() >= 1);
+  json dup = doc;
+  json first = dup["results"][0];
+  first["status"] = "fail";
+  dup["results"].insert(dup["results"].begin(), first);  // failing row, then its passing twin
+  const std::string f = write("dup_rows.json", dup.dump());
+  const std::string key = "case_id \"" + first["case_id"].get<std::string>() + "\", backend \"" +
+                          first["backend"].get<std::string>() + "\"";
+  CHECK(contains(input_error_of([&] { load_report(f); }), f + ": /results/1: duplicate row (" + key + ")"));
+  CHECK(contains(input_error_of([&] { compare_reports(doc, dup, "base.json", "new.json"); }),
+                 "new.json: /results/1: duplicate row (" + key + ")"));
+  CHECK(contains(input_error_of([&] { compare_reports(dup, doc, "base.json", "new.json"); }),
+                 "base.json: /results/1: duplicate row"));
+  CHECK(compare_reports(doc, doc, "base.json", "new.json").exit_code() == 0);
+}
+
 TEST_CASE("CLI: a scenario nested 100,000 deep, 1e400 and duplicate keys exit 2 naming the file") {
   const std::string deep_file = write("deep.json", "{\"base\": " + deep(100000) + "}");
   for (const std::string& args :
@@ -191,3 +214,44 @@ TEST_CASE("CLI: a scenario nested 100,000 deep, 1e400 and duplicate keys exit 2 
   CHECK(contains(out, "\ntiny "));
 }
 
+TEST_CASE("CLI: compare, merge and report refuse hostile reports with exit 2") {
+  json doc = json::parse(read(kBaseline));
+  const std::string base = write("base.json", doc.dump());
+  CHECK(run_cli("compare '" + base + "' '" + base + "' -q").code == 0);
+
+  // NEW 100,000 deep (as BASE too), 1e400 in a timing, a duplicate key.
+  const std::string deep_file = write("deep_report.json", "{\"schema_version\": " + deep(100000) + "}");
+  std::string text = doc.dump();
+  const std::string inf_file = write("inf_report.json", text.insert(text.size() - 1, ", \"x\": 1e400"));
+  text = doc.dump();
+  const std::string dup_file = write("dupkey_report.json", text.insert(text.size() - 1, ", \"results\": []"));
+  struct Bad {
+    std::string file, says;
+  };
+  for (const Bad& b : {Bad{deep_file, deep_file + ": /schema_version"}, Bad{inf_file, inf_file + ": /x: number 1e400"},
+                       Bad{dup_file, dup_file + ": /results: duplicate key \"results\""}}) {
+    for (const std::string& args :
+         {"compare '" + base + "' '" + b.file + "' -q", "compare '" + b.file + "' '" + base + "' -q",
+          "merge '" + base + "' '" + b.file + "' -o '" + test::scratch_path("json_inputs", "m.json").string() + "'",
+          "report '" + b.file + "' -o '" + test::scratch_path("json_inputs", "r.html").string() + "'"}) {
+      Cli r = run_cli(args);
+      INFO(args << ": " << r.err);
+      CHECK(r.code == 2);
+      CHECK(contains(r.err, b.says));
+    }
+  }
+
+  // NEW holds a failing row followed by a passing duplicate of it: refused, not passed.
+  json dup = doc;
+  json failing = dup["results"][0];
+  failing["status"] = "fail";
+  dup["results"].insert(dup["results"].begin(), failing);
+  const std::string dup_rows = write("dup_rows.json", dup.dump());
+  for (const std::string& args : {"compare '" + base + "' '" + dup_rows + "' -q",
+                                  "merge '" + dup_rows + "' -o '" + test::scratch_path("json_inputs", "m2.json").string() + "' --replace"}) {
+    Cli r = run_cli(args);
+    INFO(args << ": " << r.err);
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, dup_rows + ": /results/1: duplicate row (case_id \"" + failing["case_id"].get<std::string>()));
+  }
+}
