@@ -255,3 +255,19 @@ TEST_CASE("CLI: compare, merge and report refuse hostile reports with exit 2") {
     CHECK(contains(r.err, dup_rows + ": /results/1: duplicate row (case_id \"" + failing["case_id"].get<std::string>()));
   }
 }
+
+TEST_CASE("CLI: run --backends cpu,cpu is refused before any row is written") {
+  const std::string f = write("tiny.json", kTiny);
+  const std::string out = test::scratch_path("json_inputs", "out_twice").string();
+  Cli r = run_cli("run '" + f + "' --backends cpu,cpu --check off --no-timing --out '" + out + "'");
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "--backends: backend \"cpu\" is listed more than once"));
+  CHECK_FALSE(std::filesystem::exists(out + "/report.json"));
+  // One listing runs and writes one row per case.
+  r = run_cli("run '" + f + "' --backends cpu --check off --no-timing --no-determinism --out '" + out + "'");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  json rep = json::parse(read(out + "/report.json"));
+  CHECK(rep["results"].size() == 1);
+}
