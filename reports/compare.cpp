@@ -144,6 +144,29 @@ PassComparison compare_pass(const TimingStats& b, const TimingStats& n, const Co
 
 }  // namespace
 
+namespace {
+
+/// Rows of a report by row_key(), in file order into `order` when given. A key
+/// seen twice would let a later row hide an earlier one (a failing row followed
+/// by a passing duplicate would pass the gate): throws InputError naming `file`
+/// and the second row's pointer.
+std::map<std::string, const nlohmann::json*> index_rows(const nlohmann::json& doc, const std::string& file,
+                                                        std::vector<std::string>* order = nullptr) {
+  std::map<std::string, const nlohmann::json*> rows;
+  const auto& results = doc.at("results");
+  for (size_t i = 0; i < results.size(); ++i) {
+    const nlohmann::json& r = results[i];
+    if (!rows.emplace(row_key(r), &r).second)
+      throw InputError(file, jsonu::child_path("/results", i),
+                       "duplicate row (case_id \"" + r.value("case_id", "") + "\", backend \"" +
+                           r.value("backend", "") + "\"): a report holds one row per case and backend");
+    if (order) order->push_back(row_key(r));
+  }
+  return rows;
+}
+
+}  // namespace
+
 Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu, const std::string& base_file,
                            const std::string& new_file, const CompareOptions& options) {
   if (!(options.max_slowdown >= 0))
@@ -169,14 +192,9 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
     cmp.env_mismatch = true;
   }
 
-  std::map<std::string, const nlohmann::json*> base_rows, new_rows;
+  std::map<std::string, const nlohmann::json*> base_rows = index_rows(base, base_file), new_rows;
   std::vector<std::string> new_order;
-  for (const auto& r : base.at("results")) base_rows[row_key(r)] = &r;
-  for (const auto& r : neu.at("results")) {
-    const std::string k = row_key(r);
-    if (!new_rows.count(k)) new_order.push_back(k);
-    new_rows[k] = &r;
-  }
+  new_rows = index_rows(neu, new_file, &new_order);
   for (const auto& r : base.at("results"))
     if (!new_rows.count(row_key(r))) cmp.missing.push_back(row_key(r));
 

@@ -111,7 +111,8 @@ struct Comparison {
 /// Compare two loaded reports (load_report()). `base_file` and `new_file` label
 /// messages. Throws InputError (naming NEW's /environment) when the environments
 /// differ and options.allow_env_mismatch is false, or when an option is out of
-/// range (max_slowdown < 0, alpha outside (0, 1)).
+/// range (max_slowdown < 0, alpha outside (0, 1)), or when either report holds two
+/// rows with the same (case_id, backend) (naming that file and the later row).
 Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu, const std::string& base_file,
                            const std::string& new_file, const CompareOptions& options = {});
 

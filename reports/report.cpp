@@ -136,6 +136,7 @@ nlohmann::json load_report(const std::string& file) {
                          std::to_string(kReportSchemaVersion) + ")");
   const auto& results = jsonu::require(doc, "results", file, "");
   if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
+  std::map<std::pair<std::string, std::string>, size_t> first_row;  // (case_id, backend) -> index
   for (size_t i = 0; i < results.size(); ++i) {
     const std::string rp = child_path("/results", i);
     const auto& row = results[i];
@@ -145,6 +146,12 @@ nlohmann::json load_report(const std::string& file) {
       if (!v.is_string() || v.get<std::string>().empty())
         throw InputError(file, child_path(rp, k), "expected a non-empty string, got " + jsonu::show(v));
     }
+    const std::string case_id = row["case_id"].get<std::string>(), backend = row["backend"].get<std::string>();
+    const auto [at, fresh] = first_row.emplace(std::make_pair(case_id, backend), i);
+    if (!fresh)
+      throw InputError(file, rp,
+                       "duplicate row (case_id \"" + case_id + "\", backend \"" + backend + "\"), already at " +
+                           child_path("/results", at->second) + " (a report holds one row per case and backend)");
     const auto& st = jsonu::require(row, "status", file, rp);
     if (!st.is_string() || !parse_row_status(st.get<std::string>()))
       throw InputError(file, child_path(rp, "status"),

@@ -81,9 +81,11 @@ void write_json_atomic(const std::string& path, const nlohmann::json& doc);
 
 /// Read and structurally check a report: valid JSON, schema_version ==
 /// kReportSchemaVersion, "results" an array of rows, each with string case_id and
-/// backend, a known status, and timing entries (when present) that
-/// TimingStats::from_json accepts. Throws InputError naming the file, the JSON
-/// pointer and the value (exit code 2). This is the reader's guard, not the full
+/// backend, no two rows with the same (case_id, backend), a known status, and
+/// timing entries (when present) that TimingStats::from_json accepts. The file is
+/// parsed by jsonu::load_file (depth limit, no infinite numbers, no duplicate
+/// keys). Throws InputError naming the file, the JSON pointer and the value
+/// (exit code 2); compare, merge and report all read through here. This is the reader's guard, not the full
 /// schema (tests validate against reports/report.schema.json).
 nlohmann::json load_report(const std::string& file);
 

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "harness/model/block_mask.hpp"
+#include "harness/model/json_util.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/npy.hpp"
 
@@ -576,10 +577,12 @@ PeerResult read_result(const std::string& dir, const Problem& p, bool with_grads
   std::ifstream f(file, std::ios::binary);
   if (!f) throw PeerProtocolError(file + ": cannot read (the worker wrote no result)");
   PeerResult r;
+  std::stringstream text;
+  text << f.rdbuf();
   try {
-    r.raw = json::parse(f);
-  } catch (const json::parse_error& e) {
-    bad_result(file, "", std::string("malformed JSON: ") + e.what());
+    r.raw = jsonu::parse_text(text.str(), file);  // depth limit, finite numbers, unique keys
+  } catch (const InputError& e) {
+    throw PeerProtocolError(e.what());  // names the file, pointer and value
   }
   const json& j = r.raw;
   if (!j.is_object()) bad_result(file, "", "expected a JSON object");

@@ -186,8 +186,9 @@ struct PeerResult {
 /// o.npy, lse.npy, dq.npy, dk.npy, dv.npy, dbias.npy), checking shapes against `p`
 /// (dbias may also come flat).
 /// Gradients are required when `with_grads`. Throws PeerProtocolError naming the
-/// file and field on anything missing or malformed; never throws for status
-/// unsupported or error (the caller maps those).
+/// file and field on anything missing or malformed (result.json is parsed by
+/// jsonu::parse_text: too deep, infinite numbers and duplicate keys are malformed);
+/// never throws for status unsupported or error (the caller maps those).
 PeerResult read_result(const std::string& dir, const Problem& p, bool with_grads);
 
 /// Availability of the peers behind one (python, worker, env) launch setup.

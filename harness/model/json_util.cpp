@@ -1,5 +1,6 @@
 #include "harness/model/json_util.hpp"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -30,16 +31,135 @@ std::string show(const nlohmann::json& v) {
   return s;
 }
 
+namespace {
+
+/// SAX handler that builds the DOM (as nlohmann's own DOM parser does) and
+/// enforces the input rules of parse_text(). Errors are thrown as InputError
+/// straight out of the parser; a syntax error is recorded and reported by the
+/// caller.
+class SafeDomBuilder {
+ public:
+  using json = nlohmann::json;
+  explicit SafeDomBuilder(json& root, const std::string& source) : root_(root), source_(source) {}
+
+  bool null() { return put(json(nullptr)); }
+  bool boolean(bool v) { return put(json(v)); }
+  bool number_integer(json::number_integer_t v) { return put(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(json(v)); }
+  bool number_float(json::number_float_t v, const std::string& text) {
+    if (!std::isfinite(v)) throw InputError(source_, here(), out_of_range(text));
+    return put(json(v));
+  }
+  bool string(std::string& v) { return put(json(std::move(v))); }
+  bool binary(json::binary_t& v) { return put(json(std::move(v))); }
+
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  bool key(std::string& k) {
+    Frame& f = stack_.back();
+    if (f.node->contains(k))
+      throw InputError(source_, child_path(container_path(), k),
+                       "duplicate key \"" + k + "\" (each key may appear once in an object)");
+    f.slot = &(*f.node)[k];
+    f.key = std::move(k);
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string& token, const nlohmann::detail::exception& ex) {
+    if (ex.id == 406)  // out_of_range.406: the lexer's "number overflow" (1e400)
+      throw InputError(source_, here(), out_of_range(token));
+    error_ = ex.what();  // names line, column and byte
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  struct Frame {
+    json* node = nullptr;   ///< the open object or array
+    json* slot = nullptr;   ///< objects: the member the next value fills
+    std::string key;        ///< objects: the key of that member
+  };
+
+  static std::string out_of_range(const std::string& text) {
+    return "number " + text + " is out of range (it overflows a double to infinity)";
+  }
+
+  /// Where the next value goes; nullptr before the root.
+  json* target() {
+    if (stack_.empty()) return &root_;
+    Frame& f = stack_.back();
+    if (f.node->is_array()) {
+      f.node->push_back(nullptr);
+      return &f.node->back();
+    }
+    return f.slot;
+  }
+
+  bool put(json v) {
+    *target() = std::move(v);
+    return true;
+  }
+
+  bool open(json empty) {
+    if (stack_.size() + 1 > static_cast<std::size_t>(kMaxJsonDepth))
+      throw InputError(source_, here(),
+                       "JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                           " levels (an array or object opens at depth " + std::to_string(stack_.size() + 1) + ")");
+    json* t = target();
+    *t = std::move(empty);
+    stack_.push_back(Frame{t, nullptr, {}});
+    return true;
+  }
+
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  /// JSON pointer of the innermost open container: in each enclosing one, the
+  /// member being filled (an array's last element, already pushed; an object's
+  /// last key).
+  std::string container_path() const {
+    std::string p;
+    for (std::size_t i = 0; i + 1 < stack_.size(); ++i) {
+      const Frame& f = stack_[i];
+      p = f.node->is_object() ? child_path(p, f.key) : child_path(p, f.node->size() - 1);
+    }
+    return p;
+  }
+  /// JSON pointer of the value being read now (not yet stored).
+  std::string here() const {
+    if (stack_.empty()) return "";
+    const Frame& f = stack_.back();
+    return f.node->is_object() ? child_path(container_path(), f.key) : child_path(container_path(), f.node->size());
+  }
+
+  json& root_;
+  const std::string& source_;
+  std::vector<Frame> stack_;
+  std::string error_;
+};
+
+}  // namespace
+
+nlohmann::json parse_text(const std::string& text, const std::string& source) {
+  nlohmann::json root;
+  SafeDomBuilder b(root, source);
+  if (!nlohmann::json::sax_parse(text, &b))
+    throw InputError(source, "", "malformed JSON: " + b.error());
+  return root;
+}
+
 nlohmann::json load_file(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw InputError(file, "", "cannot open file");
   std::stringstream ss;
   ss << in.rdbuf();
-  try {
-    return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(file, "", std::string("malformed JSON: ") + e.what());
-  }
+  return parse_text(ss.str(), file);
 }
 
 void require_object(const nlohmann::json& j, const std::string& file, const std::string& path) {

@@ -19,8 +19,25 @@ std::string child_path(const std::string& path, size_t index);
 /// The value as compact JSON text, shortened to ~80 characters for messages.
 std::string show(const nlohmann::json& v);
 
-/// Parse a JSON file. Throws InputError (path "") if unreadable or malformed,
-/// with the parser's byte position.
+/// Deepest nesting of arrays and objects that parse_text() and load_file() accept
+/// (the document root is level 1: `[[1]]` is 2 deep). Deeper input is rejected
+/// while parsing, before any recursive code (dump, flatten, comparison) sees it.
+inline constexpr int kMaxJsonDepth = 256;
+
+/// Parse JSON text; `source` names it in messages (a file name). The one JSON
+/// parser for every input file: it builds the document through a SAX handler
+/// that rejects, each with InputError naming `source`:
+///   - nesting deeper than kMaxJsonDepth (path: the pointer where the limit is
+///     crossed; the message gives the depth and the limit);
+///   - a number that overflows to infinity, e.g. 1e400 (path: its JSON pointer;
+///     the message quotes the number's text);
+///   - a key repeated within one object (path: the key's JSON pointer; the
+///     message quotes the key);
+///   - malformed JSON (path ""; the message carries the parser's line and column).
+nlohmann::json parse_text(const std::string& text, const std::string& source);
+
+/// Read and parse a JSON file with parse_text(). Throws InputError (path "")
+/// when the file cannot be opened, and parse_text()'s InputErrors otherwise.
 nlohmann::json load_file(const std::string& file);
 
 /// Throws InputError unless `j` is an object.

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <regex>
+#include <set>
 
 #include "harness/backend/backend.hpp"
 #include "harness/model/block_mask.hpp"
@@ -141,7 +142,11 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   // Resolve backends before anything runs: unknown names are usage errors.
   std::vector<std::string> names = opts.backends.empty() ? BackendRegistry::names() : opts.backends;
   std::vector<std::unique_ptr<Backend>> backends;
+  std::set<std::string> seen;
   for (const auto& n : names) {
+    // One row per (case_id, backend): a name listed twice would write two.
+    if (!seen.insert(n).second)
+      throw InputError("<command line>", "--backends", "backend \"" + n + "\" is listed more than once");
     auto b = BackendRegistry::create(n);
     if (!b) {
       std::string known;

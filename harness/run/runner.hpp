@@ -43,7 +43,8 @@ struct RunSummary {
 };
 
 /// Run `scenario` and write `opts.out_dir/report.json` after every row.
-/// Unknown backend names throw InputError (exit 2) before anything runs; a
+/// Unknown backend names, and a name listed twice (it would write two rows for
+/// one (case_id, backend)), throw InputError (exit 2) before anything runs; a
 /// failing backend becomes a row (error/oom with the message) and the sweep goes on.
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts);
 
