@@ -577,10 +577,10 @@ PeerResult read_result(const std::string& dir, const Problem& p, bool with_grads
   std::ifstream f(file, std::ios::binary);
   if (!f) throw PeerProtocolError(file + ": cannot read (the worker wrote no result)");
   PeerResult r;
-  std::stringstream text;
-  text << f.rdbuf();
+  std::stringstream contents;
+  contents << f.rdbuf();
   try {
-    r.raw = jsonu::parse_text(text.str(), file);  // depth limit, finite numbers, unique keys
+    r.raw = jsonu::parse_text(contents.str(), file);  // depth limit, finite numbers, unique keys
   } catch (const InputError& e) {
     throw PeerProtocolError(e.what());  // names the file, pointer and value
   }
