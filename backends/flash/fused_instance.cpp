@@ -88,6 +88,10 @@ class FusedInstance final : public BackendInstance {
   std::vector<double> to_device(const HostTensor& t, TensorRole role) const;
   HostTensor from_device(const std::vector<double>& phys, TensorRole role, std::vector<int64_t> shape) const;
   void set_strides();
+  /// The padded placement's physical layout of `role`.
+  const PhysicalLayout& layout_of(TensorRole role) const {
+    return role == TensorRole::q ? lq_ : role == TensorRole::k ? lk_ : role == TensorRole::v ? lv_ : lo_;
+  }
 
   Problem p_;
   FusedOptions opt_;
@@ -105,14 +109,14 @@ class FusedInstance final : public BackendInstance {
 
 std::vector<double> FusedInstance::to_device(const HostTensor& t, TensorRole role) const {
   if (packed_) return kernels::gather_tokens(t, seqs_, role == TensorRole::k || role == TensorRole::v);
-  const PhysicalLayout& l = role == TensorRole::q ? lq_ : role == TensorRole::k ? lk_ : role == TensorRole::v ? lv_ : lo_;
+  const PhysicalLayout& l = layout_of(role);
   return to_physical(t, l);
 }
 
 HostTensor FusedInstance::from_device(const std::vector<double>& phys, TensorRole role,
                                       std::vector<int64_t> shape) const {
   if (packed_) return kernels::scatter_tokens(phys, std::move(shape), seqs_, role == TensorRole::k || role == TensorRole::v, 0.0);
-  const PhysicalLayout& l = role == TensorRole::q ? lq_ : role == TensorRole::k ? lk_ : role == TensorRole::v ? lv_ : lo_;
+  const PhysicalLayout& l = layout_of(role);
   return from_physical(phys, l, 0.0);
 }
 

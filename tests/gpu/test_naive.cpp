@@ -89,26 +89,8 @@ void run_case(const Problem& p) {
         0);
 
   // Fully masked rows (from the mask itself): LSE = -inf, O and dQ exactly 0.
-  MaskArrays arrays;
-  const MaskDesc md = make_mask_desc(p, arrays);
-  int64_t masked_rows = 0, bad_rows = 0;
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t i = 0; i < p.seq_q; ++i) {
-      bool any = false;
-      for (int64_t j = 0; j < p.seq_k && !any; ++j) any = mask_allowed(md, b, 0, i, j);
-      for (int64_t h = 0; h < p.heads_q; ++h) {
-        const double lse = got.lse.data[static_cast<size_t>((b * p.heads_q + h) * p.seq_q + i)];
-        if (any) {
-          bad_rows += std::isfinite(lse) ? 0 : 1;
-          continue;
-        }
-        ++masked_rows;
-        bool ok = lse == -INFINITY;
-        for (int64_t d = 0; d < p.head_dim_v; ++d) ok = ok && got.o.at4(b, h, i, d) == 0.0;
-        for (int64_t d = 0; d < p.head_dim; ++d) ok = ok && got.dq.at4(b, h, i, d) == 0.0;
-        bad_rows += ok ? 0 : 1;
-      }
-    }
+  int64_t masked_rows = 0;
+  const int64_t bad_rows = bad_masked_rows(p, got, &masked_rows);
   CAPTURE(masked_rows);
   CHECK(bad_rows == 0);
 
