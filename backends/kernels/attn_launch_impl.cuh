@@ -3,6 +3,8 @@
 // compiles in parallel, one translation unit per head dimension.
 #pragma once
 
+#include <atomic>
+
 #include "backends/kernels/attn_bwd.cuh"
 #include "backends/kernels/attn_fwd.cuh"
 #include "backends/kernels/attn_launch.hpp"
@@ -11,24 +13,27 @@
 namespace attnbench::kernels {
 namespace detail {
 
-/// Raise a kernel's dynamic shared-memory limit (needed above 48 KB), once per
-/// kernel and device (a function-local static per instantiation), checked.
-template <class Kernel>
-void allow_smem(Kernel k, size_t bytes) {
-  static uint64_t done_devices = 0;  // bit d: set on device d (devices 0..63)
+/// Raise the dynamic shared-memory limit of kernel `Kernel` (needed above 48 KB),
+/// once per kernel and device, checked. The kernel is a template argument so
+/// that each kernel gets its own flag: kernels of one signature share a
+/// function-pointer type, and a flag keyed by that type would skip all but the
+/// first of them (found on the H100: cudaErrorInvalidValue at launch).
+template <auto Kernel>
+void allow_smem(size_t bytes) {
+  static std::atomic<uint64_t> done_devices{0};  // bit d: set on device d (devices 0..63)
   int dev = 0;
   ATTNBENCH_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit && (done_devices & bit)) return;
-  ATTNBENCH_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  done_devices |= bit;
+  if (bit && (done_devices.load() & bit)) return;
+  ATTNBENCH_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  done_devices.fetch_or(bit);
 }
 
 template <int D, bool Bf16, int kMT, int kBlockN>
 void forward_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
-  auto kernel = attn_fwd_kernel<D, Bf16, kFwdWarps, kBlockN, kMT>;
+  constexpr auto kernel = attn_fwd_kernel<D, Bf16, kFwdWarps, kBlockN, kMT>;
   constexpr size_t smem = fwd_smem_bytes<D, kFwdWarps, kBlockN, kMT>();
-  allow_smem(kernel, smem);
+  allow_smem<kernel>(smem);
   const int64_t blocks = static_cast<int64_t>(n) * (p.heads_q / pack);
   if (blocks == 0) return;
   kernel<<<static_cast<unsigned>(blocks), kFwdWarps * 32, smem, st>>>(p, items, pack);
@@ -58,17 +63,17 @@ void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkI
   constexpr int kWarps = kBwdBlockN / 16;
   const unsigned k_blocks = static_cast<unsigned>(static_cast<int64_t>(n_k) * p.heads_kv);
   if (deterministic) {
-    auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), false>;
+    constexpr auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), false>;
     constexpr size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m(D), false>();
-    allow_smem(dkdv, smem);
+    allow_smem<dkdv>(smem);
     if (k_blocks > 0) {
       dkdv<<<k_blocks, kWarps * 32, smem, st>>>(p, k_items);
       ATTNBENCH_CHECK(cudaGetLastError());
     }
     constexpr int kDqWarps = kDqBlockM / 16;
-    auto dq = attn_bwd_dq_kernel<D, Bf16, kDqWarps, kDqBlockN>;
+    constexpr auto dq = attn_bwd_dq_kernel<D, Bf16, kDqWarps, kDqBlockN>;
     constexpr size_t dq_smem = dq_smem_bytes<D, kDqWarps, kDqBlockN>();
-    allow_smem(dq, dq_smem);
+    allow_smem<dq>(dq_smem);
     const int64_t q_blocks = static_cast<int64_t>(n_q) * (p.heads_q / pack);
     if (q_blocks > 0) {
       dq<<<static_cast<unsigned>(q_blocks), kDqWarps * 32, dq_smem, st>>>(p, q_items, pack);
@@ -78,9 +83,9 @@ void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkI
   }
   if (q_numel > 0)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(q_numel) * sizeof(float), st));
-  auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), true>;
+  constexpr auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), true>;
   constexpr size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m(D), true>();
-  allow_smem(dkdv, smem);
+  allow_smem<dkdv>(smem);
   if (k_blocks > 0) {
     dkdv<<<k_blocks, kWarps * 32, smem, st>>>(p, k_items);
     ATTNBENCH_CHECK(cudaGetLastError());

@@ -281,17 +281,20 @@ TEST_CASE("kernel trace records our kernels with their launch shape, and memsets
     FAIL("kernel trace unavailable on a machine with a GPU: " << why);
   }
   TestStream ts;
+  // Both streams exist before the trace starts: creating a stream can take longer
+  // than the probes themselves, and the overlap check below needs the second
+  // stream's call enqueued while the first stream is still busy.
+  TestStream other;
   DeviceBuffer buf(1 << 20, 1);
   device::kernel_trace_start();
   CHECK_THROWS_WITH(device::kernel_trace_start(), doctest::Contains("already running"));
-  attnbench_trace_probe<<<dim3(3, 2, 1), dim3(64, 1, 1), 0, ts.s>>>(200000);
-  ATTNBENCH_CHECK(cudaGetLastError());
-  attnbench_trace_probe<<<dim3(3, 2, 1), dim3(64, 1, 1), 0, ts.s>>>(200000);
-  ATTNBENCH_CHECK(cudaGetLastError());
+  for (int call = 0; call < 4; ++call) {
+    attnbench_trace_probe<<<dim3(3, 2, 1), dim3(64, 1, 1), 0, ts.s>>>(200000);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
   ATTNBENCH_CHECK(cudaMemsetAsync(buf.data(), 0, 1 << 20, ts.s));
-  // A third call on another stream, enqueued while the first stream's 400 us of
-  // probes run: the timeline gets a second lane and the calls overlap.
-  TestStream other;
+  // A fifth call on the other stream, enqueued while the first stream's 400-800 us
+  // of probes run: the timeline gets a second lane and the calls overlap.
   attnbench_trace_probe<<<dim3(3, 2, 1), dim3(64, 1, 1), 0, other.s>>>(200000);
   ATTNBENCH_CHECK(cudaGetLastError());
   auto acts = device::kernel_trace_stop();
@@ -301,7 +304,7 @@ TEST_CASE("kernel trace records our kernels with their launch shape, and memsets
   const auto& k = j["kernels"][0];
   CHECK(k["kind"] == "kernel");
   CHECK(k["name"].get<std::string>().find("attnbench_trace_probe") != std::string::npos);
-  CHECK(k["calls"] == 3);
+  CHECK(k["calls"] == 5);
   CHECK(k["grid"] == nlohmann::json::array({3, 2, 1}));
   CHECK(k["block"] == nlohmann::json::array({64, 1, 1}));
   CHECK(k["ctas"] == 6);
@@ -313,7 +316,7 @@ TEST_CASE("kernel trace records our kernels with their launch shape, and memsets
   CHECK(m["kind"] == "memset");
   CHECK(m["bytes"] == (1 << 20));
   CHECK(j["streams"] == 2);
-  REQUIRE(j["timeline"].size() == 4);
+  REQUIRE(j["timeline"].size() == 6);
   CHECK(j["busy_us"].get<double>() < j["device_us"].get<double>());  // the two streams overlapped
   // A second trace starts empty: nothing of the first one leaks into it.
   device::kernel_trace_start();
