@@ -25,7 +25,7 @@ cmake_args=(-S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCH
 if [[ -n "${CUDNN_ROOT:-}" ]]; then cmake_args+=("-DCUDNN_ROOT=$CUDNN_ROOT"); fi
 cmake "${cmake_args[@]}" >"$OUT/configure.log" 2>&1 || { tail -n 30 "$OUT/configure.log"; exit 2; }
 log "build (log: $OUT/build.log)"
-if ! cmake --build "$BUILD" -j "$JOBS" --target attnbench gpu_test_flash gpu_test_varlen >"$OUT/build.log" 2>&1; then
+if ! cmake --build "$BUILD" -j "$JOBS" --target attnbench gpu_test_flash gpu_test_varlen gpu_test_flex >"$OUT/build.log" 2>&1; then
   grep -E "error" "$OUT/build.log" | head -n 30
   exit 2
 fi
@@ -36,7 +36,7 @@ status=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     test)
-      for s in flash varlen; do
+      for s in flash varlen flex; do
         log "gpu_test_$s (log: $OUT/test_$s.log)"
         if ! timeout 400 "$BUILD/tests/gpu_test_$s" ${TEST_ARGS:-} >"$OUT/test_$s.log" 2>&1; then status=1; fi
         grep -E "test cases|assertions|ERROR|FAILED" "$OUT/test_$s.log" | head -n 40
@@ -49,6 +49,8 @@ while [[ $# -gt 0 ]]; do
              -tc="flash: padding*,flash: softcap*" >"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
         if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_varlen" \
              -tc="varlen: document lengths*" >>"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
+        if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flex" \
+             -tc="flex: ragged*" >>"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases" "$OUT/sanitize_$tool.log" | head -n 8
       done
       shift ;;

@@ -153,9 +153,9 @@ SMOKE_STATUS="not run"
 if [[ -f "$ROOT/scenarios/gpu_smoke.json" ]]; then
   # The cpu backend is left out here: it is checked by the CPU tests, and at these
   # sizes its timing alone would take most of the smoke budget.
-  log "smoke: attnbench run scenarios/gpu_smoke.json --backends naive,cudnn,flash,varlen (log: $OUT/gpu_smoke.log)"
+  log "smoke: attnbench run scenarios/gpu_smoke.json --backends naive,cudnn,flash,varlen,flex (log: $OUT/gpu_smoke.log)"
   smoke_rc=0
-  timeout "$SMOKE_LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/gpu_smoke.json" --backends naive,cudnn,flash,varlen --max-seconds 0.5 --out "$SMOKE_OUT" \
+  timeout "$SMOKE_LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/gpu_smoke.json" --backends naive,cudnn,flash,varlen,flex --max-seconds 0.5 --out "$SMOKE_OUT" \
     >"$OUT/gpu_smoke.log" 2>&1 || smoke_rc=$?
   tail -n 25 "$OUT/gpu_smoke.log"
   SMOKE_STATUS="exit $smoke_rc"

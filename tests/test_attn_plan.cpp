@@ -5,12 +5,15 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <climits>
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
 #include "backends/kernels/attn_plan.hpp"
 #include "backends/kernels/attn_tiles.hpp"
+#include "harness/model/block_mask.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/mask_desc.hpp"
 #include "tests/test_util.hpp"
@@ -169,4 +172,47 @@ TEST_CASE("GQA pack choice by group and mean document length") {
   CHECK(choose_pack(7, 100.0) == 1);
   CHECK(choose_pack(4, 4096.0) == 1);
   CHECK(choose_pack(1, 50.0) == 1);
+}
+
+TEST_CASE("flex plan: every block tile listed once, longest first, executed pairs from the BlockMask") {
+  for (int block : {64, 128}) {
+    Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 200}, {300}}));
+    const BlockMask bm = build_block_mask(p, block, block);
+    const TilePlan t = plan_block_tiles(bm, p.batch, 4, 64);
+    CHECK(t.tile_rows == block);
+    CHECK(t.q_items.size() == static_cast<size_t>(2 * bm.num_q_blocks));
+    CHECK(t.dq_items.size() == static_cast<size_t>(2 * ((300 + 63) / 64)));
+    CHECK(t.k_items.size() == static_cast<size_t>(2 * ((300 + 63) / 64)));
+    CHECK(t.executed_pairs == bm.executed_pairs_per_head(2) * 4);
+    std::set<std::pair<int, int>> seen;
+    int64_t prev = INT64_MAX, steps = 0;
+    for (const WorkItem& w : t.q_items) {
+      CHECK(w.start % block == 0);
+      CHECK(seen.insert({w.seq, w.start}).second);
+      const int64_t r = bm.row(w.seq, 0, w.start / block);
+      const int64_t blocks = bm.kv_num_blocks[static_cast<size_t>(r)] + bm.full_kv_num_blocks[static_cast<size_t>(r)];
+      CHECK(blocks <= prev);
+      prev = blocks;
+      steps += blocks * (block / 64);
+    }
+    CHECK(t.fwd_tiles == steps);
+    // Causal documents: the first query block of row 1 sees one kv block, the last several.
+    const int64_t first = bm.kv_num_blocks[static_cast<size_t>(bm.row(1, 0, 0))] +
+                          bm.full_kv_num_blocks[static_cast<size_t>(bm.row(1, 0, 0))];
+    CHECK(first == 1);
+  }
+  const BlockMask odd = build_block_mask(make_problem(1, 1, 1, 100, 100, 64, DType::bf16), 32, 32);
+  CHECK_THROWS_AS(plan_block_tiles(odd, 1, 1, 64), std::invalid_argument);
+  const BlockMask per_row = build_block_mask(with_padding(make_problem(2, 1, 1, 100, 100, 64, DType::bf16),
+                                                          {100, 50}, {100, 50}), 64, 64);
+  CHECK_THROWS_AS(plan_block_tiles(per_row, 3, 1, 64), std::invalid_argument);
+}
+
+TEST_CASE("offset_bias dBias CSR: keys grouped by offset entry, ascending") {
+  std::vector<int32_t> ptr, keys;
+  offset_keys_csr({2, 0, 2, 1, 0}, 4, &ptr, &keys);
+  CHECK(ptr == std::vector<int32_t>{0, 2, 3, 5, 5});
+  CHECK(keys == std::vector<int32_t>{1, 4, 3, 0, 2});
+  CHECK_THROWS_AS(offset_keys_csr({0, 4}, 4, &ptr, &keys), std::invalid_argument);
+  CHECK_THROWS_AS(offset_keys_csr({-1}, 4, &ptr, &keys), std::invalid_argument);
 }

@@ -18,6 +18,7 @@
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
 #include "harness/device/stream.hpp"
+#include "harness/model/block_mask.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/layout.hpp"
 #include "harness/model/mask.hpp"
@@ -33,6 +34,87 @@ namespace {
 constexpr int64_t kMaxPositions = int64_t{1} << 30;  // positions and token counts stay int32
 
 using kernels::Sequences;
+
+/// Device copies of what the flex path reads besides the tensors: the BlockMask
+/// lists, the arrays mask_allowed() reads (document ids, padding lengths), the
+/// learnable bias with its offset table, dBias and its deterministic scratch.
+struct FlexBuffers {
+  BlockMask host;
+  DeviceBuffer kv_num, kv_idx, full_kv_num, full_kv_idx, q_num, q_idx, full_q_num, full_q_idx;
+  DeviceBuffer doc_ids, lens_q, lens_k, bias, offset, dbias, scratch, csr_ptr, csr_keys;
+  int64_t scratch_floats = 0;
+  size_t bytes() const {
+    size_t n = 0;
+    for (const DeviceBuffer* b : {&kv_num, &kv_idx, &full_kv_num, &full_kv_idx, &q_num, &q_idx, &full_q_num,
+                                  &full_q_idx, &doc_ids, &lens_q, &lens_k, &bias, &offset, &dbias, &scratch, &csr_ptr,
+                                  &csr_keys})
+      n += b->allocated_bytes();
+    return n;
+  }
+};
+
+/// Upload the flex path's buffers of `p` and point `a` (mask arrays, BlockMask
+/// view, bias, dBias) at them. `f->host` holds the BlockMask already.
+void setup_flex(const Problem& p, const ProblemData& in, const FusedOptions& opt, const MaskArrays& arrays,
+                FlexBuffers* f, AttnParams* a, cudaStream_t st) {
+  const BlockMask& bm = f->host;
+  f->kv_num = device::upload_i32(bm.kv_num_blocks, st);
+  f->kv_idx = device::upload_i32(bm.kv_indices, st);
+  f->full_kv_num = device::upload_i32(bm.full_kv_num_blocks, st);
+  f->full_kv_idx = device::upload_i32(bm.full_kv_indices, st);
+  f->q_num = device::upload_i32(bm.q_num_blocks, st);
+  f->q_idx = device::upload_i32(bm.q_indices, st);
+  f->full_q_num = device::upload_i32(bm.full_q_num_blocks, st);
+  f->full_q_idx = device::upload_i32(bm.full_q_indices, st);
+  kernels::BlockMaskView& v = a->bm;
+  v.kv_num_blocks = f->kv_num.as<const int32_t>();
+  v.kv_indices = f->kv_idx.as<const int32_t>();
+  v.full_kv_num_blocks = f->full_kv_num.as<const int32_t>();
+  v.full_kv_indices = f->full_kv_idx.as<const int32_t>();
+  v.q_num_blocks = f->q_num.as<const int32_t>();
+  v.q_indices = f->q_idx.as<const int32_t>();
+  v.full_q_num_blocks = f->full_q_num.as<const int32_t>();
+  v.full_q_indices = f->full_q_idx.as<const int32_t>();
+  v.q_block = static_cast<int32_t>(bm.q_block);
+  v.kv_block = static_cast<int32_t>(bm.kv_block);
+  v.batch = static_cast<int32_t>(bm.B);
+  v.num_q_blocks = static_cast<int32_t>(bm.num_q_blocks);
+  v.num_kv_blocks = static_cast<int32_t>(bm.num_kv_blocks);
+  // mask_allowed() reads the document ids and padding lengths on the device.
+  f->doc_ids = device::upload_i32(arrays.doc_ids, st);
+  f->lens_q = device::upload_i32(arrays.seq_lens_q, st);
+  f->lens_k = device::upload_i32(arrays.seq_lens_k, st);
+  a->mask.doc_ids = f->doc_ids.as<const int32_t>();
+  a->mask.seq_lens_q = f->lens_q.as<const int32_t>();
+  a->mask.seq_lens_k = f->lens_k.as<const int32_t>();
+  if (!p.has_learnable_bias()) return;
+  a->mod = p.score_mod.kind == ScoreMod::Kind::rel_bias ? kernels::ModKind::rel_bias : kernels::ModKind::offset_bias;
+  f->bias = device::upload_f32(in.bias, st);
+  a->bias = f->bias.as<const float>();
+  a->bias_size = static_cast<int32_t>(p.bias_numel());
+  a->max_distance = static_cast<int32_t>(p.score_mod.max_distance);
+  if (a->mod == kernels::ModKind::offset_bias) {
+    f->offset = device::upload_i32(in.offset, st);
+    a->bias_offset = f->offset.as<const int32_t>();
+  }
+  a->dbias_mode = opt.dbias;
+  if (opt.dbias == kernels::DbiasMode::none) return;
+  f->dbias = DeviceBuffer(static_cast<size_t>(p.bias_numel()), sizeof(float));
+  a->dbias = f->dbias.as<float>();
+  if (opt.dbias != kernels::DbiasMode::deterministic) return;
+  f->scratch_floats = dbias_scratch_bytes(p) / static_cast<int64_t>(sizeof(float));
+  f->scratch = DeviceBuffer(static_cast<size_t>(f->scratch_floats), sizeof(float));
+  a->dbias_scratch = f->scratch.as<float>();
+  a->dbias_tiles = static_cast<int32_t>((p.seq_k + kernels::kBwdBlockN - 1) / kernels::kBwdBlockN);
+  if (a->mod == kernels::ModKind::offset_bias) {
+    std::vector<int32_t> ptr, keys;
+    kernels::offset_keys_csr(in.offset, p.bias_numel(), &ptr, &keys);
+    f->csr_ptr = device::upload_i32(ptr, st);
+    f->csr_keys = device::upload_i32(keys, st);
+    a->offset_keys_ptr = f->csr_ptr.as<const int32_t>();
+    a->offset_keys = f->csr_keys.as<const int32_t>();
+  }
+}
 
 DeviceBuffer upload_items(const std::vector<WorkItem>& items, cudaStream_t st) {
   std::vector<int32_t> flat;
@@ -54,10 +136,21 @@ class FusedInstance final : public BackendInstance {
   FusedInstance& operator=(const FusedInstance&) = delete;
 
   void forward() override {
+    if (flex_) {
+      kernels::launch_flex_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()),
+                                   stream_.s);
+      return;
+    }
     kernels::launch_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()), plan_.pack,
                             stream_.s);
   }
   void backward() override {
+    if (flex_) {
+      kernels::launch_flex_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
+                                    k_items_.as<const WorkItem>(), static_cast<int>(plan_.k_items.size()),
+                                    static_cast<int64_t>(dq_.count()), flex_->scratch_floats, stream_.s);
+      return;
+    }
     kernels::launch_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
                              k_items_.as<const WorkItem>(), static_cast<int>(plan_.k_items.size()), plan_.pack,
                              opt_.deterministic, static_cast<int64_t>(dq_.count()), stream_.s);
@@ -68,6 +161,7 @@ class FusedInstance final : public BackendInstance {
     device::poison_nan(dq_, p_.dtype, stream_.s);
     device::poison_nan(dk_, p_.dtype, stream_.s);
     device::poison_nan(dv_, p_.dtype, stream_.s);
+    if (flex_ && flex_->dbias.count() > 0) device::poison_nan(flex_->dbias, DType::fp32, stream_.s);
   }
   void synchronize() override { ATTNBENCH_CHECK(cudaStreamSynchronize(stream_.s)); }
   AttentionOutputs read_outputs(bool with_grads) override;
@@ -78,7 +172,7 @@ class FusedInstance final : public BackendInstance {
     for (const DeviceBuffer* b : {&q_, &k_, &v_, &do_, &o_, &lse_, &dq_, &dk_, &dv_, &dq_accum_, &dsum_, &cu_q_,
                                   &cu_k_, &lens_q_, &lens_k_, &q_items_, &dq_items_, &k_items_})
       n += b->allocated_bytes();
-    return n;
+    return n + (flex_ ? flex_->bytes() : 0);
   }
   void* stream() const override { return stream_.s; }
   nlohmann::json extra() const override;
@@ -102,6 +196,7 @@ class FusedInstance final : public BackendInstance {
   AttnParams params_;
   double setup_ms_ = 0.0;
 
+  std::unique_ptr<FlexBuffers> flex_;  // block_mask placement only
   device::OwnedStream stream_;
   DeviceBuffer q_, k_, v_, do_, o_, lse_, dq_, dk_, dv_, dq_accum_, dsum_;
   DeviceBuffer cu_q_, cu_k_, lens_q_, lens_k_, q_items_, dq_items_, k_items_;
@@ -190,8 +285,14 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   int pack = opt.placement == Placement::documents ? kernels::choose_pack(static_cast<int>(p.group_size()), mean_len)
                                                    : 1;
   if (opt.pack > 0) pack = opt.pack;
-  plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
-                              static_cast<int>(p.head_dim));
+  if (opt.placement == Placement::block_mask) {
+    flex_ = std::make_unique<FlexBuffers>();
+    flex_->host = build_block_mask(p, opt.block_size, opt.block_size);
+    plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim));
+  } else {
+    plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
+                                static_cast<int>(p.head_dim));
+  }
 
   // Inputs, outputs, workspaces.
   q_ = device::upload(to_device(in.q, TensorRole::q), p.dtype, st);
@@ -252,6 +353,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
                                                       : kernels::ModKind::none;
   a.softcap = static_cast<float>(p.score_mod.cap);
   a.dtype = p.dtype == DType::bf16 ? kernels::ElemType::bf16 : kernels::ElemType::fp16;
+  if (flex_) setup_flex(p, in, opt, arrays, flex_.get(), &a, st);
   ATTNBENCH_CHECK(cudaStreamSynchronize(st));
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -282,12 +384,29 @@ AttentionOutputs FusedInstance::read_outputs(bool with_grads) {
                          {p_.batch, p_.heads_kv, p_.seq_k, p_.head_dim});
     out.dv = from_device(device::download(dv_, dt, stream_.s), TensorRole::v,
                          {p_.batch, p_.heads_kv, p_.seq_k, p_.head_dim_v});
+    if (flex_ && flex_->dbias.count() > 0) out.dbias = device::download(flex_->dbias, DType::fp32, stream_.s);
   }
   return out;
 }
 
 nlohmann::json FusedInstance::extra() const {
   nlohmann::json j;
+  if (flex_) {
+    const BlockMask& bm = flex_->host;
+    j["kernel"] = "attnbench fused, BlockMask walk (mma.sync m16n8k16, ldmatrix, cp.async; sm_80 path)";
+    j["path"] = "BlockMask tiles (partial tiles evaluate mask_allowed, full tiles skip it)";
+    j["block_size"] = std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block);
+    j["block_mask"] = {{"partial_tiles", bm.num_partial()}, {"full_tiles", bm.num_full()},
+                       {"q_blocks", bm.num_q_blocks}, {"kv_blocks", bm.num_kv_blocks}, {"batch_broadcast", bm.B == 1}};
+    j["tiles"] = kernels::describe(plan_, static_cast<int>(p_.heads_q), static_cast<int>(p_.heads_kv));
+    j["dq_mode"] = "deterministic (dQ kernel, no atomics)";
+    if (p_.has_learnable_bias())
+      j["dbias_mode"] = opt_.dbias == kernels::DbiasMode::atomic ? "float32 atomics (one per bias entry per tile)"
+                        : opt_.dbias == kernels::DbiasMode::deterministic
+                            ? "deterministic (per-tile partial sums, ordered reduction)"
+                            : "not computed";
+    return j;
+  }
   j["kernel"] = "attnbench fused (mma.sync m16n8k16, ldmatrix, cp.async double buffering; sm_80 path)";
   j["placement"] = packed_ ? (opt_.placement == Placement::documents ? "documents as packed sequences (THD)"
                                                                       : "THD, one sequence per batch row")
@@ -304,8 +423,33 @@ nlohmann::json FusedInstance::extra() const {
 
 }  // namespace
 
+int64_t dbias_scratch_bytes(const Problem& p) {
+  const int64_t f = static_cast<int64_t>(sizeof(float));
+  if (p.score_mod.kind == ScoreMod::Kind::rel_bias)
+    return p.batch * ((p.seq_k + kernels::kBwdBlockN - 1) / kernels::kBwdBlockN) * p.heads_q *
+           (2 * p.score_mod.max_distance + 1) * f;
+  if (p.score_mod.kind == ScoreMod::Kind::offset_bias) return p.batch * p.heads_kv * p.seq_k * f;
+  return 0;
+}
+
+namespace {
+
+/// The block_mask placement's limits (the flex backend).
+std::string block_mask_reason(const Problem& p) {
+  if (p.layout == Layout::thd)
+    return "flex: THD layout not supported (the BlockMask walks a padded batch; packed documents run on varlen)";
+  if (p.score_mod.kind == ScoreMod::Kind::rel_bias && p.score_mod.max_distance > kernels::kMaxRelBiasDistance)
+    return "flex: rel_bias max_distance " + std::to_string(p.score_mod.max_distance) + " above " +
+           std::to_string(kernels::kMaxRelBiasDistance) + " (the dBias row of 2m + 1 floats lives in shared memory)";
+  return {};
+}
+
+}  // namespace
+
 std::string unsupported_reason(const Problem& p, Placement placement) {
-  const std::string who = placement == Placement::documents ? "varlen: " : "flash: ";
+  const std::string who = placement == Placement::documents ? "varlen: "
+                          : placement == Placement::block_mask ? "flex: "
+                                                               : "flash: ";
   if (p.dtype != DType::bf16 && p.dtype != DType::fp16)
     return who + "dtype " + to_string(p.dtype) + " not supported (bf16 and fp16 only)";
   if (p.head_dim != p.head_dim_v)
@@ -316,14 +460,15 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
   if (p.seq_q >= kMaxPositions || p.seq_k >= kMaxPositions || p.batch * p.seq_q >= kMaxPositions ||
       p.batch * p.seq_k >= kMaxPositions)
     return who + "sequences beyond 2^30 positions not supported (32-bit positions)";
+  if (p.batch > kernels::kMaxSequences)
+    return who + "batch " + std::to_string(p.batch) + " exceeds " + std::to_string(kernels::kMaxSequences) +
+           " sequences per launch";
+  if (placement == Placement::block_mask) return block_mask_reason(p);
   if (p.score_mod.kind != ScoreMod::Kind::none && p.score_mod.kind != ScoreMod::Kind::softcap &&
       p.score_mod.kind != ScoreMod::Kind::alibi)
     return who + "score_mod " + to_string(p.score_mod.kind) +
            " not supported (learnable biases need the flex backend; none, softcap and alibi run here)";
   const bool docs = p.find_mask<DocumentTerm>() != nullptr;
-  if (p.batch > kernels::kMaxSequences)
-    return who + "batch " + std::to_string(p.batch) + " exceeds " + std::to_string(kernels::kMaxSequences) +
-           " sequences per launch";
   if (placement == Placement::padded) {
     if (docs) return who + "document masks run on the varlen backend (packed sequences); flash runs causal, "
                           "sliding_window, padding and prefix_lm";

@@ -11,6 +11,10 @@
 //              (THD, cu_seqlens_q = cu_seqlens_k built from the document lengths
 //              in order, as PyTorch's varlen_attn tutorial builds them from EOS
 //              positions); padding tokens (id -1) are not stored at all.
+//   block_mask the problem's own layout (BSHD or BHSD), the tiles walked from the
+//              problem's BlockMask (harness/model/block_mask.hpp) and partial
+//              tiles masked by mask_allowed(): every mask kind and combination,
+//              and the learnable-bias score mods with dBias (the `flex` backend).
 // read_outputs() maps back to the logical [B, H, S, D] view: positions that are
 // not stored read O = dQ = dK = dV = 0 and LSE = -inf (they are fully masked
 // queries and never-attended keys, docs/semantics.md "Fully masked rows").
@@ -19,14 +23,15 @@
 #include <memory>
 #include <string>
 
+#include "backends/kernels/attn_params.hpp"
 #include "harness/backend/backend.hpp"
 #include "harness/model/problem.hpp"
 #include "harness/model/tensors.hpp"
 
 namespace attnbench::fused {
 
-/// How tokens are placed for the kernels (see the file comment).
-enum class Placement { padded, documents };
+/// How tokens are placed and tiles walked (see the file comment).
+enum class Placement { padded, documents, block_mask };
 
 /// Options of one fused instance.
 struct FusedOptions {
@@ -37,15 +42,27 @@ struct FusedOptions {
   /// Query heads per forward / dQ CTA (GQA packing); 0 = the plan's choice
   /// (kernels::choose_pack for documents, 1 otherwise). Must divide the group.
   int pack = 0;
-  /// Backend name used in messages ("flash", "varlen").
+  /// Backend name used in messages ("flash", "varlen", "flex").
   std::string name = "flash";
+  /// block_mask placement: Q_BLOCK = KV_BLOCK of the BlockMask (64 or 128).
+  int block_size = 128;
+  /// block_mask placement: how dBias of a learnable bias is produced (none skips
+  /// it: for measuring its cost only; the check then has no dBias to compare).
+  kernels::DbiasMode dbias = kernels::DbiasMode::deterministic;
 };
+
+/// Bytes of the deterministic dBias scratch buffer of `p` with BlockMask tiles
+/// (rel_bias: B * ceil(Sk / 64) * Hq * (2m + 1) floats; offset_bias: B * Hkv * Sk
+/// floats; 0 otherwise).
+int64_t dbias_scratch_bytes(const Problem& p);
 
 /// Why the fused kernels cannot run `p` with `placement` (empty when they can):
 /// dtype (bf16 / fp16), head dims (Dqk = Dv in {64, 128}), mask terms (padded:
 /// causal, sliding_window, padding, prefix_lm; documents: a document mask whose
-/// ids form one contiguous run per document, with causal and sliding_window),
-/// score mods (none, softcap, alibi) and 32-bit position limits.
+/// ids form one contiguous run per document, with causal and sliding_window;
+/// block_mask: every kind, BSHD / BHSD), score mods (none, softcap, alibi; with
+/// block_mask also rel_bias up to kMaxRelBiasDistance and offset_bias) and
+/// 32-bit position limits.
 std::string unsupported_reason(const Problem& p, Placement placement);
 
 /// Prepare `p` on the current CUDA device (inputs uploaded, plan built, work

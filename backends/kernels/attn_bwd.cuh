@@ -2,6 +2,7 @@
 // backward, Dao 2023, Algorithm 2, with the GQA group folded into the key tile):
 //
 //   attn_bwd_dsum_kernel  Dsum = rowsum(dO * O) in float32 (LSE's layout)
+//   attn_dbias_*_reduce_kernel  the ordered dBias reductions of the flex path
 //   attn_bwd_dkdv_kernel  one CTA per (key tile, KV head): K, V stay in shared
 //                         memory; the loop runs over every query head of the
 //                         group and every query tile that meets the keys, so dK
@@ -23,30 +24,76 @@
 
 namespace attnbench::kernels {
 
-/// Dsum[b, h, t] = sum_d dO * O for t < store_q (one thread per row).
+/// Dsum = rowsum(dO * O) in float32 for every stored row of head blockIdx.y.
+/// Rows are numbered over the whole buffer: `rows` = tokens in THD (every token
+/// is a valid row) or num_seqs * seq_q in the padded layouts (row r is position
+/// r % seq_q of sequence r / seq_q; positions past its valid length get 0).
+/// D / 8 consecutive threads share a row, each loading 16 bytes of O and of dO
+/// (coalesced), and reduce with shuffles: the kernel streams O and dO once.
 template <int D, bool Bf16>
-__global__ void attn_bwd_dsum_kernel(const AttnParams p) {
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  const SeqInfo si = seq_info(p, b);
-  if (t >= si.store_q) return;
-  float acc = 0.f;
-  if (t < si.lq) {
-    const int64_t off = o_off(p, si, b, t, h);
-    const uint4* o = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.o) + off);
-    const uint4* d = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.dout) + off);
-#pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
-      const uint4 a = o[c], e = d[c];
-      const uint32_t av[4] = {a.x, a.y, a.z, a.w}, ev[4] = {e.x, e.y, e.z, e.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float2 x = unpack2<Bf16>(av[k]), y = unpack2<Bf16>(ev[k]);
-        acc += x.x * y.x + x.y * y.y;
-      }
+__global__ void __launch_bounds__(256) attn_bwd_dsum_kernel(const AttnParams p, int64_t rows) {
+  constexpr int kT = D / 8;  // threads per row
+  static_assert(32 % kT == 0, "a row's threads stay in one warp");
+  const int h = blockIdx.y;
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kT;
+  const int c = threadIdx.x % kT;
+  int64_t o_off = 0, l_off = 0;
+  bool valid = false, store = false;
+  if (r < rows) {
+    if (p.cu_seqlens_q) {
+      o_off = r * p.o_row_stride + h * p.o_head_stride;
+      l_off = r * p.lse_row_stride + h * p.lse_head_stride;
+      valid = store = true;
+    } else {
+      const int b = static_cast<int>(r / p.seq_q), t = static_cast<int>(r % p.seq_q);
+      o_off = b * p.o_batch_stride + t * p.o_row_stride + h * p.o_head_stride;
+      l_off = b * p.lse_batch_stride + t * p.lse_row_stride + h * p.lse_head_stride;
+      valid = t < (p.seqlens_q ? p.seqlens_q[b] : p.seq_q);
+      store = true;
     }
   }
-  p.dsum[lse_off(p, si, b, t, h)] = acc;
+  float acc = 0.f;
+  if (valid) {
+    const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.o) + o_off + 8 * c);
+    const uint4 e = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.dout) + o_off + 8 * c);
+    const uint32_t av[4] = {a.x, a.y, a.z, a.w}, ev[4] = {e.x, e.y, e.z, e.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 x = unpack2<Bf16>(av[k]), y = unpack2<Bf16>(ev[k]);
+      acc += x.x * y.x + x.y * y.y;
+    }
+  }
+#pragma unroll
+  for (int o = kT / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (store && c == 0) p.dsum[l_off] = acc;
+}
+
+/// Deterministic rel_bias dBias: entry (h, e) = the sum of the scratch rows of
+/// every (sequence, key tile) in that order (flex path, DbiasMode::deterministic).
+__global__ void attn_dbias_rel_reduce_kernel(const AttnParams p) {
+  const int64_t n = static_cast<int64_t>(p.heads_q) * (2 * p.max_distance + 1);
+  const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.dbias_tiles;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    for (int64_t r = 0; r < rows; ++r) acc += p.dbias_scratch[r * n + idx];
+    p.dbias[idx] = acc;
+  }
+}
+
+/// Deterministic offset_bias dBias: entry e = the sum over the keys j with
+/// offset[j] = e (ascending) of the per-(sequence, KV head) key sums, in that order.
+__global__ void attn_dbias_offset_reduce_kernel(const AttnParams p) {
+  const int64_t groups = static_cast<int64_t>(p.num_seqs) * p.heads_kv;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.bias_size;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    for (int c = p.offset_keys_ptr[e]; c < p.offset_keys_ptr[e + 1]; ++c) {
+      const int j = p.offset_keys[c];
+      for (int64_t g = 0; g < groups; ++g) acc += p.dbias_scratch[g * p.seq_k + j];
+    }
+    p.dbias[e] = acc;
+  }
 }
 
 /// dq[i] = element type of (scale * accum[i]), n elements (vectorised by 4).
@@ -89,7 +136,70 @@ constexpr size_t dkdv_smem_bytes() {
   return 2u * (2u * n * D + 4u * kBlockM * D + (kAtomicDq ? n * kBlockM : 0u)) + 4u * 4u * kBlockM;
 }
 
-template <int D, bool Bf16, int kWarps, int kBlockM, bool kAtomicDq>
+/// Sum over the 32 lanes of a warp.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// One thread's dBias partial sums in the dK/dV kernel (flex path). dS of a pair
+/// is the gradient of its score, and a learnable bias enters the score
+/// additively, so dBias[e] = sum of dS over the pairs that read entry e.
+///   offset_bias: e = offset[j] depends on the key only: dS is summed per key
+///                over every row and head of the CTA (key_sum), then one value per
+///                key leaves the CTA.
+///   rel_bias:    e = (h, clamp(i - j, -m, m) + m): interior diagonals are added
+///                into a shared-memory row of 2m + 1 slots, the two clamped ends
+///                (most pairs when m is small) into registers first; the row leaves
+///                the CTA once per head (flush_rel_bias).
+struct DbiasAcc {
+  float key_sum[2] = {0.f, 0.f};
+  float lo = 0.f, hi = 0.f;
+  __device__ __forceinline__ void add(const ScoreMod2& mod, int i, int j, int r, float ds, float* s_rel) {
+    if (mod.kind == ModKind::offset_bias) {
+      key_sum[r] += ds;
+      return;
+    }
+    const int d = i - j;
+    if (d <= -mod.max_distance) lo += ds;
+    else if (d >= mod.max_distance) hi += ds;
+    else if (ds != 0.f) atomicAdd(s_rel + d + mod.max_distance, ds);
+  }
+};
+
+/// Move the rel_bias row of head h out of shared memory (and the clamped ends out
+/// of registers): float32 atomics into dBias (one per non-zero entry), or plain
+/// stores into this (sequence, key tile, head)'s scratch row (deterministic).
+/// Called by every thread of the CTA.
+template <int kThreads>
+__device__ void flush_rel_bias(const AttnParams& p, DbiasAcc& acc, float* s_rel, int b, int key_tile, int h) {
+  const int tid = threadIdx.x;
+  const int slots = 2 * p.max_distance + 1;
+  const float lo = warp_sum(acc.lo), hi = warp_sum(acc.hi);
+  acc.lo = acc.hi = 0.f;
+  if (tid % 32 == 0) {
+    atomicAdd(s_rel, lo);
+    atomicAdd(s_rel + slots - 1, hi);
+  }
+  __syncthreads();
+  const bool atomic = p.dbias_mode == DbiasMode::atomic;
+  float* dst = atomic ? p.dbias + static_cast<int64_t>(h) * slots
+                      : p.dbias_scratch + ((static_cast<int64_t>(b) * p.dbias_tiles + key_tile) * p.heads_q + h) * slots;
+  for (int e = tid; e < slots; e += kThreads) {
+    const float v = s_rel[e];
+    s_rel[e] = 0.f;
+    if (!atomic) dst[e] = v;
+    else if (v != 0.f) atomicAdd(dst + e, v);
+  }
+  __syncthreads();
+}
+
+/// kFlex: query tiles from the BlockMask lists of the CTA's key block (p.bm),
+/// partial tiles evaluate mask_allowed(), and dBias of a learnable bias
+/// accumulates here when p.dbias_mode is set (dynamic shared memory then holds
+/// 2m + 1 more floats for rel_bias).
+template <int D, bool Bf16, int kWarps, int kBlockM, bool kAtomicDq, bool kFlex = false>
 __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnParams p,
                                                                     const WorkItem* __restrict__ items) {
   constexpr int kThreads = kWarps * 32, kBlockN = 16 * kWarps;
@@ -105,6 +215,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   uint16_t* sdS = sdO + 2 * kBlockM * D;  // [kBlockN][kBlockM] (kAtomicDq)
   float* sLse = reinterpret_cast<float*>(sdS + (kAtomicDq ? kBlockN * kBlockM : 0));  // [2][kBlockM]
   float* sDsum = sLse + 2 * kBlockM;                                                  // [2][kBlockM]
+  float* sRel = sDsum + 2 * kBlockM;  // [2m + 1] (flex, rel_bias dBias)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const WorkItem item = items[blockIdx.x / p.heads_kv];
@@ -123,12 +234,29 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
       sV, [&](int r) -> const uint16_t* { return n0 + r < si.lk ? V + v_off(p, si, b, n0 + r, kvh) : nullptr; },
       tid);
 
-  int q_begin;
-  const int n_qt = query_tiles(p.mask, si.lq, si.lk, n0, kBlockN, kBlockM, &q_begin);
+  // Query tiles of this CTA's keys: (first row, whether no pair of it is masked).
+  int q_begin = 0, n_qt;
+  BlockWalk walk;
+  if constexpr (kFlex) {
+    walk = q_walk(p.bm, b, n0 / p.bm.kv_block, kBlockM);
+    n_qt = walk.count;
+  } else {
+    n_qt = query_tiles(p.mask, si.lq, si.lk, n0, kBlockN, kBlockM, &q_begin);
+  }
+  auto q_at = [&](int qi, int* m0, bool* full) {
+    if constexpr (kFlex) {
+      walk.at(qi, m0, full);
+    } else {
+      *m0 = q_begin + qi * kBlockM;
+      *full = tile_full(p.mask, si.lq, si.lk, *m0, kBlockM, n0, kBlockN);
+    }
+  };
   const int iters = n_qt * p.group;
   auto load_q = [&](int it, int stage) {
     const int h = kvh * p.group + it / n_qt;
-    const int m0 = q_begin + (it % n_qt) * kBlockM;
+    int m0;
+    bool full_unused;
+    q_at(it % n_qt, &m0, &full_unused);
     const uint16_t* q_base = Q + q_off(p, si, b, m0, h);
     const uint16_t* o_base = dO + o_off(p, si, b, m0, h);
     load_tile_async<kBlockM, D, kThreads>(
@@ -150,6 +278,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   Acc dk[kDt], dv[kDt];
 #pragma unroll
   for (int i = 0; i < kDt; ++i) dk[i] = dv[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+  DbiasAcc dbias;
+  if constexpr (kFlex) {
+    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias)
+      for (int e = tid; e < 2 * p.max_distance + 1; e += kThreads) sRel[e] = 0.f;  // read after the loop's first barrier
+  }
 
   for (int it = 0; it < iters; ++it) {
     const int stage = it & 1;
@@ -162,7 +295,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
     }
     __syncthreads();
     const int h = kvh * p.group + it / n_qt;
-    const int m0 = q_begin + (it % n_qt) * kBlockM;
+    int m0;
+    bool full;
+    q_at(it % n_qt, &m0, &full);
     const uint16_t* tQ = sQ + stage * kBlockM * D;
     const uint16_t* tdO = sdO + stage * kBlockM * D;
     const float* tLse = sLse + stage * kBlockM;
@@ -192,7 +327,6 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
     }
 
     // P^T and dS^T (in place of st and dpt).
-    const bool full = tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
     if (mod.kind == ModKind::none && full) {  // the common case: no mask, no score-mod derivative
 #pragma unroll
       for (int nt = 0; nt < kQt; ++nt)
@@ -204,20 +338,34 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
           dpt[nt].c[e] = pe * (dpt[nt].c[e] - tDsum[col]);
         }
     } else {
+      uint32_t bits = 0;  // flex: bit (2 nt + c) * 2 + r for pair (query nt * 8 + 2 qd + c, key row r)
+      if constexpr (kFlex) {
+        if (!full)
+          bits = flex_mask_bits<4 * kQt>(p, si, b, [&](int k, int* i, int* j) {
+            *i = m0 + (k / 4) * 8 + 2 * qd + (k / 2) % 2;
+            *j = key_row[k % 2];
+          });
+      }
 #pragma unroll
       for (int nt = 0; nt < kQt; ++nt) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = nt * 8 + 2 * qd + c, i = m0 + col;
-          const RowBounds rb = full ? RowBounds{0, 0x7fffffff} : RowBounds::of(p.mask, i, si.lq, si.lk);
+          const RowBounds rb = full || kFlex ? RowBounds{} : RowBounds::of(p.mask, i, si.lq, si.lk);
           const float lse2 = tLse[col], ds = tDsum[col];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int e = 2 * r + c;
             const float x = st[nt].c[e];
-            const float pe = rb.allows(key_row[r]) ? fast_exp2(mod.apply(x, i, key_row[r]) - lse2) : 0.f;
+            bool ok;
+            if constexpr (kFlex) ok = full || ((bits >> ((2 * nt + c) * 2 + r)) & 1u);
+            else ok = full || rb.allows(key_row[r]);
+            const float pe = ok ? fast_exp2(mod.template apply<kFlex>(x, i, key_row[r]) - lse2) : 0.f;
             st[nt].c[e] = pe;
             dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
+            if constexpr (kFlex) {
+              if (p.dbias_mode != DbiasMode::none) dbias.add(mod, i, key_row[r], r, dpt[nt].c[e], sRel);
+            }
           }
         }
       }
@@ -297,8 +445,28 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
       }
     }
     __syncthreads();  // this stage (and dS^T) is rewritten next
+    if constexpr (kFlex) {
+      if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias &&
+          (it + 1 == iters || (it + 1) / n_qt != it / n_qt))  // the last tile of head h
+        flush_rel_bias<kThreads>(p, dbias, sRel, b, n0 / kBlockN, h);
+    }
   }
   if (iters == 0) cp_async_wait<0>();
+  if constexpr (kFlex) {
+    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float v = quad_sum(dbias.key_sum[r]);
+        const int j = key_row[r];
+        if (qd != 0 || j >= si.lk) continue;
+        if (p.dbias_mode == DbiasMode::atomic) {
+          if (v != 0.f) atomicAdd(p.dbias + __ldg(p.bias_offset + j), v);
+        } else {
+          p.dbias_scratch[(static_cast<int64_t>(b) * p.heads_kv + kvh) * p.seq_k + j] = v;
+        }
+      }
+    }
+  }
 
   // dK = scale * acc, dV = acc; keys past lk get zeros (nothing accumulated).
   uint16_t* dK = static_cast<uint16_t*>(p.dk);
@@ -324,7 +492,8 @@ constexpr size_t dq_smem_bytes() {
   return 2u * (2u * static_cast<size_t>(16 * kWarps) * D + 4u * kBlockN * D);
 }
 
-template <int D, bool Bf16, int kWarps, int kBlockN>
+/// kFlex: key tiles from the BlockMask lists of the tile's query block (see attn_fwd_kernel).
+template <int D, bool Bf16, int kWarps, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(kWarps * 32)
     attn_bwd_dq_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack) {
   constexpr int kThreads = kWarps * 32, kBlockM = 16 * kWarps;
@@ -362,12 +531,28 @@ __global__ void __launch_bounds__(kWarps * 32)
         return t < si.lq ? dO + o_off(p, si, b, t, h0 + r / Mq) : nullptr;
       },
       tid);
-  int n_first;
-  const int n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
+  int n_first = 0, n_tiles;
+  BlockWalk walk;
+  if constexpr (kFlex) {
+    walk = kv_walk(p.bm, b, m0 / p.bm.q_block, kBlockN);
+    n_tiles = walk.count;
+  } else {
+    n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
+  }
+  auto tile_at = [&](int tile, int* n0, bool* full) {
+    if constexpr (kFlex) {
+      walk.at(tile, n0, full);
+    } else {
+      *n0 = n_first + tile * kBlockN;
+      *full = tile_full(p.mask, si.lq, si.lk, m0, Mq, *n0, kBlockN);
+    }
+  };
   const uint16_t* k_base = K + k_off(p, si, b, 0, kvh);
   const uint16_t* v_base = V + v_off(p, si, b, 0, kvh);
   auto load_kv = [&](int tile, int stage) {
-    const int n0 = n_first + tile * kBlockN;
+    int n0;
+    bool full_unused;
+    tile_at(tile, &n0, &full_unused);
     load_tile_async<kBlockN, D, kThreads>(
         sK + stage * kBlockN * D,
         [&](int r) -> const uint16_t* { return n0 + r < si.lk ? k_base + (n0 + r) * p.k_row_stride : nullptr; },
@@ -405,7 +590,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();
     const uint16_t* tK = sK + stage * kBlockN * D;
     const uint16_t* tV = sV + stage * kBlockN * D;
-    const int n0 = n_first + tile * kBlockN;
+    int n0;
+    bool full;
+    tile_at(tile, &n0, &full);
 
     Acc s[kNt], dp[kNt];
 #pragma unroll
@@ -426,7 +613,6 @@ __global__ void __launch_bounds__(kWarps * 32)
         mma16816<Bf16>(dp[nt + 1], oa, bv[2], bv[3]);
       }
     }
-    const bool full = tile_full(p.mask, si.lq, si.lk, m0, Mq, n0, kBlockN);
     if (mod.kind == ModKind::none && full) {
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt)
@@ -436,13 +622,26 @@ __global__ void __launch_bounds__(kWarps * 32)
           dp[nt].c[e] = fast_exp2(s[nt].c[e] * mod.scale_log2 - lse2[r]) * (dp[nt].c[e] - dsum[r]);
         }
     } else {
+      uint32_t bits = 0;  // flex: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
+      if constexpr (kFlex) {
+        if (!full)
+          bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
+            *i = row_t[k / (2 * kNt)];
+            *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
+          });
+      }
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
           const float x = s[nt].c[e];
-          const float pe = (full || rb[r].allows(j)) ? fast_exp2(mod.apply(x, row_t[r], j) - lse2[r]) : 0.f;
+          bool ok;
+          if constexpr (kFlex) ok = full || ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u);
+          else ok = full || rb[r].allows(j);
+          const float pe = ok
+                               ? fast_exp2(mod.template apply<kFlex>(x, row_t[r], j) - lse2[r])
+                               : 0.f;
           dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * mod.grad(x);
         }
       }

@@ -63,13 +63,18 @@ __device__ __forceinline__ int64_t lse_off(const AttnParams& p, const SeqInfo& s
 /// The score pipeline of docs/semantics.md ("Score pipeline") in the exp2 domain
 /// for one query head: x = raw dot product q.k; returns log2(e) * score_mod(scale * x)
 /// (the mask is applied by the caller). grad() gives d score_mod / d s for the
-/// backward (softcap: 1 - tanh^2; 1 otherwise).
+/// backward (softcap: 1 - tanh^2; 1 otherwise, the learnable biases included:
+/// they are additive).
 struct ScoreMod2 {
   ModKind kind = ModKind::none;
   float scale_log2 = 0.f;  ///< scale * log2(e)
   float cap_inv = 0.f;     ///< softcap: scale / cap
   float cap_log2 = 0.f;    ///< softcap: cap * log2(e)
   float slope_log2 = 0.f;  ///< alibi: slope_h * log2(e)
+  const float* bias = nullptr;      ///< rel_bias: row h of [Hq, 2m+1]; offset_bias: the table
+  const int32_t* offset = nullptr;  ///< offset_bias: [seq_k]
+  int max_distance = 0;             ///< rel_bias m
+  int num_keys = 0;                 ///< offset_bias: seq_k (keys past it read no offset)
 
   __device__ __forceinline__ static ScoreMod2 of(const AttnParams& p, int h) {
     ScoreMod2 m;
@@ -80,12 +85,32 @@ struct ScoreMod2 {
       m.cap_log2 = p.softcap * kLog2e;
     }
     if (p.mod == ModKind::alibi) m.slope_log2 = alibi_slope<float>(h, p.heads_q) * kLog2e;
+    if (p.mod == ModKind::rel_bias) {
+      m.max_distance = p.max_distance;
+      m.bias = p.bias + static_cast<int64_t>(h) * (2 * p.max_distance + 1);
+    }
+    if (p.mod == ModKind::offset_bias) {
+      m.bias = p.bias;
+      m.offset = p.bias_offset;
+      m.num_keys = p.seq_k;
+    }
     return m;
   }
+  /// Index of the learnable bias entry (i, j) adds (rel_bias: into this head's row).
+  __device__ __forceinline__ int bias_index(int i, int j) const {
+    if (kind == ModKind::offset_bias) return j < num_keys ? __ldg(offset + j) : 0;
+    const int d = i - j;
+    return (d < -max_distance ? -max_distance : (d > max_distance ? max_distance : d)) + max_distance;
+  }
+  /// kBias: whether the learnable biases can occur (the flex path); without,
+  /// their code and registers are compiled out.
+  template <bool kBias>
   __device__ __forceinline__ float apply(float x, int i, int j) const {
     if (kind == ModKind::none) return x * scale_log2;
     if (kind == ModKind::softcap) return cap_log2 * tanhf(x * cap_inv);
-    return x * scale_log2 - slope_log2 * static_cast<float>(i > j ? i - j : j - i);
+    if (!kBias || kind == ModKind::alibi)
+      return x * scale_log2 - slope_log2 * static_cast<float>(i > j ? i - j : j - i);
+    return x * scale_log2 + kLog2e * __ldg(bias + bias_index(i, j));
   }
   /// d score_mod / d s at raw dot product x.
   __device__ __forceinline__ float grad(float x) const {
@@ -94,5 +119,71 @@ struct ScoreMod2 {
     return 1.f - t * t;
   }
 };
+
+/// The tiles one CTA visits under a BlockMask (flex path): the blocks of the
+/// partial list, then those of the full list, each cut into steps of `step`
+/// positions (block = a multiple of step). The loop that rebuilds the lists:
+///   for t in [0, count): at(t) -> (first position of the step, whether it is full)
+struct BlockWalk {
+  const int32_t* part = nullptr;  ///< partial block indices
+  const int32_t* full = nullptr;  ///< full block indices
+  int n_part = 0;                 ///< steps from partial blocks
+  int count = 0;                  ///< all steps
+  int sub = 1;                    ///< steps per block
+  int block = 0, step = 0;
+
+  __device__ __forceinline__ void at(int t, int* start, bool* is_full) const {
+    const bool f = t >= n_part;
+    const int u = f ? t - n_part : t;
+    *start = __ldg((f ? full : part) + u / sub) * block + (u % sub) * step;
+    *is_full = f;
+  }
+};
+
+/// Key steps of `step` keys for query block qb of sequence b (forward, dQ).
+__device__ __forceinline__ BlockWalk kv_walk(const BlockMaskView& bm, int b, int qb, int step) {
+  const int64_t row = static_cast<int64_t>(b % bm.batch) * bm.num_q_blocks + qb;
+  BlockWalk w;
+  w.sub = bm.kv_block / step;
+  w.block = bm.kv_block;
+  w.step = step;
+  w.part = bm.kv_indices + row * bm.num_kv_blocks;
+  w.full = bm.full_kv_indices + row * bm.num_kv_blocks;
+  w.n_part = __ldg(bm.kv_num_blocks + row) * w.sub;
+  w.count = w.n_part + __ldg(bm.full_kv_num_blocks + row) * w.sub;
+  return w;
+}
+
+/// Query steps of `step` rows for key block kb of sequence b (dK / dV).
+__device__ __forceinline__ BlockWalk q_walk(const BlockMaskView& bm, int b, int kb, int step) {
+  const int64_t col = static_cast<int64_t>(b % bm.batch) * bm.num_kv_blocks + kb;
+  BlockWalk w;
+  w.sub = bm.q_block / step;
+  w.block = bm.q_block;
+  w.step = step;
+  w.part = bm.q_indices + col * bm.num_q_blocks;
+  w.full = bm.full_q_indices + col * bm.num_q_blocks;
+  w.n_part = __ldg(bm.q_num_blocks + col) * w.sub;
+  w.count = w.n_part + __ldg(bm.full_q_num_blocks + col) * w.sub;
+  return w;
+}
+
+/// The flex path's mask of one thread's share of a partial tile, as bits: bit k
+/// is set when pair pair_at(k) = (i, j) of sequence b is inside the valid lengths
+/// and mask_allowed() (harness/model/mask_desc.hpp, the one definition of every
+/// mask kind) allows it. A rolled loop: the general mask is evaluated once per
+/// pair without unrolling its code into the tile's register-heavy loops.
+template <int kBits, class PairAt>
+__device__ __forceinline__ uint32_t flex_mask_bits(const AttnParams& p, const SeqInfo& si, int b, PairAt pair_at) {
+  static_assert(kBits <= 32, "one 32-bit word per call");
+  uint32_t bits = 0;
+#pragma unroll 1
+  for (int k = 0; k < kBits; ++k) {
+    int i, j;
+    pair_at(k, &i, &j);
+    if (i < si.lq && j < si.lk && mask_allowed(p.mask, b, 0, i, j)) bits |= 1u << k;
+  }
+  return bits;
+}
 
 }  // namespace attnbench::kernels

@@ -25,8 +25,11 @@ constexpr size_t fwd_smem_bytes() {
 }
 
 /// kMT: 16-row m-tiles per warp (2: every K / V fragment read from shared memory
-/// feeds two MMAs; 1: 16-row warps for GQA-packed short tiles).
-template <int D, bool Bf16, int kWarps, int kBlockN, int kMT>
+/// feeds two MMAs; 1: 16-row warps for GQA-packed short tiles). kFlex: the key
+/// tiles come from the BlockMask lists of the CTA's query block (p.bm, one
+/// query block per CTA: kBlockM == q_block, pack 1) and partial tiles evaluate
+/// mask_allowed(); otherwise from the rows' key intervals.
+template <int D, bool Bf16, int kWarps, int kBlockN, int kMT, bool kFlex = false>
 __global__ void __launch_bounds__(kWarps * 32)
     attn_fwd_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack) {
   constexpr int kThreads = kWarps * 32, kBlockM = 16 * kMT * kWarps;
@@ -59,13 +62,29 @@ __global__ void __launch_bounds__(kWarps * 32)
         return t < si.lq ? Q + q_off(p, si, b, t, h0 + r / Mq) : nullptr;
       },
       tid);
-  // Key tiles of this CTA's rows.
-  int n_first;
-  const int n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
+  // Key tiles of this CTA's rows: (first key, whether no pair of it is masked).
+  int n_first = 0, n_tiles;
+  BlockWalk walk;
+  if constexpr (kFlex) {
+    walk = kv_walk(p.bm, b, m0 / p.bm.q_block, kBlockN);
+    n_tiles = walk.count;
+  } else {
+    n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
+  }
+  auto tile_at = [&](int tile, int* n0, bool* full) {
+    if constexpr (kFlex) {
+      walk.at(tile, n0, full);
+    } else {
+      *n0 = n_first + tile * kBlockN;
+      *full = tile_full(p.mask, si.lq, si.lk, m0, Mq, *n0, kBlockN);
+    }
+  };
   const uint16_t* k_base = K + k_off(p, si, b, 0, kvh);
   const uint16_t* v_base = V + v_off(p, si, b, 0, kvh);
   auto load_kv = [&](int tile, int stage) {
-    const int n0 = n_first + tile * kBlockN;
+    int n0;
+    bool full_unused;
+    tile_at(tile, &n0, &full_unused);
     load_tile_async<kBlockN, D, kThreads>(
         sK + stage * kBlockN * D,
         [&](int r) -> const uint16_t* { return n0 + r < si.lk ? k_base + (n0 + r) * p.k_row_stride : nullptr; },
@@ -108,7 +127,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();
     const uint16_t* tK = sK + stage * kBlockN * D;
     const uint16_t* tV = sV + stage * kBlockN * D;
-    const int n0 = n_first + tile * kBlockN;
+    int n0;
+    bool full;
+    tile_at(tile, &n0, &full);
 
     // S = Q K^T (Q fragments from shared memory, each K fragment used kMT times).
     Acc s[kMT][kNt];
@@ -134,7 +155,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 
     // Score mod (exp2 domain), mask on partial tiles, online softmax.
-    const bool full = tile_full(p.mask, si.lq, si.lk, m0, Mq, n0, kBlockN);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
       float mx[2] = {-INFINITY, -INFINITY};
@@ -147,15 +167,28 @@ __global__ void __launch_bounds__(kWarps * 32)
             mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][nt].c[e]);
           }
       } else {
-        const RowBounds rb[2] = {RowBounds::of(p.mask, row_of(mt, 0), si.lq, si.lk),
-                                 RowBounds::of(p.mask, row_of(mt, 1), si.lq, si.lk)};
+        RowBounds rb[2];
+        uint32_t bits = 0;  // flex: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
+        if constexpr (kFlex) {
+          if (!full)
+            bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
+              *i = row_of(mt, k / (2 * kNt));
+              *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
+            });
+        } else {
+          rb[0] = RowBounds::of(p.mask, row_of(mt, 0), si.lq, si.lk);
+          rb[1] = RowBounds::of(p.mask, row_of(mt, 1), si.lq, si.lk);
+        }
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-            float x = mod.apply(s[mt][nt].c[e], row_of(mt, r), j);
-            if (!full && !rb[r].allows(j)) x = -INFINITY;
+            float x = mod.template apply<kFlex>(s[mt][nt].c[e], row_of(mt, r), j);
+            bool ok;
+            if constexpr (kFlex) ok = full || ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u);
+            else ok = full || rb[r].allows(j);
+            if (!ok) x = -INFINITY;
             s[mt][nt].c[e] = x;
             mx[r] = fmaxf(mx[r], x);
           }

@@ -21,7 +21,45 @@ void check_launch(const AttnParams& p, int pack) {
                                 std::to_string(kMaxSequences) + " (the Dsum launch grid)");
 }
 
+void check_flex(const AttnParams& p) {
+  check_launch(p, 1);
+  const BlockMaskView& bm = p.bm;
+  if (!bm.kv_num_blocks || !bm.kv_indices || !bm.full_kv_num_blocks || !bm.full_kv_indices || !bm.q_num_blocks ||
+      !bm.q_indices || !bm.full_q_num_blocks || !bm.full_q_indices || bm.batch <= 0)
+    throw std::invalid_argument("flex attention: the BlockMask arrays are not set");
+  if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
+    throw std::invalid_argument("flex attention: block sizes " + std::to_string(bm.q_block) + " x " +
+                                std::to_string(bm.kv_block) + " not supported (64 or 128 each)");
+  if (p.mod == ModKind::rel_bias && (p.max_distance < 0 || p.max_distance > kMaxRelBiasDistance))
+    throw std::invalid_argument("flex attention: rel_bias max_distance " + std::to_string(p.max_distance) +
+                                " outside [0, " + std::to_string(kMaxRelBiasDistance) + "]");
+  if ((p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias) && !p.bias)
+    throw std::invalid_argument("flex attention: learnable bias score mod without a bias tensor");
+}
+
+void no_kernel(int head_dim) {
+  throw std::invalid_argument("fused attention: no kernel for head_dim " + std::to_string(head_dim));
+}
+
 }  // namespace
+
+void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream) {
+  check_flex(p);
+  if (p.head_dim == 64) return launch_flex_forward_hdim<64>(p, q_items, n_q_items, stream);
+  if (p.head_dim == 128) return launch_flex_forward_hdim<128>(p, q_items, n_q_items, stream);
+  no_kernel(p.head_dim);
+}
+
+void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
+                          int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream) {
+  check_flex(p);
+  if (p.head_dim == 64)
+    return launch_flex_backward_hdim<64>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream);
+  if (p.head_dim == 128)
+    return launch_flex_backward_hdim<128>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats,
+                                          stream);
+  no_kernel(p.head_dim);
+}
 
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream) {
   check_launch(p, pack);

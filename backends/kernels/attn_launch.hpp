@@ -33,11 +33,30 @@ void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items,
 void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
                      int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);
 
+/// Flex forward: O and LSE under the BlockMask p.bm (q_block 64 or 128, kv_block
+/// 64 or 128): `q_items` lists one item per query block (start = qb * q_block).
+/// Throws std::invalid_argument for block sizes other than 64 / 128, a missing
+/// BlockMask or a head_dim without kernels; DeviceError when a launch fails.
+void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream);
+
+/// Flex backward: dQ, dK, dV and, per p.dbias_mode, dBias of p.bias. `dq_items`
+/// lists query tiles of kDqBlockM rows, `k_items` key tiles of kBwdBlockN keys;
+/// `q_numel` elements of Q (Dsum rows), `scratch_floats` the size of
+/// p.dbias_scratch (deterministic mode). Throws like launch_flex_forward, and
+/// for a rel_bias max_distance above kMaxRelBiasDistance.
+void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
+                          int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream);
+
 /// Per-head-dimension implementations (attn_launch_impl.cuh, one file each).
 template <int D>
 void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream);
 template <int D>
 void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
                           int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);
+template <int D>
+void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream);
+template <int D>
+void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
+                               int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream);
 
 }  // namespace attnbench::kernels

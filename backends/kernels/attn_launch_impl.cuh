@@ -3,6 +3,7 @@
 // compiles in parallel, one translation unit per head dimension.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 
 #include "backends/kernels/attn_bwd.cuh"
@@ -18,20 +19,22 @@ namespace detail {
 /// that each kernel gets its own flag: kernels of one signature share a
 /// function-pointer type, and a flag keyed by that type would skip all but the
 /// first of them (found on the H100: cudaErrorInvalidValue at launch).
+/// The limit only grows: a launch that needs more (the flex dK/dV kernel's
+/// rel_bias row depends on the problem) raises it again.
 template <auto Kernel>
 void allow_smem(size_t bytes) {
-  static std::atomic<uint64_t> done_devices{0};  // bit d: set on device d (devices 0..63)
+  constexpr int kDevices = 64;
+  static std::atomic<size_t> set_bytes[kDevices];  // per device: the limit set so far (0: none)
   int dev = 0;
   ATTNBENCH_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit && (done_devices.load() & bit)) return;
+  if (dev < kDevices && set_bytes[dev].load() >= bytes) return;
   ATTNBENCH_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  done_devices.fetch_or(bit);
+  if (dev < kDevices) set_bytes[dev].store(bytes);
 }
 
-template <int D, bool Bf16, int kMT, int kBlockN>
+template <int D, bool Bf16, int kMT, int kBlockN, bool kFlex = false>
 void forward_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
-  constexpr auto kernel = attn_fwd_kernel<D, Bf16, kFwdWarps, kBlockN, kMT>;
+  constexpr auto kernel = attn_fwd_kernel<D, Bf16, kFwdWarps, kBlockN, kMT, kFlex>;
   constexpr size_t smem = fwd_smem_bytes<D, kFwdWarps, kBlockN, kMT>();
   allow_smem<kernel>(smem);
   const int64_t blocks = static_cast<int64_t>(n) * (p.heads_q / pack);
@@ -50,16 +53,21 @@ void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaSt
     forward_tiles<D, Bf16, 1, fwd_block_n(D, 2)>(p, items, n, pack, st);
 }
 
+/// Dsum = rowsum(dO * O) over the q_numel / (Hq * D) rows of the Q-shaped buffers.
+template <int D, bool Bf16>
+void dsum(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
+  const int64_t rows = q_numel / (static_cast<int64_t>(p.heads_q) * D);
+  if (rows == 0) return;
+  constexpr int kThreads = 256, kRowsPerBlock = kThreads / (D / 8);
+  const dim3 grid(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(p.heads_q));
+  attn_bwd_dsum_kernel<D, Bf16><<<grid, kThreads, 0, st>>>(p, rows);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
 template <int D, bool Bf16>
 void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k, int pack,
               bool deterministic, int64_t q_numel, cudaStream_t st) {
-  // Dsum = rowsum(dO * O).
-  if (p.seq_q > 0 && p.num_seqs > 0) {
-    const dim3 grid(static_cast<unsigned>((p.seq_q + 127) / 128), static_cast<unsigned>(p.heads_q),
-                    static_cast<unsigned>(p.num_seqs));
-    attn_bwd_dsum_kernel<D, Bf16><<<grid, 128, 0, st>>>(p);
-    ATTNBENCH_CHECK(cudaGetLastError());
-  }
+  dsum<D, Bf16>(p, q_numel, st);
   constexpr int kWarps = kBwdBlockN / 16;
   const unsigned k_blocks = static_cast<unsigned>(static_cast<int64_t>(n_k) * p.heads_kv);
   if (deterministic) {
@@ -99,6 +107,57 @@ void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkI
   }
 }
 
+/// Flex forward: one CTA per (query block, head); 128-row blocks on the wide
+/// tile, 64-row blocks on the 16-row-per-warp tile.
+template <int D, bool Bf16>
+void flex_forward(const AttnParams& p, const WorkItem* items, int n, cudaStream_t st) {
+  if (p.bm.q_block == kFwdBlockMWide)
+    forward_tiles<D, Bf16, 2, kFwdBlockN, true>(p, items, n, 1, st);
+  else
+    forward_tiles<D, Bf16, 1, kFwdBlockN, true>(p, items, n, 1, st);
+}
+
+/// Flex backward: Dsum, dK/dV (and dBias) per key tile, the deterministic dQ
+/// kernel, then the ordered dBias reduction in deterministic mode.
+template <int D, bool Bf16>
+void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k,
+                   int64_t q_numel, int64_t scratch_floats, cudaStream_t st) {
+  dsum<D, Bf16>(p, q_numel, st);
+  if (p.dbias_mode == DbiasMode::atomic)
+    ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias, 0, static_cast<size_t>(p.bias_size) * sizeof(float), st));
+  if (p.dbias_mode == DbiasMode::deterministic && scratch_floats > 0)
+    ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias_scratch, 0, static_cast<size_t>(scratch_floats) * sizeof(float), st));
+  constexpr int kWarps = kBwdBlockN / 16;
+  constexpr auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), false, true>;
+  const size_t rel = p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias
+                         ? static_cast<size_t>(2 * p.max_distance + 1) * sizeof(float)
+                         : 0;
+  const size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m(D), false>() + rel;
+  allow_smem<dkdv>(smem);
+  const unsigned k_blocks = static_cast<unsigned>(static_cast<int64_t>(n_k) * p.heads_kv);
+  if (k_blocks > 0) {
+    dkdv<<<k_blocks, kWarps * 32, smem, st>>>(p, k_items);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
+  constexpr int kDqWarps = kDqBlockM / 16;
+  constexpr auto dq = attn_bwd_dq_kernel<D, Bf16, kDqWarps, kDqBlockN, true>;
+  constexpr size_t dq_smem = dq_smem_bytes<D, kDqWarps, kDqBlockN>();
+  allow_smem<dq>(dq_smem);
+  const int64_t q_blocks = static_cast<int64_t>(n_q) * p.heads_q;
+  if (q_blocks > 0) {
+    dq<<<static_cast<unsigned>(q_blocks), kDqWarps * 32, dq_smem, st>>>(p, q_items, 1);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
+  if (p.dbias_mode == DbiasMode::deterministic && p.bias_size > 0) {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((p.bias_size + 255) / 256, 4096));
+    if (p.mod == ModKind::rel_bias)
+      attn_dbias_rel_reduce_kernel<<<blocks, 256, 0, st>>>(p);
+    else
+      attn_dbias_offset_reduce_kernel<<<blocks, 256, 0, st>>>(p);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
+}
+
 }  // namespace detail
 
 template <int D>
@@ -116,6 +175,27 @@ void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_
     detail::backward<D, true>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream);
   else
     detail::backward<D, false>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream);
+}
+
+}  // namespace attnbench::kernels
+
+namespace attnbench::kernels {
+
+template <int D>
+void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream) {
+  if (p.dtype == ElemType::bf16)
+    detail::flex_forward<D, true>(p, q_items, n_q_items, stream);
+  else
+    detail::flex_forward<D, false>(p, q_items, n_q_items, stream);
+}
+
+template <int D>
+void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
+                               int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream) {
+  if (p.dtype == ElemType::bf16)
+    detail::flex_backward<D, true>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream);
+  else
+    detail::flex_backward<D, false>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream);
 }
 
 }  // namespace attnbench::kernels

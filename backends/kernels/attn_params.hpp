@@ -24,6 +24,13 @@
 // beside mask_allowed(), the definition the reference evaluates; the two agree on
 // every pair of interval masks, tests/test_attn_plan.cpp): causal in both
 // alignments, sliding window, padding, prefix_lm. Score mods: none, softcap, alibi.
+//
+// The `flex` path (template argument kFlex of the kernels) walks a BlockMask
+// instead (BlockMaskView below: the tiles listed for a query or key block,
+// partial ones first, then full ones) and evaluates mask_allowed() itself, the
+// one definition of every mask kind, on partial tiles (mask.doc_ids and the
+// padding lengths then point to device arrays). It adds the learnable-bias score
+// mods rel_bias and offset_bias and their gradient dBias.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +41,34 @@ namespace attnbench::kernels {
 
 /// Element type of Q, K, V, O and the gradients.
 enum class ElemType : int32_t { fp16 = 0, bf16 = 1 };
-/// Score mods the fused kernels implement (mirrors ScoreModKind's first three).
-enum class ModKind : int32_t { none = 0, softcap = 1, alibi = 2 };
+/// Score mods the fused kernels implement (mirrors ScoreModKind; the learnable
+/// biases rel_bias and offset_bias run on the flex path only).
+enum class ModKind : int32_t { none = 0, softcap = 1, alibi = 2, rel_bias = 3, offset_bias = 4 };
+
+/// How the flex backward produces dBias: not at all, with float32 atomics (one
+/// per bias element per key tile and head, after a shared-memory reduction), or
+/// deterministically (per-tile partial sums in a scratch buffer, then an ordered
+/// reduction kernel).
+enum class DbiasMode : int32_t { none = 0, atomic = 1, deterministic = 2 };
+
+/// A BlockMask on the device (harness/model/block_mask.hpp; int32 arrays, the
+/// head dimension broadcast: no mask kind depends on the head). Row (b, qb) of
+/// the kv lists is at (b % batch) * num_q_blocks + qb; column (b, kb) of the q
+/// lists at (b % batch) * num_kv_blocks + kb.
+struct BlockMaskView {
+  const int32_t* kv_num_blocks = nullptr;       ///< [batch, nQ]
+  const int32_t* kv_indices = nullptr;          ///< [batch, nQ, nKV]
+  const int32_t* full_kv_num_blocks = nullptr;  ///< [batch, nQ]
+  const int32_t* full_kv_indices = nullptr;     ///< [batch, nQ, nKV]
+  const int32_t* q_num_blocks = nullptr;        ///< [batch, nKV]
+  const int32_t* q_indices = nullptr;           ///< [batch, nKV, nQ]
+  const int32_t* full_q_num_blocks = nullptr;   ///< [batch, nKV]
+  const int32_t* full_q_indices = nullptr;      ///< [batch, nKV, nQ]
+  int32_t q_block = 128;   ///< Q_BLOCK (64 or 128)
+  int32_t kv_block = 128;  ///< KV_BLOCK (64 or 128)
+  int32_t batch = 1;       ///< B of the arrays (1 = broadcast over the batch)
+  int32_t num_q_blocks = 0, num_kv_blocks = 0;
+};
 
 /// Pointers, strides (elements), lengths, mask and score-mod constants of one
 /// problem. Plain old data, passed by value to every kernel of the family.
@@ -80,7 +113,26 @@ struct AttnParams {
   ModKind mod = ModKind::none;
   float softcap = 0.f;      ///< softcap cap (> 0 when mod == softcap)
   ElemType dtype = ElemType::bf16;
+
+  // ---- flex path: BlockMask, learnable bias and its gradient
+  BlockMaskView bm;
+  const float* bias = nullptr;          ///< rel_bias [Hq, 2m+1] or offset_bias [bias_size], float32
+  const int32_t* bias_offset = nullptr; ///< offset_bias: [seq_k] indices into bias
+  int32_t max_distance = 0;             ///< rel_bias m
+  int32_t bias_size = 0;                ///< elements of bias
+  DbiasMode dbias_mode = DbiasMode::none;
+  float* dbias = nullptr;               ///< float32, like bias
+  /// Deterministic dBias partial sums (float32): rel_bias [num_seqs, dbias_tiles,
+  /// Hq, 2m+1] (one slot per key tile and head), offset_bias [num_seqs, Hkv, seq_k].
+  float* dbias_scratch = nullptr;
+  int32_t dbias_tiles = 0;              ///< key tiles of kBwdBlockN per sequence (ceil(seq_k / 64))
+  const int32_t* offset_keys_ptr = nullptr;  ///< offset_bias: [bias_size + 1] CSR row starts into offset_keys
+  const int32_t* offset_keys = nullptr;      ///< offset_bias: keys j grouped by offset[j], ascending
 };
+
+/// Largest rel_bias max_distance the flex backward reduces in shared memory
+/// (2m + 1 floats per CTA).
+constexpr int kMaxRelBiasDistance = 8191;
 
 /// Tile shapes of the instantiated kernels (rows x keys per CTA, 16 rows per warp).
 constexpr int kFwdWarps = 4;     ///< forward: warps per CTA

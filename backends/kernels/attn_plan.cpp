@@ -62,6 +62,64 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
   return t;
 }
 
+TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim) {
+  if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
+    throw std::invalid_argument("plan_block_tiles: block sizes " + std::to_string(bm.q_block) + " x " +
+                                std::to_string(bm.kv_block) + " not supported (64 or 128 each)");
+  if (bm.B != 1 && bm.B != batch)
+    throw std::invalid_argument("plan_block_tiles: BlockMask batch " + std::to_string(bm.B) +
+                                " does not match the problem's " + std::to_string(batch));
+  TilePlan t;
+  t.tile_rows = static_cast<int>(bm.q_block);
+  t.tile_keys = fwd_block_n(head_dim, 1);
+  t.dq_tile_rows = kDqBlockM;
+  auto row_blocks = [&](int64_t b, int64_t qb) -> int64_t {
+    const int64_t r = bm.row(b, 0, qb);
+    return bm.kv_num_blocks[static_cast<size_t>(r)] + bm.full_kv_num_blocks[static_cast<size_t>(r)];
+  };
+  auto col_blocks = [&](int64_t b, int64_t kb) -> int64_t {
+    const int64_t c = bm.col(b, 0, kb);
+    return bm.q_num_blocks[static_cast<size_t>(c)] + bm.full_q_num_blocks[static_cast<size_t>(c)];
+  };
+  std::vector<WorkItem> q, dq, k;
+  std::vector<int64_t> qc, dqc, kc;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t qb = 0; qb < bm.num_q_blocks; ++qb) {
+      q.push_back({static_cast<int32_t>(b), static_cast<int32_t>(qb * bm.q_block)});
+      qc.push_back(row_blocks(b, qb));
+      t.fwd_tiles += row_blocks(b, qb) * (bm.kv_block / t.tile_keys);
+    }
+    for (int64_t m0 = 0; m0 < bm.seq_q; m0 += kDqBlockM) {
+      dq.push_back({static_cast<int32_t>(b), static_cast<int32_t>(m0)});
+      dqc.push_back(row_blocks(b, m0 / bm.q_block));
+    }
+    for (int64_t n0 = 0; n0 < bm.seq_k; n0 += kBwdBlockN) {
+      k.push_back({static_cast<int32_t>(b), static_cast<int32_t>(n0)});
+      kc.push_back(col_blocks(b, n0 / bm.kv_block));
+    }
+  }
+  t.q_items = longest_first(std::move(q), qc);
+  t.dq_items = longest_first(std::move(dq), dqc);
+  t.k_items = longest_first(std::move(k), kc);
+  t.executed_pairs = bm.executed_pairs_per_head(batch) * heads_q;
+  return t;
+}
+
+void offset_keys_csr(const std::vector<int32_t>& offset, int64_t size, std::vector<int32_t>* ptr,
+                     std::vector<int32_t>* keys) {
+  ptr->assign(static_cast<size_t>(size) + 1, 0);
+  for (size_t j = 0; j < offset.size(); ++j) {
+    if (offset[j] < 0 || offset[j] >= size)
+      throw std::invalid_argument("offset_keys_csr: offset[" + std::to_string(j) + "] = " + std::to_string(offset[j]) +
+                                  " outside [0, " + std::to_string(size) + ")");
+    ++(*ptr)[static_cast<size_t>(offset[j]) + 1];
+  }
+  for (size_t e = 0; e < static_cast<size_t>(size); ++e) (*ptr)[e + 1] += (*ptr)[e];
+  keys->assign(offset.size(), 0);
+  std::vector<int32_t> fill(ptr->begin(), ptr->end() - 1);
+  for (size_t j = 0; j < offset.size(); ++j) (*keys)[static_cast<size_t>(fill[static_cast<size_t>(offset[j])]++)] = static_cast<int32_t>(j);
+}
+
 int choose_pack(int group, double mean_seq_len) {
   if (mean_seq_len >= 4 * kFwdBlockM) return 1;
   for (int p : {4, 2})

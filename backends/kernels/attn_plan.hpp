@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "backends/kernels/attn_params.hpp"
+#include "harness/model/block_mask.hpp"
 #include "harness/model/mask_desc.hpp"
 #include "harness/model/problem.hpp"
 #include "harness/model/tensors.hpp"
@@ -47,6 +48,22 @@ struct TilePlan {
 /// steps of bwd_block_m(head_dim) rows (the group multiplies every cost alike). Ties keep (sequence, start) order, so the plan is
 /// deterministic. Throws std::invalid_argument on a bad pack.
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim);
+
+/// Work lists of the flex path for a BlockMask `bm` (block sizes 64 or 128) of a
+/// padded batch of `batch` rows with heads_q query heads: forward items are the
+/// query blocks (start = qb * q_block, one CTA each), dQ items the kDqBlockM-row
+/// tiles, dK/dV items the kBwdBlockN-key tiles, each ordered by the blocks its
+/// lists hold (longest first; ties in (row, start) order). Every tile is listed,
+/// also those with no block (they write O = 0, LSE = -inf, zero gradients).
+/// executed_pairs = bm.executed_pairs_per_head(batch) * heads_q. Throws
+/// std::invalid_argument for other block sizes or a batch that does not match bm.
+TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim);
+
+/// CSR of the inverse of an offset_bias table: for each bias entry e in [0, size),
+/// the keys j with offset[j] = e in ascending order, as keys[ptr[e] .. ptr[e+1]).
+/// Throws std::invalid_argument for an offset outside [0, size).
+void offset_keys_csr(const std::vector<int32_t>& offset, int64_t size, std::vector<int32_t>* ptr,
+                     std::vector<int32_t>* keys);
 
 /// The largest pack in {4, 2, 1} that divides the GQA group (GQA packing for
 /// short sequences), or 1 when the mean sequence length is at least

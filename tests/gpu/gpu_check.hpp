@@ -116,6 +116,10 @@ inline void check_gpu_case(Backend& be, const Problem& p, bool expect_bitwise) {
   CHECK(count_nonfinite(got.dq.data, false) == 0);
   CHECK(count_nonfinite(got.dk.data, false) == 0);
   CHECK(count_nonfinite(got.dv.data, false) == 0);
+  if (p.has_learnable_bias()) {
+    REQUIRE(got.dbias.size() == static_cast<size_t>(p.bias_numel()));
+    CHECK(count_nonfinite(got.dbias, false) == 0);
+  }
 
   // Fully masked rows (from the mask itself): LSE = -inf, O and dQ exactly 0.
   MaskArrays arrays;
@@ -148,6 +152,7 @@ inline void check_gpu_case(Backend& be, const Problem& p, bool expect_bitwise) {
   CHECK(loosely_close(got.dq.data, gold.dq.data, lp.dq.data, p.dtype));
   CHECK(loosely_close(got.dk.data, gold.dk.data, lp.dk.data, p.dtype));
   CHECK(loosely_close(got.dv.data, gold.dv.data, lp.dv.data, p.dtype));
+  if (p.has_learnable_bias()) CHECK(loosely_close(got.dbias, gold.dbias, lp.dbias, p.dtype));
 
   // Second run (backward twice: nothing may accumulate across calls).
   inst->poison_outputs();
@@ -161,6 +166,7 @@ inline void check_gpu_case(Backend& be, const Problem& p, bool expect_bitwise) {
     CHECK(same_bits(got.dq.data, again.dq.data));
     CHECK(same_bits(got.dk.data, again.dk.data));
     CHECK(same_bits(got.dv.data, again.dv.data));
+    CHECK(same_bits(got.dbias, again.dbias));
   } else {
     const CheckResult r2 = check_outputs(p, again, gold, lp, be.rule(), reference::SliceSet::every());
     INFO("second run: " << r2.to_json().dump());

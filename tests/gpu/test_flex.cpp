@@ -1,0 +1,120 @@
+// GPU tests of the `flex` backend (attnbench's fused kernels walking the
+// problem's BlockMask) against the float64 reference under the correctness rule,
+// forward and every gradient including dBias of the learnable biases: every mask
+// kind and combination of scenarios/masks.json crossed with every score mod,
+// ragged lengths (not multiples of the block size), Sq != Sk, GQA 7:1, head dims
+// 64 and 128, both dtypes, block sizes 64 and 128, and both dBias modes
+// (deterministic: bitwise repeatable; atomic: passes the rule twice).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "harness/backend/backend.hpp"
+#include "harness/workloads/scenario.hpp"
+#include "tests/gpu/gpu_check.hpp"
+#include "tests/test_util.hpp"
+
+using namespace attnbench;
+using namespace attnbench::test;
+
+namespace {
+
+/// The registered backend with block size and dBias mode chosen through its
+/// environment variables.
+std::unique_ptr<Backend> flex(int block, const char* dbias) {
+  setenv("ATTNBENCH_FLEX_BLOCK", std::to_string(block).c_str(), 1);
+  setenv("ATTNBENCH_FLEX_DBIAS", dbias, 1);
+  std::unique_ptr<Backend> be = BackendRegistry::create("flex");
+  REQUIRE(be);
+  return be;
+}
+
+/// Deterministic dBias at `block`, bitwise checked; atomic dBias too when asked.
+void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
+  check_gpu_case(*flex(block, "deterministic"), p, true);
+  if (atomic_too) check_gpu_case(*flex(block, "atomic"), p, false);
+}
+
+Problem with_mod(Problem p, ScoreMod::Kind k, int64_t param = 0) {
+  p.score_mod.kind = k;
+  if (k == ScoreMod::Kind::rel_bias) p.score_mod.max_distance = param;
+  if (k == ScoreMod::Kind::offset_bias) p.score_mod.size = param;
+  if (k == ScoreMod::Kind::softcap) p.score_mod.cap = static_cast<double>(param);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("flex: registry, availability, determinism follows the dBias mode") {
+  std::unique_ptr<Backend> be = flex(128, "deterministic");
+  CHECK(be->name() == "flex");
+  CHECK(be->device() == Device::cuda);
+  std::string why;
+  CHECK_MESSAGE(be->available(&why), why);
+  CHECK(be->deterministic());
+  CHECK_FALSE(flex(128, "atomic")->deterministic());
+  setenv("ATTNBENCH_FLEX_BLOCK", "96", 1);
+  CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_BLOCK"));
+  setenv("ATTNBENCH_FLEX_BLOCK", "128", 1);
+  setenv("ATTNBENCH_FLEX_DBIAS", "sometimes", 1);
+  CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_DBIAS"));
+}
+
+TEST_CASE("flex: unsupported combinations name what is missing") {
+  std::unique_ptr<Backend> be = flex(128, "deterministic");
+  CHECK(be->supports(make_problem(1, 2, 1, 64, 64, 96, DType::bf16)).reason.find("head_dim 96") != std::string::npos);
+  CHECK(be->supports(make_problem(1, 2, 1, 64, 64, 64, DType::fp32)).reason.find("fp32") != std::string::npos);
+  CHECK(be->supports(make_problem(1, 2, 1, 64, 64, 64, DType::bf16, Layout::thd)).reason.find("THD") !=
+        std::string::npos);
+  CHECK(be->supports(with_mod(make_problem(1, 2, 1, 64, 64, 64, DType::bf16), ScoreMod::Kind::rel_bias, 9000))
+            .reason.find("max_distance 9000") != std::string::npos);
+}
+
+TEST_CASE("flex: every mask and score mod of scenarios/masks.json (block 128, both dBias modes)") {
+  const Scenario sc = load_scenario(std::string(ATTNBENCH_SOURCE_DIR) + "/scenarios/masks.json");
+  REQUIRE(sc.cases.size() == 65);
+  for (const Case& c : sc.cases) {
+    INFO(c.id);
+    const bool bias = c.problem.has_learnable_bias();
+    run_case(c.problem, 128, bias);
+  }
+}
+
+TEST_CASE("flex: block size 64 on documents, block_sparse and learnable biases") {
+  const Scenario sc = load_scenario(std::string(ATTNBENCH_SOURCE_DIR) + "/scenarios/masks.json");
+  for (const Case& c : sc.cases) {
+    const Problem& p = c.problem;
+    const bool pick = p.find_mask<DocumentTerm>() || p.find_mask<BlockSparseTerm>() || p.has_learnable_bias();
+    if (!pick || (p.score_mod.kind != ScoreMod::Kind::none && p.score_mod.kind != ScoreMod::Kind::rel_bias &&
+                  p.score_mod.kind != ScoreMod::Kind::offset_bias))
+      continue;
+    INFO(c.id);
+    run_case(p, 64, p.has_learnable_bias());
+  }
+}
+
+TEST_CASE("flex: ragged lengths, Sq != Sk, GQA 7:1, head_dim 128, fp16") {
+  for (DType t : {DType::fp16, DType::bf16}) {
+    run_case(with_causal(make_problem(1, 7, 1, 200, 333, 128, t, Layout::bshd, 500)));
+    run_case(with_causal(make_problem(2, 4, 2, 333, 200, 64, t, Layout::bhsd, 501), CausalAlign::top_left), 64);
+    run_case(with_mod(with_documents(make_problem(2, 7, 1, 300, 300, 128, t, Layout::bshd, 502),
+                                     {{100, 1, 199}, {17, 283}}),
+                      ScoreMod::Kind::rel_bias, 40),
+             128, true);
+    run_case(with_mod(with_window(make_problem(1, 4, 1, 257, 257, 128, t, Layout::bhsd, 503), 70, 5),
+                      ScoreMod::Kind::offset_bias, 13),
+             64, true);
+    Problem pad = with_padding(make_problem(3, 2, 1, 190, 150, 64, t, Layout::bshd, 504), {190, 1, 0}, {150, 77, 3});
+    run_case(with_mod(with_causal(pad), ScoreMod::Kind::rel_bias, 500), 128, true);
+  }
+}
+
+TEST_CASE("flex: block_sparse with causal at S 1000, rel_bias m 0 and m larger than the sequence") {
+  Problem p = make_problem(1, 4, 2, 1000, 1000, 64, DType::bf16, Layout::bshd, 510);
+  p.mask.push_back(BlockSparseTerm{0.4, 9});
+  run_case(with_causal(p));
+  run_case(with_mod(p, ScoreMod::Kind::rel_bias, 0), 128, true);
+  run_case(with_mod(p, ScoreMod::Kind::rel_bias, 1500), 64, true);
+}
