@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(256) attn_bwd_dsum_kernel(const AttnParams p, 
 
 /// Deterministic rel_bias dBias: entry (h, e) = the sum of the scratch rows of
 /// every (sequence, key tile) in that order (flex path, DbiasMode::deterministic).
-__global__ void attn_dbias_rel_reduce_kernel(const AttnParams p) {
+/// static: one copy per head-dimension translation unit.
+static __global__ void attn_dbias_rel_reduce_kernel(const AttnParams p) {
   const int64_t n = static_cast<int64_t>(p.heads_q) * (2 * p.max_distance + 1);
   const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.dbias_tiles;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
@@ -83,7 +84,7 @@ __global__ void attn_dbias_rel_reduce_kernel(const AttnParams p) {
 
 /// Deterministic offset_bias dBias: entry e = the sum over the keys j with
 /// offset[j] = e (ascending) of the per-(sequence, KV head) key sums, in that order.
-__global__ void attn_dbias_offset_reduce_kernel(const AttnParams p) {
+static __global__ void attn_dbias_offset_reduce_kernel(const AttnParams p) {
   const int64_t groups = static_cast<int64_t>(p.num_seqs) * p.heads_kv;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.bias_size;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
