@@ -144,44 +144,74 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-/// One thread's dBias partial sums in the dK/dV kernel (flex path). dS of a pair
-/// is the gradient of its score, and a learnable bias enters the score
-/// additively, so dBias[e] = sum of dS over the pairs that read entry e.
-///   offset_bias: e = offset[j] depends on the key only: dS is summed per key
-///                over every row and head of the CTA (key_sum), then one value per
-///                key leaves the CTA.
-///   rel_bias:    e = (h, clamp(i - j, -m, m) + m): interior diagonals are added
-///                into a shared-memory row of 2m + 1 slots, the two clamped ends
-///                (most pairs when m is small) into registers first; the row leaves
-///                the CTA once per head (flush_rel_bias).
+/// dBias in the dK/dV kernel (flex path). dS of a pair is the gradient of its
+/// score, and a learnable bias enters the score additively, so dBias[e] = the
+/// sum of dS over the pairs that read entry e. Every sum below runs in an order
+/// fixed by the schedule (no atomics until a CTA's result leaves it), so the
+/// deterministic mode is bitwise reproducible:
+///   offset_bias: e = offset[j] depends on the key only: each thread sums dS per
+///                key over every row and head it sees (key_sum), the quad's four
+///                sums are combined by shuffles, and one value per key leaves the CTA.
+///   rel_bias:    e = (h, clamp(i - j, -m, m) + m). Each step stores its float dS
+///                tile in shared memory; thread t then sums diagonal t of the tile
+///                (fixed key order) into the head's row of 2m + 1 slots (one writer
+///                per slot and step), or into its registers lo / hi when the
+///                diagonal is clamped to an end. The row leaves the CTA once per
+///                head (flush_rel_bias).
 struct DbiasAcc {
   float key_sum[2] = {0.f, 0.f};
   float lo = 0.f, hi = 0.f;
-  __device__ __forceinline__ void add(const ScoreMod2& mod, int i, int j, int r, float ds, float* s_rel) {
-    if (mod.kind == ModKind::offset_bias) {
-      key_sum[r] += ds;
-      return;
-    }
-    const int d = i - j;
-    if (d <= -mod.max_distance) lo += ds;
-    else if (d >= mod.max_distance) hi += ds;
-    else if (ds != 0.f) atomicAdd(s_rel + d + mod.max_distance, ds);
-  }
 };
 
-/// Move the rel_bias row of head h out of shared memory (and the clamped ends out
-/// of registers): float32 atomics into dBias (one per non-zero entry), or plain
-/// stores into this (sequence, key tile, head)'s scratch row (deterministic).
-/// Called by every thread of the CTA.
+/// Shared memory of the rel_bias dBias path (floats): the head's row, the float dS
+/// tile (row stride kBlockM + 1: conflict-free diagonals), one partial per warp.
+template <int kBlockN, int kBlockM, int kWarps>
+constexpr int rel_bias_smem_floats(int max_distance) {
+  return 2 * max_distance + 1 + kBlockN * (kBlockM + 1) + 2 * kWarps;
+}
+
+/// Sum the diagonals of the step's dS tile sT [kBlockN keys][kBlockM + 1] (query
+/// rows m0.., keys n0..) into the rel_bias row / the clamped ends.
+template <int kBlockN, int kBlockM, int kThreads>
+__device__ __forceinline__ void rel_bias_diagonals(int max_distance, DbiasAcc& acc, const float* sT, float* s_rel,
+                                                   int m0, int n0) {
+  for (int q = threadIdx.x; q < kBlockN + kBlockM - 1; q += kThreads) {
+    const int qq = q - (kBlockN - 1);  // column - key inside the tile
+    const int k0 = qq < 0 ? -qq : 0, k1 = qq > kBlockM - kBlockN ? kBlockM - 1 - qq : kBlockN - 1;
+    float sum = 0.f;
+    for (int k = k0; k <= k1; ++k) sum += sT[k * (kBlockM + 1) + k + qq];
+    const int d = m0 - n0 + qq;
+    if (d <= -max_distance) acc.lo += sum;
+    else if (d >= max_distance) acc.hi += sum;
+    else s_rel[d + max_distance] += sum;
+  }
+}
+
+/// Move the rel_bias row of head h out of shared memory (the clamped ends joined
+/// first, warps in order): float32 atomics into dBias (one per non-zero entry), or
+/// plain stores into this (sequence, key tile, head)'s scratch row
+/// (deterministic). Called by every thread of the CTA.
 template <int kThreads>
-__device__ void flush_rel_bias(const AttnParams& p, DbiasAcc& acc, float* s_rel, int b, int key_tile, int h) {
+__device__ void flush_rel_bias(const AttnParams& p, DbiasAcc& acc, float* s_rel, float* s_warp, int b, int key_tile,
+                               int h) {
+  constexpr int kWarps = kThreads / 32;
   const int tid = threadIdx.x;
   const int slots = 2 * p.max_distance + 1;
   const float lo = warp_sum(acc.lo), hi = warp_sum(acc.hi);
   acc.lo = acc.hi = 0.f;
   if (tid % 32 == 0) {
-    atomicAdd(s_rel, lo);
-    atomicAdd(s_rel + slots - 1, hi);
+    s_warp[tid / 32] = lo;
+    s_warp[kWarps + tid / 32] = hi;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float l = 0.f, u = 0.f;
+    for (int w = 0; w < kWarps; ++w) {
+      l += s_warp[w];
+      u += s_warp[kWarps + w];
+    }
+    s_rel[0] += l;
+    s_rel[slots - 1] += u;
   }
   __syncthreads();
   const bool atomic = p.dbias_mode == DbiasMode::atomic;
@@ -216,7 +246,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   uint16_t* sdS = sdO + 2 * kBlockM * D;  // [kBlockN][kBlockM] (kAtomicDq)
   float* sLse = reinterpret_cast<float*>(sdS + (kAtomicDq ? kBlockN * kBlockM : 0));  // [2][kBlockM]
   float* sDsum = sLse + 2 * kBlockM;                                                  // [2][kBlockM]
-  float* sRel = sDsum + 2 * kBlockM;  // [2m + 1] (flex, rel_bias dBias)
+  // Flex rel_bias dBias (rel_bias_smem_floats): the row [2m + 1], the float dS
+  // tile [kBlockN][kBlockM + 1], per-warp partials [2 kWarps].
+  float* sRel = sDsum + 2 * kBlockM;
+  float* sT = sRel + 2 * p.max_distance + 1;
+  float* sWarp = sT + kBlockN * (kBlockM + 1);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const WorkItem item = items[blockIdx.x / p.heads_kv];
@@ -280,8 +314,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
 #pragma unroll
   for (int i = 0; i < kDt; ++i) dk[i] = dv[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
   DbiasAcc dbias;
+  bool rel_dbias = false;
   if constexpr (kFlex) {
-    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias)
+    rel_dbias = p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias;
+    if (rel_dbias)
       for (int e = tid; e < 2 * p.max_distance + 1; e += kThreads) sRel[e] = 0.f;  // read after the loop's first barrier
   }
 
@@ -365,7 +401,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
             st[nt].c[e] = pe;
             dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
             if constexpr (kFlex) {
-              if (p.dbias_mode != DbiasMode::none) dbias.add(mod, i, key_row[r], r, dpt[nt].c[e], sRel);
+              if (rel_dbias) sT[(key_row[r] - n0) * (kBlockM + 1) + col] = dpt[nt].c[e];
+              else if (p.dbias_mode != DbiasMode::none && mod.kind == ModKind::offset_bias)
+                dbias.key_sum[r] += dpt[nt].c[e];
             }
           }
         }
@@ -445,11 +483,16 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
         }
       }
     }
-    __syncthreads();  // this stage (and dS^T) is rewritten next
     if constexpr (kFlex) {
-      if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias &&
-          (it + 1 == iters || (it + 1) / n_qt != it / n_qt))  // the last tile of head h
-        flush_rel_bias<kThreads>(p, dbias, sRel, b, n0 / kBlockN, h);
+      if (rel_dbias) {  // (mod.kind is rel_bias: the general path above wrote the whole dS tile)
+        __syncthreads();  // the dS tile is complete
+        rel_bias_diagonals<kBlockN, kBlockM, kThreads>(p.max_distance, dbias, sT, sRel, m0, n0);
+      }
+    }
+    __syncthreads();  // this stage (and dS^T, the dS tile) is rewritten next
+    if constexpr (kFlex) {
+      if (rel_dbias && (it + 1 == iters || (it + 1) / n_qt != it / n_qt))  // the last tile of head h
+        flush_rel_bias<kThreads>(p, dbias, sRel, sWarp, b, n0 / kBlockN, h);
     }
   }
   if (iters == 0) cp_async_wait<0>();

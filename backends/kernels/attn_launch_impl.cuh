@@ -130,7 +130,8 @@ void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const 
   constexpr int kWarps = kBwdBlockN / 16;
   constexpr auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), false, true>;
   const size_t rel = p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias
-                         ? static_cast<size_t>(2 * p.max_distance + 1) * sizeof(float)
+                         ? static_cast<size_t>(rel_bias_smem_floats<kBwdBlockN, bwd_block_m(D), kWarps>(
+                               p.max_distance)) * sizeof(float)
                          : 0;
   const size_t smem = dkdv_smem_bytes<D, kWarps, bwd_block_m(D), false>() + rel;
   allow_smem<dkdv>(smem);
