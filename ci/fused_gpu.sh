@@ -50,7 +50,7 @@ while [[ $# -gt 0 ]]; do
         if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_varlen" \
              -tc="varlen: document lengths*" >>"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
         if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flex" \
-             -tc="flex: ragged*" >>"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
+             -tc="flex: sanitizer-sized*" >>"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases" "$OUT/sanitize_$tool.log" | head -n 8
       done
       shift ;;

@@ -118,3 +118,9 @@ TEST_CASE("flex: block_sparse with causal at S 1000, rel_bias m 0 and m larger t
   run_case(with_mod(p, ScoreMod::Kind::rel_bias, 0), 128, true);
   run_case(with_mod(p, ScoreMod::Kind::rel_bias, 1500), 64, true);
 }
+
+TEST_CASE("flex: sanitizer-sized cases (documents, rel_bias and offset_bias dBias, blocks 64 and 128)") {
+  const Problem base = with_documents(make_problem(1, 2, 1, 150, 150, 64, DType::bf16, Layout::bshd, 520), {{70, 80}});
+  run_case(with_mod(with_causal(base), ScoreMod::Kind::rel_bias, 20), 64, true);
+  run_case(with_mod(base, ScoreMod::Kind::offset_bias, 9), 128, true);
+}
