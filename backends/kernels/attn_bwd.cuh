@@ -375,9 +375,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
           dpt[nt].c[e] = pe * (dpt[nt].c[e] - tDsum[col]);
         }
     } else {
-      uint32_t bits = 0;  // flex: bit (2 nt + c) * 2 + r for pair (query nt * 8 + 2 qd + c, key row r)
+      // flex with documents / block_sparse: bit (2 nt + c) * 2 + r for pair (query nt * 8 + 2 qd + c, key row r)
+      uint32_t bits = ~0u;
       if constexpr (kFlex) {
-        if (!full)
+        if (!full && mask_needs_pairs(p.mask))
           bits = flex_mask_bits<4 * kQt>(p, si, b, [&](int k, int* i, int* j) {
             *i = m0 + (k / 4) * 8 + 2 * qd + (k / 2) % 2;
             *j = key_row[k % 2];
@@ -388,15 +389,13 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int col = nt * 8 + 2 * qd + c, i = m0 + col;
-          const RowBounds rb = full || kFlex ? RowBounds{} : RowBounds::of(p.mask, i, si.lq, si.lk);
+          const RowBounds rb = full ? RowBounds{} : RowBounds::of(p.mask, i, si.lq, si.lk);
           const float lse2 = tLse[col], ds = tDsum[col];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int e = 2 * r + c;
             const float x = st[nt].c[e];
-            bool ok;
-            if constexpr (kFlex) ok = full || ((bits >> ((2 * nt + c) * 2 + r)) & 1u);
-            else ok = full || rb.allows(key_row[r]);
+            const bool ok = full || (rb.allows(key_row[r]) && ((bits >> ((2 * nt + c) * 2 + r)) & 1u));
             const float pe = ok ? fast_exp2(mod.template apply<kFlex>(x, i, key_row[r]) - lse2) : 0.f;
             st[nt].c[e] = pe;
             dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
@@ -666,9 +665,10 @@ __global__ void __launch_bounds__(kWarps * 32)
           dp[nt].c[e] = fast_exp2(s[nt].c[e] * mod.scale_log2 - lse2[r]) * (dp[nt].c[e] - dsum[r]);
         }
     } else {
-      uint32_t bits = 0;  // flex: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
+      // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
+      uint32_t bits = ~0u;
       if constexpr (kFlex) {
-        if (!full)
+        if (!full && mask_needs_pairs(p.mask))
           bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
             *i = row_t[k / (2 * kNt)];
             *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
@@ -680,9 +680,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
           const float x = s[nt].c[e];
-          bool ok;
-          if constexpr (kFlex) ok = full || ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u);
-          else ok = full || rb[r].allows(j);
+          const bool ok = full || (rb[r].allows(j) && ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u));
           const float pe = ok
                                ? fast_exp2(mod.template apply<kFlex>(x, row_t[r], j) - lse2[r])
                                : 0.f;

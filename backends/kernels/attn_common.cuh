@@ -168,6 +168,13 @@ __device__ __forceinline__ BlockWalk q_walk(const BlockMaskView& bm, int b, int 
   return w;
 }
 
+/// Whether a mask has terms beyond the per-row key interval (documents,
+/// block_sparse): only then do flex partial tiles evaluate mask_allowed() pair by
+/// pair; interval masks use RowBounds like the flash path.
+__device__ __forceinline__ bool mask_needs_pairs(const MaskDesc& m) {
+  return m.doc_ids != nullptr || m.block_density >= 0.0;
+}
+
 /// The flex path's mask of one thread's share of a partial tile, as bits: bit k
 /// is set when pair pair_at(k) = (i, j) of sequence b is inside the valid lengths
 /// and mask_allowed() (harness/model/mask_desc.hpp, the one definition of every

@@ -167,17 +167,16 @@ __global__ void __launch_bounds__(kWarps * 32)
             mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][nt].c[e]);
           }
       } else {
-        RowBounds rb[2];
-        uint32_t bits = 0;  // flex: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
+        const RowBounds rb[2] = {RowBounds::of(p.mask, row_of(mt, 0), si.lq, si.lk),
+                                 RowBounds::of(p.mask, row_of(mt, 1), si.lq, si.lk)};
+        // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
+        uint32_t bits = ~0u;
         if constexpr (kFlex) {
-          if (!full)
+          if (!full && mask_needs_pairs(p.mask))
             bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
               *i = row_of(mt, k / (2 * kNt));
               *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
             });
-        } else {
-          rb[0] = RowBounds::of(p.mask, row_of(mt, 0), si.lq, si.lk);
-          rb[1] = RowBounds::of(p.mask, row_of(mt, 1), si.lq, si.lk);
         }
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) {
@@ -185,9 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           for (int e = 0; e < 4; ++e) {
             const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
             float x = mod.template apply<kFlex>(s[mt][nt].c[e], row_of(mt, r), j);
-            bool ok;
-            if constexpr (kFlex) ok = full || ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u);
-            else ok = full || rb[r].allows(j);
+            const bool ok = full || (rb[r].allows(j) && ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u));
             if (!ok) x = -INFINITY;
             s[mt][nt].c[e] = x;
             mx[r] = fmaxf(mx[r], x);
