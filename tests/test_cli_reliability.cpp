@@ -320,6 +320,11 @@ TEST_CASE("planted symlinks: the journal is never written through one, report.js
   CHECK(slurp(s.dir("victim")) == "precious");
   CHECK_FALSE(fs::is_symlink(fs::path(out) / "report.json"));
   CHECK(report_of(out)["results"].size() == 1);
+  // report, compare and merge outputs likewise.
+  fs::create_symlink(s.dir("victim"), s.dir("page.html"));
+  CHECK(run(s, "report '" + out + "/report.json' --no-charts -o '" + s.dir("page.html") + "'").code == 0);
+  CHECK(slurp(s.dir("victim")) == "precious");
+  CHECK(contains(slurp(s.dir("page.html")), "<html"));
 
   const std::string out2 = s.dir("out2");
   fs::create_directories(out2);
