@@ -1,5 +1,6 @@
 #include "harness/run/runner.hpp"
 
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -326,6 +327,8 @@ bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& op
     if (st.exited) row.message += " without writing its row";
     if (!tail.empty()) row.message += "; last lines of its stderr:\n" + tail;
     if (!st.exited && !st.timed_out) iso["signal"] = signal_name(st.signal);
+    if (!st.exited && !st.timed_out && st.signal == SIGKILL)
+      row.message += " (SIGKILL from outside: often the kernel's out-of-memory killer)";
     if (st.exited) iso["exit_code"] = st.exit_code;
     iso["stderr_tail"] = tail;
   } else if (!st.exited || st.exit_code != 0) {

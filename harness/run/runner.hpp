@@ -36,11 +36,15 @@ struct RunOptions {
   /// scenario, seed and options must equal these (else InputError, exit 2).
   bool resume = false;
   /// `--isolate`: run each (case, backend) in a child process of the attnbench
-  /// binary. automatic: on when --case-timeout is set, or for in-process GPU
-  /// backends in sweeps of more than one case.
-  enum class Isolate { off, on, automatic } isolate = Isolate::automatic;
+  /// binary. automatic (the CLI's default): on when --case-timeout is set, or for
+  /// in-process GPU backends in sweeps of more than one case. Off by default here,
+  /// so that a program other than attnbench calling run_scenario() (a test) never
+  /// starts itself as a child unless it asks to (and sets `executable`).
+  enum class Isolate { off, on, automatic } isolate = Isolate::off;
   double case_timeout_s = 0;          ///< `--case-timeout`: kill an isolated unit after this (0: no limit)
-  std::string executable;             ///< binary for isolated units; empty = this process's (/proc/self/exe)
+  /// The attnbench binary for isolated units (run as `EXE __unit REQUEST RESULT`);
+  /// empty = this process's own (/proc/self/exe).
+  std::string executable;
 };
 
 /// "on", "off", "auto" -> RunOptions::Isolate. Throws InputError (--isolate).
