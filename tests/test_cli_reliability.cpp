@@ -435,3 +435,38 @@ TEST_CASE("crashed and timeout rows in compare (a regression where BASE passed),
   CHECK(contains(slurp(s.dir("r.html")), "crashed 2</span>"));
   CHECK(contains(slurp(s.dir("r.html")), "pass 2</span>"));
 }
+
+namespace {
+/// Pids of processes whose command line contains `needle`.
+std::vector<pid_t> pids_with(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = slurp(e.path() / "cmdline");
+    for (auto& ch : cmd)
+      if (ch == '\0') ch = ' ';
+    if (contains(cmd, needle)) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("kill -9 of a run leaves no isolated child behind (it follows its parent)") {
+  Scratch s("orphan");
+  const std::string out = s.dir("out");
+  const pid_t pid = start({"run", s.scenario(), "--backends", "test-hang", "--case-timeout", "600", "--no-timing",
+                           "--out", out},
+                          s.dir("bg"));
+  const std::string request = (fs::path(out) / ".units" / "unit-0.request.json").string();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (pids_with(request).empty() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(pids_with(request).size() == 1);
+  ::kill(pid, SIGKILL);
+  CHECK(wait_exit(pid) == 128 + SIGKILL);
+  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!pids_with(request).empty() && std::chrono::steady_clock::now() < gone_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(pids_with(request).empty());
+}

@@ -1,4 +1,5 @@
 // `attnbench run SCENARIO [--backends a,b] [--out DIR] [--seed N] ...`
+#include <csignal>
 #include <cstdio>
 
 #include "harness/cli/cli.hpp"
@@ -132,6 +133,7 @@ void add_run_command(CLI::App& app, Action& action) {
       Scenario s = load_scenario(resolve_scenario_path(args->scenario), o.seed);
       if (s.max_seconds && !max_seconds_given) o.policy.max_seconds = *s.max_seconds;
       install_stop_handlers();
+      follow_parent(SIGTERM);  // a --gpus shard stops (row done, report written) when its parent dies
       RunSummary sum = gpus.empty() ? run_scenario(s, o) : run_on_gpus(s, o, gpus, shard_child_args());
       std::printf("attnbench: %s\n", sum.line().c_str());
       if (sum.interrupted_signal)

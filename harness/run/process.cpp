@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -90,6 +92,9 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     if (!overridden) envs.push_back(kv);
   }
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  for (auto it = envs.begin(); it != envs.end();)
+    it = it->rfind("ATTNBENCH_PARENT_PID=", 0) == 0 ? envs.erase(it) : it + 1;
+  envs.push_back("ATTNBENCH_PARENT_PID=" + std::to_string(::getpid()));  // for follow_parent()
   std::vector<char*> av, ev;
   for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
   av.push_back(nullptr);
@@ -191,6 +196,14 @@ ChildStatus wait_child(ChildProcess& c, double timeout_s, const std::function<bo
       return s;
     }
   }
+}
+
+void follow_parent(int sig) {
+  const char* v = std::getenv("ATTNBENCH_PARENT_PID");
+  if (!v || !*v) return;
+  const long parent = std::strtol(v, nullptr, 10);
+  ::prctl(PR_SET_PDEATHSIG, sig);
+  if (parent > 0 && ::getppid() != static_cast<pid_t>(parent)) std::raise(sig);  // died before prctl
 }
 
 std::string self_executable() {

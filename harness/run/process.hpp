@@ -63,6 +63,12 @@ class ChildProcess {
 /// (timed_out) or when `stop()` turns true (stopped).
 ChildStatus wait_child(ChildProcess& c, double timeout_s, const std::function<bool()>& stop, double grace_s = 2.0);
 
+/// In a child started by ChildProcess (which sets ATTNBENCH_PARENT_PID): ask the
+/// kernel to send `sig` to this process when that parent dies (PR_SET_PDEATHSIG),
+/// so a parent killed with -9 leaves no orphan holding a GPU or hanging forever;
+/// if the parent is already gone, raise `sig` now. No-op outside such a child.
+void follow_parent(int sig);
+
 /// The running attnbench binary (/proc/self/exe). Throws std::runtime_error.
 std::string self_executable();
 

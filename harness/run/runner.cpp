@@ -646,6 +646,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
 // ------------------------------------------------------------------ the isolated unit (child side)
 
 int run_unit_main(const std::string& request_path, const std::string& result_path) {
+  follow_parent(SIGKILL);  // a unit never outlives its run
   const nlohmann::json req = jsonu::load_file(request_path);
   const Problem p = problem_from_json(req.at("problem"), request_path, "/problem");
   const RunOptions opts = options_from_json(req.at("options"));
