@@ -470,3 +470,28 @@ TEST_CASE("kill -9 of a run leaves no isolated child behind (it follows its pare
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(pids_with(request).empty());
 }
+
+TEST_CASE("--gpus: SIGTERM reaches the shards, the merged report holds the rows done, --resume completes it") {
+  Scratch s("gpus_signal");
+  ::setenv("ATTNBENCH_FAKE_GPUS", "2", 1);
+  const std::string out = s.dir("out");
+  const pid_t pid = start({"run", s.scenario(), "--backends", "test-slow,cpu", "--no-timing", "--gpus", "all", "--out", out},
+                          s.dir("bg"));
+  wait_rows(out + "/shards/gpu0", 1);
+  ::kill(pid, SIGTERM);
+  CHECK(wait_exit(pid) == 143);
+  const json rep = report_of(out);
+  const int done = journal_rows(out + "/shards/gpu0") + journal_rows(out + "/shards/gpu1");
+  CHECK(static_cast<int>(rep["results"].size()) == done);
+  CHECK(done < 8);  // each shard finishes the row it is on (at most its 3rd of 4) and stops
+  CHECK(rep["interrupted"]["signal"] == "SIGTERM");
+  for (const auto& row : rep["results"]) CHECK(row["status"] == "pass");  // no failure rows for a stop
+
+  Result r = run(s, "run '" + s.scenario() + "' --backends test-slow,cpu --no-timing --gpus all --out '" + out + "' --resume");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  const json fin = report_of(out);
+  CHECK(fin["results"].size() == 8);
+  CHECK(fin["finished"].is_string());
+  ::unsetenv("ATTNBENCH_FAKE_GPUS");
+}
