@@ -119,6 +119,15 @@ nlohmann::json ReportWriter::document() const {
   return doc;
 }
 
+void ReportWriter::sort_rows(const std::function<bool(const nlohmann::json&, const nlohmann::json&)>& less) {
+  std::vector<std::pair<nlohmann::json, std::string>> rows;
+  rows.reserve(rows_.size());
+  for (auto& r : rows_) rows.emplace_back(nlohmann::json::parse(r), std::move(r));
+  std::stable_sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return less(a.first, b.first); });
+  for (size_t i = 0; i < rows.size(); ++i) rows_[i] = std::move(rows[i].second);
+  flush();
+}
+
 void ReportWriter::flush() {
   // The header pretty-printed, then "results" with one compact row per line.
   std::string text = header_.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -83,6 +84,10 @@ class ReportWriter {
   const nlohmann::json& header() const { return header_; }
   size_t rows() const { return rows_.size(); }
   const std::string& path() const { return path_; }
+  /// Stable-sort the rows by `less` (on their JSON) and write; O(n log n) plus
+  /// one parse of every row. The runner orders a resumed run's rows as an
+  /// uninterrupted run writes them.
+  void sort_rows(const std::function<bool(const nlohmann::json&, const nlohmann::json&)>& less);
   /// Write now. Throws std::runtime_error on I/O failure.
   void flush();
 

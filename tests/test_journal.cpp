@@ -120,6 +120,12 @@ TEST_CASE("report writer: rewrites on an amortised schedule (every row up to 8, 
   CHECK(doc["results"][11]["case_id"] == "r12");
   CHECK(doc["finished"].is_string());
   CHECK(doc == w.document());
+  // Sorting keeps equal keys in order and writes at once.
+  w.sort_rows([](const json& a, const json& b) { return a["case_id"] > b["case_id"]; });  // r9, r8, ..., r12, r11, r10, r1
+  const json sorted = jsonu::load_file(p.string());
+  CHECK(sorted["results"][0]["case_id"] == "r9");
+  CHECK(sorted["results"][11]["case_id"] == "r1");
+  CHECK(sorted["results"].size() == 12);
   // Resumed rows come first.
   ReportWriter r2(scratch("resumed.json").string(), {{"command", "y"}}, {row("old").to_json()});
   CHECK(jsonu::load_file(scratch("resumed.json").string())["results"][0]["case_id"] == "old");

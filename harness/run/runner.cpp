@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <regex>
 #include <set>
@@ -637,6 +638,15 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     writer.set_field("interrupted", what);
     summary.interrupted_signal = sig;
   } else {
+    if (prev) {  // resumed: the rows in the order an uninterrupted run writes them
+      std::map<std::string, size_t> case_pos, backend_pos;
+      for (size_t i = 0; i < scenario.cases.size(); ++i) case_pos[scenario.cases[i].id] = i;
+      for (size_t i = 0; i < names.size(); ++i) backend_pos[names[i]] = i;
+      writer.sort_rows([&](const nlohmann::json& a, const nlohmann::json& b) {
+        return std::make_pair(case_pos[a.value("case_id", "")], backend_pos[a.value("backend", "")]) <
+               std::make_pair(case_pos[b.value("case_id", "")], backend_pos[b.value("backend", "")]);
+      });
+    }
     writer.finish();
     journal.append({{"finished", writer.header()["finished"]}});
   }
