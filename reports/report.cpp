@@ -16,6 +16,7 @@
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
+#include "reports/journal.hpp"
 #include "harness/measure/measure.hpp"
 
 namespace attnbench {
@@ -34,8 +35,7 @@ const char* to_string(RowStatus s) {
 }
 
 std::optional<RowStatus> parse_row_status(const std::string& s) {
-  for (RowStatus r : {RowStatus::pass, RowStatus::fail, RowStatus::unsupported, RowStatus::error, RowStatus::oom,
-                      RowStatus::timeout, RowStatus::crashed})
+  for (RowStatus r : kRowStatuses)
     if (s == to_string(r)) return r;
   return std::nullopt;
 }
@@ -61,19 +61,8 @@ nlohmann::json ReportRow::to_json() const {
 
 // ------------------------------------------------------------------ writing
 
-void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-    out << doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("write failed: " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path);
-  }
+void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool sync) {
+  write_file_atomic(path, doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", sync);
 }
 
 nlohmann::json make_report_header(const std::string& command_line, nlohmann::json scenario,
@@ -92,32 +81,64 @@ nlohmann::json make_report_header(const std::string& command_line, nlohmann::jso
   return h;
 }
 
-ReportWriter::ReportWriter(std::string path, nlohmann::json header) : path_(std::move(path)), doc_(std::move(header)) {
-  if (!doc_.is_object()) doc_ = nlohmann::json::object();
-  if (!doc_.contains("schema_version")) doc_["schema_version"] = kReportSchemaVersion;
-  if (!doc_.contains("tool")) doc_["tool"] = "attnbench";
-  if (!doc_.contains("started")) doc_["started"] = env::utc_now_iso8601();
-  doc_["finished"] = nullptr;
-  doc_["results"] = nlohmann::json::array();
+ReportWriter::ReportWriter(std::string path, nlohmann::json header, const std::vector<nlohmann::json>& rows)
+    : path_(std::move(path)), header_(std::move(header)) {
+  if (!header_.is_object()) header_ = nlohmann::json::object();
+  if (!header_.contains("schema_version")) header_["schema_version"] = kReportSchemaVersion;
+  if (!header_.contains("tool")) header_["tool"] = "attnbench";
+  if (!header_.contains("started")) header_["started"] = env::utc_now_iso8601();
+  header_["finished"] = nullptr;
+  header_.erase("results");
+  for (const auto& r : rows) rows_.push_back(r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   flush();
 }
 
-void ReportWriter::add_row(const ReportRow& row) {
-  doc_["results"].push_back(row.to_json());
-  flush();
+void ReportWriter::add_row(const ReportRow& row) { add_row_json(row.to_json()); }
+
+void ReportWriter::add_row_json(const nlohmann::json& row) {
+  rows_.push_back(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  // Amortised: a rewrite costs O(rows); rewriting once the new rows reach 1/8 of
+  // the written ones keeps the total linear (the journal has every row at once).
+  if ((rows_.size() - written_rows_) * 8 >= written_rows_) flush();
 }
 
 void ReportWriter::set_field(const std::string& key, nlohmann::json value) {
-  doc_[key] = std::move(value);
+  header_[key] = std::move(value);
   flush();
 }
 
 void ReportWriter::finish() {
-  doc_["finished"] = env::utc_now_iso8601();
+  header_["finished"] = env::utc_now_iso8601();
   flush();
 }
 
-void ReportWriter::flush() const { write_json_atomic(path_, doc_); }
+nlohmann::json ReportWriter::document() const {
+  nlohmann::json doc = header_;
+  doc["results"] = nlohmann::json::array();
+  for (const auto& r : rows_) doc["results"].push_back(nlohmann::json::parse(r));
+  return doc;
+}
+
+void ReportWriter::sort_rows(const std::function<bool(const nlohmann::json&, const nlohmann::json&)>& less) {
+  std::vector<std::pair<nlohmann::json, std::string>> rows;
+  rows.reserve(rows_.size());
+  for (auto& r : rows_) rows.emplace_back(nlohmann::json::parse(r), std::move(r));
+  std::stable_sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return less(a.first, b.first); });
+  for (size_t i = 0; i < rows.size(); ++i) rows_[i] = std::move(rows[i].second);
+  flush();
+}
+
+void ReportWriter::flush() {
+  // The header pretty-printed, then "results" with one compact row per line.
+  std::string text = header_.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+  text.pop_back();  // the closing brace; the header always has schema_version
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  text += ",\n \"results\": [";
+  for (size_t i = 0; i < rows_.size(); ++i) text += (i ? ",\n  " : "\n  ") + rows_[i];
+  text += rows_.empty() ? "]\n}\n" : "\n ]\n}\n";
+  write_file_atomic(path_, text);
+  written_rows_ = rows_.size();
+}
 
 // ------------------------------------------------------------------ reading
 
@@ -153,10 +174,11 @@ nlohmann::json load_report(const std::string& file) {
                        "duplicate row (case_id \"" + case_id + "\", backend \"" + backend + "\"), already at " +
                            child_path("/results", at->second) + " (a report holds one row per case and backend)");
     const auto& st = jsonu::require(row, "status", file, rp);
-    if (!st.is_string() || !parse_row_status(st.get<std::string>()))
-      throw InputError(file, child_path(rp, "status"),
-                       "unknown status " + jsonu::show(st) +
-                           " (expected pass, fail, unsupported, error, oom, timeout or crashed)");
+    if (!st.is_string() || !parse_row_status(st.get<std::string>())) {
+      std::string known;
+      for (RowStatus r : kRowStatuses) known += (known.empty() ? "" : ", ") + std::string(to_string(r));
+      throw InputError(file, child_path(rp, "status"), "unknown status " + jsonu::show(st) + " (expected one of " + known + ")");
+    }
     if (row.contains("timing") && !row["timing"].is_null()) {
       const auto& t = row["timing"];
       const std::string tp = child_path(rp, "timing");

@@ -1,9 +1,11 @@
 // report.json rows (docs/semantics.md section 12; schema v1 in reports/report.schema.json,
-// documented in docs/report-format.md). The writer rewrites the file after
-// every row, so results already computed survive a later crash or Ctrl-C.
+// documented in docs/report-format.md). Every finished row goes to the run
+// journal first (reports/journal.hpp); the writer rebuilds report.json from the
+// rows atomically, so results already computed survive a crash or Ctrl-C.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,8 +20,18 @@ namespace attnbench {
 /// The schema version this build writes and reads (report.json "schema_version").
 constexpr int kReportSchemaVersion = 1;
 
-/// Status of one (case, backend) row.
+/// Status of one (case, backend) row. THE list of statuses: a new one goes here,
+/// in kRowStatuses, to_string() and the schema (reports/report.schema.json).
+///   timeout: the unit ran past a limit and was stopped (--case-timeout under
+///            isolation, a peer worker's timeout);
+///   crashed: its process died (signal under isolation, a device fault, a peer
+///            worker killed by a signal). Both count against `run`'s exit code and
+///            are regressions in `compare` where BASE passed.
 enum class RowStatus { pass, fail, unsupported, error, oom, timeout, crashed };
+/// Every status, in report order (parse_row_status, load_report's message).
+inline constexpr RowStatus kRowStatuses[] = {RowStatus::pass,  RowStatus::fail,    RowStatus::unsupported,
+                                             RowStatus::error, RowStatus::oom,     RowStatus::timeout,
+                                             RowStatus::crashed};
 const char* to_string(RowStatus s);
 /// Inverse of to_string(RowStatus); std::nullopt for an unknown name.
 std::optional<RowStatus> parse_row_status(const std::string& s);
@@ -46,27 +58,44 @@ struct ReportRow {
   nlohmann::json to_json() const;
 };
 
-/// Accumulates rows and the run header, writing DIR/report.json atomically
-/// (write to a temp file, rename) after each add_row().
+/// Accumulates rows and the run header and writes DIR/report.json atomically
+/// (write_file_atomic: exclusive temp file, fsync, rename). Rows are kept as
+/// their serialised text, and add_row() rewrites the file only when the rows
+/// added since the last write are at least 1/8 of those written then (every row
+/// up to 8 rows; then rows 9, 10, 12, 13, ...), so a run of n rows costs O(n)
+/// in writes, not O(n^2). The run journal (reports/journal.hpp) holds every row
+/// at once; set_field(), finish() and flush() always write.
 class ReportWriter {
  public:
   /// `header` holds schema version, environment, command line, scenario. Missing
   /// "schema_version", "tool" and "started" (now, UTC) are filled in; "finished"
-  /// is null until finish(). Writes the file at once.
-  ReportWriter(std::string path, nlohmann::json header);
+  /// is null until finish(). Writes the file at once (with `rows` already in it:
+  /// those of a resumed journal).
+  ReportWriter(std::string path, nlohmann::json header, const std::vector<nlohmann::json>& rows = {});
   void add_row(const ReportRow& row);
+  /// add_row() for a row already serialised by ReportRow::to_json().
+  void add_row_json(const nlohmann::json& row);
   /// Merge extra top-level fields (e.g. ceilings measured during the run).
   void set_field(const std::string& key, nlohmann::json value);
   /// Mark the run complete: "finished" = now (ISO 8601 UTC), and write.
   void finish();
-  const nlohmann::json& document() const { return doc_; }
+  /// The whole report (header + parsed rows); for tests and small reports.
+  nlohmann::json document() const;
+  const nlohmann::json& header() const { return header_; }
+  size_t rows() const { return rows_.size(); }
   const std::string& path() const { return path_; }
-  /// Write now (also called by add_row). Throws std::runtime_error on I/O failure.
-  void flush() const;
+  /// Stable-sort the rows by `less` (on their JSON) and write; O(n log n) plus
+  /// one parse of every row. The runner orders a resumed run's rows as an
+  /// uninterrupted run writes them.
+  void sort_rows(const std::function<bool(const nlohmann::json&, const nlohmann::json&)>& less);
+  /// Write now. Throws std::runtime_error on I/O failure.
+  void flush();
 
  private:
   std::string path_;
-  nlohmann::json doc_;
+  nlohmann::json header_;          ///< everything but "results"
+  std::vector<std::string> rows_;  ///< each row's compact JSON text
+  size_t written_rows_ = 0;        ///< rows in the file as last written
 };
 
 /// The standard header of a run (docs/report-format.md): schema_version, tool,
@@ -75,9 +104,10 @@ class ReportWriter {
 nlohmann::json make_report_header(const std::string& command_line, nlohmann::json scenario,
                                   nlohmann::json measurement, nlohmann::json environment);
 
-/// Write `doc` to `path` atomically (temp file in the same folder, then rename).
+/// Write `doc` to `path` atomically with write_file_atomic() (exclusive temp
+/// file in the same folder, no symlink following, fsync unless `sync` is false, rename).
 /// Throws std::runtime_error naming the file on failure.
-void write_json_atomic(const std::string& path, const nlohmann::json& doc);
+void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool sync = true);
 
 /// Read and structurally check a report: valid JSON, schema_version ==
 /// kReportSchemaVersion, "results" an array of rows, each with string case_id and

@@ -178,7 +178,9 @@ TEST_CASE("Timeout and Crashed from a backend become timeout and crashed rows; c
   CHECK_FALSE(FakeBackend::configured_determinism);
   CHECK(FakeBackend::configured_device == 0);
   CHECK(sum.rows == 2);
-  CHECK(sum.error == 2);  // both count against the exit code
+  CHECK(sum.timeout == 1);
+  CHECK(sum.crashed == 1);
+  CHECK(sum.error == 0);  // both count against the exit code
   CHECK(sum.exit_code() == 1);
   auto j = read_json(sum.report_path);
   CHECK(j["results"][0]["status"] == "timeout");
@@ -271,4 +273,48 @@ TEST_CASE("--kernel-trace: GPU rows get extra.kernel_trace, CPU rows and worker-
   CHECK(worker_row["extra"]["kernel_trace"]["unavailable"] ==
         "the backend runs and times itself in a worker process");
   CHECK(!cpu_row["extra"].contains("kernel_trace"));
+}
+
+namespace {
+/// Throws what a failing allocation or a device fault throws, by head_dim.
+class FakeFaultBackend : public FakeBackend {
+ public:
+  std::string name() const override { return "fake-fault-test"; }
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData&) override {
+    if (p.head_dim == 64) throw std::bad_alloc();
+    throw std::runtime_error("cudaDeviceSynchronize: an illegal memory access was encountered");
+  }
+};
+ATTNBENCH_REGISTER_BACKEND(FakeFaultBackend);
+}  // namespace
+
+TEST_CASE("in-process: std::bad_alloc is an oom row, a device fault a crashed row; counted apart") {
+  Scenario s = three_cases();
+  s.cases.erase(s.cases.begin() + 1);  // d64, d32
+  RunOptions o;
+  o.backends = {"fake-fault-test"};
+  o.out_dir = (std::filesystem::temp_directory_path() / "attnbench_runner_test_fault").string();
+  o.check = CheckMode::off;
+  RunSummary sum = run_scenario(s, o);
+  CHECK(sum.oom == 1);
+  CHECK(sum.crashed == 1);
+  CHECK(sum.exit_code() == 1);
+  CHECK(sum.line() == "2 rows: 0 pass, 0 fail, 0 unsupported, 0 error, 1 oom, 0 timeout, 1 crashed");
+  auto j = read_json(sum.report_path);
+  CHECK(j["results"][0]["status"] == "oom");
+  CHECK(j["results"][0]["message"].get<std::string>().find("host out of memory (std::bad_alloc") == 0);
+  CHECK(j["results"][1]["status"] == "crashed");
+  CHECK(j["results"][1]["message"] == "device fault: cudaDeviceSynchronize: an illegal memory access was encountered");
+}
+
+TEST_CASE("run summary: interrupted runs exit 128 + signal") {
+  RunSummary sum;
+  sum.add("pass");
+  CHECK(sum.exit_code() == 0);
+  sum.add("timeout");
+  CHECK(sum.exit_code() == 1);
+  sum.interrupted_signal = 15;
+  CHECK(sum.exit_code() == 143);
+  sum.add("no-such-status");
+  CHECK(sum.error == 1);
 }

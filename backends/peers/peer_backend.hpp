@@ -222,6 +222,8 @@ class PeerBackend : public Backend {
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) override;
   /// Determinism is measured by the worker; none is promised.
   bool deterministic() const override { return false; }
+  /// The worker is a process of its own: `--isolate auto` leaves it in-process.
+  bool runs_out_of_process() const override { return true; }
 
   /// Use `ctx` instead of the process-wide default context.
   void set_context(const RunContext& ctx) { context_ = ctx; }

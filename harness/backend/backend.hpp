@@ -120,6 +120,9 @@ class Backend {
   virtual RuleConstants rule() const { return {}; }
   /// Whether results are expected to be bitwise reproducible (reported, not gated).
   virtual bool deterministic() const { return true; }
+  /// True for backends whose work already runs in a process of their own (the
+  /// PyTorch peers' worker): `--isolate auto` does not wrap them in another one.
+  virtual bool runs_out_of_process() const { return false; }
   /// The run's options, called once by the runner before the first case. In-process
   /// backends are timed by the runner and ignore it (the default); backends that
   /// time themselves (out-of-process peers) use it to apply the same cold/hot

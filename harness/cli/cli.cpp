@@ -11,12 +11,17 @@ namespace attnbench::cli {
 
 namespace {
 std::string g_command_line;
-}
+std::vector<std::string> g_argv;
+}  // namespace
 
 const std::string& command_line() { return g_command_line; }
+const std::vector<std::string>& argv_words() { return g_argv; }
 
 int main_entry(int argc, char** argv) {
-  for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    g_command_line += (i ? " " : "") + std::string(argv[i]);
+    g_argv.emplace_back(argv[i]);
+  }
   CLI::App app{"attnbench: benchmark and check attention kernels against a float64 reference"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("attnbench ") + git_revision());
@@ -26,6 +31,7 @@ int main_entry(int argc, char** argv) {
   add_run_command(app, action);
   add_reference_command(app, action);
   add_report_commands(app, action);
+  add_unit_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

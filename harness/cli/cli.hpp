@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -17,9 +18,13 @@ void add_describe_command(CLI::App& app, Action& action);   ///< describe SCENAR
 void add_run_command(CLI::App& app, Action& action);        ///< run SCENARIO
 void add_reference_command(CLI::App& app, Action& action);  ///< reference --problem P --out DIR
 void add_report_commands(CLI::App& app, Action& action);    ///< report, compare, merge
+/// The hidden `__unit REQUEST RESULT` subcommand (one isolated unit of `run`).
+void add_unit_command(CLI::App& app, Action& action);
 
 /// The full command line of this process (argv joined by spaces), for reports.
 const std::string& command_line();
+/// argv of this process, word by word.
+const std::vector<std::string>& argv_words();
 
 /// Parse argv and run the selected subcommand; maps InputError and CLI usage
 /// errors to exit code 2, other exceptions to 3.

@@ -7,6 +7,7 @@
 #include "harness/cli/cli.hpp"
 #include "reports/compare.hpp"
 #include "harness/model/errors.hpp"
+#include "reports/journal.hpp"
 #include "reports/report.hpp"
 #include "reports/html_report.hpp"
 
@@ -14,16 +15,14 @@ namespace attnbench::cli {
 
 namespace {
 
+/// Write an output file atomically (reports/journal.hpp: exclusive temporary,
+/// no symlink following, rename); failures are bad input naming the file (exit 2).
 void write_text(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "", "cannot open for writing");
-    out << text;
-    out.flush();
-    if (!out) throw InputError(path, "", "write failed");
+  try {
+    write_file_atomic(path, text);
+  } catch (const std::runtime_error& e) {
+    throw InputError(path, "", e.what());
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError(path, "", "cannot rename " + tmp + " to it");
 }
 
 void add_report(CLI::App& app, Action& action) {

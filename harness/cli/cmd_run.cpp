@@ -1,11 +1,51 @@
 // `attnbench run SCENARIO [--backends a,b] [--out DIR] [--seed N] ...`
+#include <csignal>
 #include <cstdio>
 
 #include "harness/cli/cli.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/run/multi_gpu.hpp"
+#include "harness/run/process.hpp"
 #include "harness/run/runner.hpp"
 
 namespace attnbench::cli {
+
+namespace {
+
+/// This process's `run` arguments without --gpus, --out, --shard and --device
+/// (each as "--opt VALUE" or "--opt=VALUE"): what each --gpus shard is started with.
+std::vector<std::string> shard_child_args() {
+  const auto& words = argv_words();
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < words.size() && words[i] != "run") ++i;
+  for (++i; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    bool dropped = false;
+    for (const char* opt : {"--gpus", "--out", "--shard", "--device"}) {
+      if (w == opt) {
+        ++i;  // and its value
+        dropped = true;
+      } else if (w.rfind(std::string(opt) + "=", 0) == 0) {
+        dropped = true;
+      }
+      if (dropped) break;
+    }
+    if (!dropped) out.push_back(w);
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_unit_command(CLI::App& app, Action& action) {
+  auto* cmd = app.add_subcommand("__unit", "");  // hidden: one isolated (case, backend) of `run --isolate`
+  cmd->group("");
+  auto req = std::make_shared<std::string>(), res = std::make_shared<std::string>();
+  cmd->add_option("request", *req)->required();
+  cmd->add_option("result", *res)->required();
+  cmd->callback([req, res, &action] { action = [req, res] { return run_unit_main(*req, *res); }; });
+}
 
 void add_run_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("run", "run a scenario on the backends and write DIR/report.json");
@@ -19,8 +59,10 @@ void add_run_command(CLI::App& app, Action& action) {
     std::string cases;
     bool hot = false, no_timing = false, no_backward = false, no_determinism = false, kernel_trace = false,
          no_hold = false;
-    double max_seconds = 2.0, rel_stddev = 0.02;
+    double max_seconds = 2.0, rel_stddev = 0.02, case_timeout = 0;
     int min_samples = 5, device = 0;
+    bool resume = false;
+    std::string isolate = "auto", gpus;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("scenario", args->scenario, "scenario file or name under scenarios/")->required();
@@ -43,6 +85,16 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--rel-stddev", args->rel_stddev, "stop sampling at this relative stddev")->capture_default_str();
   cmd->add_option("--min-samples", args->min_samples, "minimum timing samples")->capture_default_str();
   cmd->add_option("--device", args->device, "CUDA device index")->capture_default_str();
+  cmd->add_flag("--resume", args->resume,
+                "continue the run in --out from its journal, skipping finished rows (same scenario, seed and options)");
+  cmd->add_option("--isolate", args->isolate,
+                  "run each (case, backend) in a child process: on | off | auto (on for in-process GPU backends in "
+                  "sweeps of more than one case, and with --case-timeout)")
+      ->capture_default_str();
+  cmd->add_option("--case-timeout", args->case_timeout,
+                  "kill an isolated (case, backend) after SECONDS: a timeout row (0: no limit)");
+  cmd->add_option("--gpus", args->gpus,
+                  "all | 0,1,3: one shard per GPU in child processes, merged into one report");
   cmd->callback([args, cmd, &action] {
     const bool max_seconds_given = cmd->count("--max-seconds") > 0;
     action = [args, max_seconds_given]() -> int {
@@ -74,14 +126,21 @@ void add_run_command(CLI::App& app, Action& action) {
       o.kernel_trace = args->kernel_trace;
       o.device = args->device;
       o.command_line = command_line();
+      o.resume = args->resume;
+      o.isolate = parse_isolate(args->isolate);
+      o.case_timeout_s = args->case_timeout;
+      const std::vector<int> gpus = args->gpus.empty() ? std::vector<int>{} : parse_gpus(args->gpus);
       Scenario s = load_scenario(resolve_scenario_path(args->scenario), o.seed);
       if (s.max_seconds && !max_seconds_given) o.policy.max_seconds = *s.max_seconds;
-      RunSummary sum = run_scenario(s, o);
-      std::printf("attnbench: %lld rows: %lld pass, %lld fail, %lld unsupported, %lld error, %lld oom\n",
-                  static_cast<long long>(sum.rows), static_cast<long long>(sum.pass), static_cast<long long>(sum.fail),
-                  static_cast<long long>(sum.unsupported), static_cast<long long>(sum.error),
-                  static_cast<long long>(sum.oom));
-      std::printf("attnbench: report written to %s\n", sum.report_path.c_str());
+      install_stop_handlers();
+      follow_parent(SIGTERM);  // a --gpus shard stops (row done, report written) when its parent dies
+      RunSummary sum = gpus.empty() ? run_scenario(s, o) : run_on_gpus(s, o, gpus, shard_child_args());
+      std::printf("attnbench: %s\n", sum.line().c_str());
+      if (sum.interrupted_signal)
+        std::printf("attnbench: interrupted by %s: %s holds the rows done; `--resume` completes the run\n",
+                    signal_name(sum.interrupted_signal).c_str(), sum.report_path.c_str());
+      else
+        std::printf("attnbench: report written to %s\n", sum.report_path.c_str());
       return sum.exit_code();
     };
   });

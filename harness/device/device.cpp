@@ -26,6 +26,15 @@ bool cuda_device_available(std::string* why) {
   return true;
 }
 
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 void select_device(int index) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);

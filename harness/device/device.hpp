@@ -12,6 +12,9 @@ namespace attnbench::device {
 /// otherwise false with the reason in `why` (no CUDA build, no driver, no device).
 bool cuda_device_available(std::string* why = nullptr);
 
+/// Number of CUDA devices visible (0 without CUDA, a driver or a device).
+int cuda_device_count();
+
 /// Select the device used by GPU backends (`--device N`). Throws std::runtime_error
 /// if N is out of range or CUDA is unavailable.
 void select_device(int index);

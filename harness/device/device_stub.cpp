@@ -10,6 +10,7 @@ bool cuda_device_available(std::string* why) {
   if (why) *why = "attnbench was built without CUDA";
   return false;
 }
+int cuda_device_count() { return 0; }
 void select_device(int) { throw std::runtime_error("attnbench was built without CUDA"); }
 int selected_device() { return 0; }
 bool kernel_trace_available(std::string* why) {

@@ -1,11 +1,16 @@
 #include "harness/run/runner.hpp"
 
+#include <csignal>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <regex>
 #include <set>
+#include <new>
+#include <unordered_set>
 
 #include "harness/backend/backend.hpp"
 #include "harness/model/block_mask.hpp"
@@ -14,7 +19,10 @@
 #include "harness/measure/kernel_trace.hpp"
 #include "harness/device/kernel_trace.hpp"
 #include "harness/model/mask.hpp"
+#include "reports/journal.hpp"
 #include "reports/report.hpp"
+#include "harness/model/json_util.hpp"
+#include "harness/run/process.hpp"
 #include "reference/reference.hpp"
 
 #if defined(ATTNBENCH_HAVE_CUDA)
@@ -79,6 +87,17 @@ nlohmann::json packing_json(const std::optional<PackingStats>& s) {
   return j;
 }
 
+/// A device fault (an illegal address, a failed launch, a device-side assert):
+/// the context is lost, so the row is `crashed`, as a segfault would be.
+bool is_device_fault(const std::exception& e) {
+  const std::string w = e.what();
+  for (const char* k : {"illegal memory access", "cudaErrorIllegalAddress", "CUDA_ERROR_ILLEGAL_ADDRESS",
+                        "unspecified launch failure", "cudaErrorLaunchFailure", "illegal instruction",
+                        "misaligned address", "device-side assert", "cudaErrorAssert"})
+    if (w.find(k) != std::string::npos) return true;
+  return false;
+}
+
 bool is_oom(const std::exception& e) {
   std::string w = e.what();
   return w.find("out of memory") != std::string::npos || w.find("OutOfMemory") != std::string::npos ||
@@ -124,6 +143,265 @@ nlohmann::json trace_passes(BackendInstance& inst, bool backward) {
   return out;
 }
 
+/// The (case, backend) row before the backend runs: what the runner knows of the
+/// case (problem, packing, useful work, mask picture).
+ReportRow skeleton_row(const Case& c, const Backend& b, int64_t useful_pairs) {
+  ReportRow row;
+  row.case_id = c.id;
+  row.backend = b.name();
+  row.problem = to_json(c.problem, true);
+  row.packing = packing_json(c.packing);
+  row.work = work_json(c.problem, useful_pairs, 0);
+  row.mask_thumbnail = mask_thumbnail_for(c.problem);
+  return row;
+}
+
+/// What a case's units share in one process: inputs and the reference, both lazy.
+struct UnitCache {
+  std::unique_ptr<ProblemData> inputs;
+  GoldCache gold;
+};
+
+/// Timed passes of one instance into row.timing.
+void time_unit(Backend& backend, BackendInstance& inst, const RunOptions& opts, ReportRow& row) {
+  std::vector<Pass> passes = {Pass::forward};
+  if (opts.backward) {
+    passes.push_back(Pass::backward);
+    passes.push_back(Pass::forward_backward);
+  }
+  for (Pass pass : passes) {
+    TimingStats st;
+    if (auto samples = inst.external_samples_ms(static_cast<int>(pass))) {
+      st.samples_ms = *samples;
+      st.summarize();
+      // Timed by the backend itself (CUDA events in the peer's worker) under
+      // the policy configure() passed; its own stop reason is in extra.
+      st.stop_reason = "external";
+      st.timer = "external";
+      st.cold = opts.policy.cold;
+      st.warmup = opts.policy.warmup;
+    } else {
+      st = time_pass(backend, inst, pass, opts.policy);
+    }
+    row.timing[to_string(pass)] = st.to_json();
+  }
+}
+
+/// prepare, run, check, determinism, timing and trace of one available backend
+/// that supports the case, in this process. Never throws: an exception becomes
+/// the row's status (unsupported, timeout, crashed, oom, error) and message.
+void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCache& cache, int64_t useful_pairs,
+              ReportRow& row) {
+  try {
+    if (!cache.inputs) cache.inputs = std::make_unique<ProblemData>(make_inputs(p));
+    auto t0 = Clock::now();
+    auto inst = backend.prepare(p, *cache.inputs);
+    const double prepare_ms = ms_since(t0);
+    row.work = work_json(p, useful_pairs, inst->executed_pairs());
+    inst->poison_outputs();
+    inst->forward();
+    if (opts.backward) inst->backward();
+    inst->synchronize();
+    AttentionOutputs got = inst->read_outputs(opts.backward);
+    if (opts.check != CheckMode::off) {
+      GoldCache& gold = cache.gold;
+      if (!gold.ready) compute_gold(p, *cache.inputs, opts.check, opts.backward, gold);
+      CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend.rule(), gold.plan.slices);
+      row.check = cr.to_json();
+      row.check["plan"] = gold.plan.description;
+      row.check["reference_ms"] = gold.ms;
+      row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
+    } else {
+      row.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}};
+      row.status = RowStatus::pass;
+    }
+    if (opts.determinism) {
+      inst->poison_outputs();
+      inst->forward();
+      if (opts.backward) inst->backward();
+      inst->synchronize();
+      AttentionOutputs again = inst->read_outputs(opts.backward);
+      auto ext = inst->external_deterministic();
+      row.extra["deterministic"] = ext ? *ext : bitwise_equal(got, again);
+      row.extra["expected_deterministic"] = backend.deterministic();
+    }
+    if (opts.timing) time_unit(backend, *inst, opts, row);
+    if (opts.kernel_trace && backend.device() == Device::cuda)
+      row.extra["kernel_trace"] = trace_passes(*inst, opts.backward);
+    if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
+    row.extra["prepare_ms"] = prepare_ms;
+    row.extra["setup_ms"] = inst->setup_ms();
+    row.memory = {{"allocated_bytes", inst->allocated_bytes()}, {"workspace_bytes", backend.workspace_bytes(p)}};
+  } catch (const Unsupported& e) {
+    // A backend may only learn in prepare() that it cannot run the case (e.g. a
+    // peer's worker, or cuDNN rejecting the graph): that is a reason, not an error.
+    row.status = RowStatus::unsupported;
+    row.reason = e.what();
+  } catch (const Timeout& e) {
+    row.status = RowStatus::timeout;
+    row.message = e.what();
+  } catch (const Crashed& e) {
+    row.status = RowStatus::crashed;
+    row.message = e.what();
+  } catch (const std::bad_alloc& e) {
+    row.status = RowStatus::oom;
+    row.message = std::string("host out of memory (std::bad_alloc: ") + e.what() + ")";
+  } catch (const std::exception& e) {
+    row.status = is_oom(e) ? RowStatus::oom : is_device_fault(e) ? RowStatus::crashed : RowStatus::error;
+    row.message = (row.status == RowStatus::crashed ? "device fault: " : "") + std::string(e.what());
+  }
+}
+
+// ------------------------------------------------------------------ isolation
+
+nlohmann::json options_json(const RunOptions& o) {
+  return {{"check", to_string(o.check)},  {"backward", o.backward},         {"timing", o.timing},
+          {"determinism", o.determinism}, {"kernel_trace", o.kernel_trace}, {"device", o.device},
+          {"policy", o.policy.to_json()}};
+}
+
+RunOptions options_from_json(const nlohmann::json& j) {
+  RunOptions o;
+  o.check = parse_check_mode(j.at("check").get<std::string>());
+  o.backward = j.at("backward").get<bool>();
+  o.timing = j.at("timing").get<bool>();
+  o.determinism = j.at("determinism").get<bool>();
+  o.kernel_trace = j.at("kernel_trace").get<bool>();
+  o.device = j.at("device").get<int>();
+  const auto& p = j.at("policy");
+  o.policy.cold = p.at("cold").get<bool>();
+  o.policy.warmup = p.at("warmup").get<int>();
+  o.policy.min_samples = p.at("min_samples").get<int>();
+  o.policy.max_samples = p.at("max_samples").get<int>();
+  o.policy.target_rel_stddev = p.at("target_rel_stddev").get<double>();
+  o.policy.max_seconds = p.at("max_seconds").get<double>();
+  o.policy.hold_stream = p.at("hold_stream").get<bool>();
+  return o;
+}
+
+/// Run one unit in a child process (`attnbench __unit REQUEST RESULT`): its row,
+/// or a crashed / timeout / error row made here from how the child ended. Returns
+/// false (and no row) when this run was asked to stop while the child ran.
+bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& opts, const std::filesystem::path& dir,
+                  int64_t unit_no, ReportRow& row) {
+  const std::string base = (dir / ("unit-" + std::to_string(unit_no))).string();
+  const std::string req = base + ".request.json", res = base + ".row.json", out = base + ".stdout",
+                    err = base + ".stderr";
+  std::filesystem::remove(res);
+  write_json_atomic(req, {{"problem", to_json(c.problem, false)},
+                          {"row", skeleton.to_json()},
+                          {"options", options_json(opts)}},
+                    /*sync=*/false);  // transient: read back by the child at once
+  const std::string exe = opts.executable.empty() ? self_executable() : opts.executable;
+  ChildStatus st;
+  {
+    ChildProcess child({exe, "__unit", req, res}, {}, out, err);
+    st = wait_child(child, opts.case_timeout_s, [] { return stop_signal() != 0; });
+  }
+  row = skeleton;
+  nlohmann::json iso = {{"child_seconds", st.seconds}};
+  bool have_row = false;
+  if (std::filesystem::exists(res)) {
+    try {
+      nlohmann::json j = jsonu::load_file(res);
+      const auto status = parse_row_status(j.value("status", ""));
+      if (status && j.value("case_id", "") == row.case_id && j.value("backend", "") == row.backend) {
+        row.status = *status;
+        row.reason = j.value("reason", "");
+        row.message = j.value("message", "");
+        row.work = j.value("work", row.work);
+        row.check = j.value("check", nlohmann::json());
+        row.timing = j.value("timing", nlohmann::json());
+        row.memory = j.value("memory", nlohmann::json());
+        row.extra = j.value("extra", nlohmann::json());
+        have_row = true;
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  const std::string tail = tail_of_file(err, 20, 4000);
+  if (!have_row) {
+    if (st.stopped) return false;
+    row.status = st.timed_out ? RowStatus::timeout : (!st.exited ? RowStatus::crashed : RowStatus::error);
+    row.message = "isolated child " + describe(st);
+    if (st.timed_out) row.message += " (--case-timeout " + jsonu::show(nlohmann::json(opts.case_timeout_s)) + " s)";
+    if (st.exited) row.message += " without writing its row";
+    if (!tail.empty()) row.message += "; last lines of its stderr:\n" + tail;
+    if (!st.exited && !st.timed_out) iso["signal"] = signal_name(st.signal);
+    if (!st.exited && !st.timed_out && st.signal == SIGKILL)
+      row.message += " (SIGKILL from outside: often the kernel's out-of-memory killer)";
+    if (st.exited) iso["exit_code"] = st.exit_code;
+    iso["stderr_tail"] = tail;
+  } else if (!st.exited || st.exit_code != 0) {
+    iso["after_row"] = describe(st);  // the row was written, then the child died
+  }
+  if (!row.extra.is_object()) row.extra = nlohmann::json::object();
+  row.extra["isolation"] = iso;
+  for (const auto& f : {req, res, out, err}) std::filesystem::remove(f);
+  return true;
+}
+
+/// Whether (backend, this run) units go to a child process.
+bool isolate_backend(const Backend& b, const RunOptions& opts, size_t cases) {
+  switch (opts.isolate) {
+    case RunOptions::Isolate::on: return true;
+    case RunOptions::Isolate::off: return false;
+    case RunOptions::Isolate::automatic: break;
+  }
+  if (opts.case_timeout_s > 0) return true;
+  return b.device() == Device::cuda && !b.runs_out_of_process() && cases > 1;
+}
+
+// ------------------------------------------------------------------ journal identity
+
+/// FNV-1a 64 of every case's id and compact problem, as 16 hex digits.
+std::string scenario_fingerprint(const Scenario& s) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& t) {
+    for (unsigned char ch : t) h = (h ^ ch) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  for (const auto& c : s.cases) {
+    mix(c.id);
+    mix(to_json(c.problem, true).dump());
+  }
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+/// What --resume requires to be equal: scenario, seed and every option that
+/// changes a row.
+nlohmann::json run_identity(const Scenario& s, const RunOptions& o, const std::vector<std::string>& names) {
+  return {{"scenario", s.name},
+          {"scenario_file", s.file},
+          {"cases", s.cases.size()},
+          {"scenario_fingerprint", scenario_fingerprint(s)},
+          {"seed", o.seed ? nlohmann::json(*o.seed) : nlohmann::json(nullptr)},
+          {"backends", names},
+          {"check", to_string(o.check)},
+          {"backward", o.backward},
+          {"timing", o.timing},
+          {"determinism", o.determinism},
+          {"kernel_trace", o.kernel_trace},
+          {"measurement", o.policy.to_json()},
+          {"shard", std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count)},
+          {"cases_filter", o.case_filter},
+          {"device", o.device}};
+}
+
+void require_same_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal) {
+  std::string diff;
+  for (const auto& [k, v] : now.items()) {
+    const nlohmann::json old = was.contains(k) ? was[k] : nlohmann::json(nullptr);
+    if (old != v) diff += (diff.empty() ? "" : "; ") + k + " was " + old.dump() + ", now " + v.dump();
+  }
+  if (!diff.empty())
+    throw InputError(journal, "/identity",
+                     "--resume continues only the same run (scenario, seed and options), but " + diff +
+                         " (run without --resume to start afresh)");
+}
+
 }  // namespace
 
 std::pair<int, int> parse_shard(const std::string& s) {
@@ -138,44 +416,42 @@ std::pair<int, int> parse_shard(const std::string& s) {
   throw InputError("<command line>", "--shard", "expected i/n with 0 <= i < n, got \"" + s + "\"");
 }
 
-RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
-  // Resolve backends before anything runs: unknown names are usage errors.
-  std::vector<std::string> names = opts.backends.empty() ? BackendRegistry::names() : opts.backends;
-  std::vector<std::unique_ptr<Backend>> backends;
-  std::set<std::string> seen;
-  for (const auto& n : names) {
-    // One row per (case_id, backend): a name listed twice would write two.
-    if (!seen.insert(n).second)
-      throw InputError("<command line>", "--backends", "backend \"" + n + "\" is listed more than once");
-    auto b = BackendRegistry::create(n);
-    if (!b) {
-      std::string known;
-      for (const auto& k : BackendRegistry::names()) known += (known.empty() ? "" : ", ") + k;
-      throw InputError("<command line>", "--backends", "unknown backend \"" + n + "\" (registered: " + known + ")");
-    }
-    b->configure(opts.policy, opts.backward, opts.timing, opts.determinism, opts.device);
-    backends.push_back(std::move(b));
+RunOptions::Isolate parse_isolate(const std::string& s) {
+  if (s == "on") return RunOptions::Isolate::on;
+  if (s == "off") return RunOptions::Isolate::off;
+  if (s == "auto") return RunOptions::Isolate::automatic;
+  throw InputError("<command line>", "--isolate", "expected on, off or auto, got \"" + s + "\"");
+}
+
+void RunSummary::add(const std::string& status) {
+  ++rows;
+  const auto s = parse_row_status(status);
+  switch (s.value_or(RowStatus::error)) {
+    case RowStatus::pass: ++pass; break;
+    case RowStatus::fail: ++fail; break;
+    case RowStatus::unsupported: ++unsupported; break;
+    case RowStatus::oom: ++oom; break;
+    case RowStatus::timeout: ++timeout; break;
+    case RowStatus::crashed: ++crashed; break;
+    default: ++error; break;
   }
-#if defined(ATTNBENCH_HAVE_CUDA)
-  if (device::cuda_device_available()) device::select_device(opts.device);
-#endif
+}
 
-  std::filesystem::create_directories(opts.out_dir);
-  nlohmann::json scenario_json = {{"name", scenario.name}, {"description", scenario.description},
-                                   {"file", scenario.file}, {"cases", scenario.cases.size()}};
-  nlohmann::json header = make_report_header(opts.command_line, scenario_json, opts.policy.to_json(),
-                                             env::collect(opts.command_line, opts.device));
-  header["shard"] = std::to_string(opts.shard_index) + "/" + std::to_string(opts.shard_count);
-  header["backends"] = names;
-  ReportWriter writer((std::filesystem::path(opts.out_dir) / "report.json").string(), header);
+int RunSummary::exit_code() const {
+  if (interrupted_signal) return 128 + interrupted_signal;
+  return (fail > 0 || error > 0 || timeout > 0 || crashed > 0) ? 1 : 0;
+}
 
-  // Ceilings (docs/semantics.md section 8): a large bf16 GEMM and a device-to-device copy,
-  // once per run, when a GPU backend will be timed.
-#if defined(ATTNBENCH_HAVE_CUDA)
-  bool any_gpu = false;
-  for (const auto& b : backends) any_gpu = any_gpu || (b->device() == Device::cuda && b->available(nullptr));
-  if (any_gpu && opts.timing) writer.set_field("ceilings", device::measure_ceilings().to_json());
-#endif
+std::string RunSummary::line() const {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%lld rows: %lld pass, %lld fail, %lld unsupported, %lld error, %lld oom, "
+                "%lld timeout, %lld crashed", static_cast<long long>(rows), static_cast<long long>(pass),
+                static_cast<long long>(fail), static_cast<long long>(unsupported), static_cast<long long>(error),
+                static_cast<long long>(oom), static_cast<long long>(timeout), static_cast<long long>(crashed));
+  return buf;
+}
+
+std::vector<size_t> selected_cases(const Scenario& scenario, const RunOptions& opts) {
   std::optional<std::regex> filter;
   if (!opts.case_filter.empty()) {
     try {
@@ -184,31 +460,151 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       throw InputError("<command line>", "--cases", "invalid regular expression \"" + opts.case_filter + "\": " + e.what());
     }
   }
-  RunSummary summary;
-  summary.report_path = writer.path();
-  const auto run_t0 = Clock::now();
-  size_t case_no = 0;
+  std::vector<size_t> out;
   for (size_t ci = 0; ci < scenario.cases.size(); ++ci) {
     if (static_cast<int>(ci % static_cast<size_t>(opts.shard_count)) != opts.shard_index) continue;
     if (filter && !std::regex_search(scenario.cases[ci].id, *filter)) continue;
-    ++case_no;
-    Case c = scenario.cases[ci];
+    out.push_back(ci);
+  }
+  return out;
+}
+
+std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions& opts) {
+  std::vector<std::string> names = opts.backends.empty() ? BackendRegistry::names() : opts.backends;
+  std::set<std::string> seen;
+  for (const auto& n : names) {
+    // One row per (case_id, backend): a name listed twice would write two.
+    if (!seen.insert(n).second)
+      throw InputError("<command line>", "--backends", "backend \"" + n + "\" is listed more than once");
+    if (!BackendRegistry::create(n)) {
+      std::string known;
+      for (const auto& k : BackendRegistry::names()) known += (known.empty() ? "" : ", ") + k;
+      throw InputError("<command line>", "--backends", "unknown backend \"" + n + "\" (registered: " + known + ")");
+    }
+  }
+  (void)selected_cases(scenario, opts);  // the --cases regex
+  try {
+    opts.policy.validate();
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", "--max-seconds/--min-samples/--rel-stddev", e.what());
+  }
+  if (opts.case_timeout_s < 0 || !std::isfinite(opts.case_timeout_s))
+    throw InputError("<command line>", "--case-timeout", "expected seconds >= 0, got " + std::to_string(opts.case_timeout_s));
+  if (opts.case_timeout_s > 0 && opts.isolate == RunOptions::Isolate::off)
+    throw InputError("<command line>", "--case-timeout", "needs isolation (a unit in this process cannot be killed); drop --isolate off");
+  return names;
+}
+
+namespace {
+
+/// The rows a run starts from: the journal's when resuming (after checking its
+/// identity), else none. Throws InputError when the journal cannot be resumed.
+std::optional<JournalContents> resume_from(const std::string& journal, const RunOptions& opts,
+                                           const nlohmann::json& identity) {
+  if (!opts.resume) return std::nullopt;
+  if (!std::filesystem::exists(journal)) {
+    std::fprintf(stderr, "attnbench: --resume: no journal at %s; starting afresh\n", journal.c_str());
+    return std::nullopt;
+  }
+  JournalContents j = read_journal(journal);
+  require_same_identity(j.identity, identity, journal);
+  if (j.dropped_partial) {
+    std::fprintf(stderr, "attnbench: --resume: dropped a torn last line of %s (a row being written when it died)\n",
+                 journal.c_str());
+    drop_torn_tail(journal, j);
+  }
+  return j;
+}
+
+/// Create the output directory; failures are bad input (exit 2), naming it.
+void make_out_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    throw InputError(dir, "", "cannot create the output directory: " + (ec ? ec.message() : "not a directory"));
+}
+
+}  // namespace
+
+RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
+  // Everything that can be refused is refused before anything is touched.
+  const std::vector<std::string> names = validate_run(scenario, opts);
+  const std::vector<size_t> cases = selected_cases(scenario, opts);
+  const nlohmann::json identity = run_identity(scenario, opts, names);
+  make_out_dir(opts.out_dir);
+  const std::filesystem::path dir(opts.out_dir);
+  OutDirLock lock(opts.out_dir);
+  const std::string journal_path = (dir / "journal.jsonl").string();
+  std::optional<JournalContents> prev = resume_from(journal_path, opts, identity);
+
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (const auto& n : names) {
+    backends.push_back(BackendRegistry::create(n));
+    backends.back()->configure(opts.policy, opts.backward, opts.timing, opts.determinism, opts.device);
+  }
+#if defined(ATTNBENCH_HAVE_CUDA)
+  if (device::cuda_device_available()) device::select_device(opts.device);
+#endif
+  nlohmann::json scenario_json = {{"name", scenario.name}, {"description", scenario.description},
+                                   {"file", scenario.file}, {"cases", scenario.cases.size()}};
+  nlohmann::json header = make_report_header(opts.command_line, scenario_json, opts.policy.to_json(),
+                                             env::collect(opts.command_line, opts.device));
+  header["shard"] = std::to_string(opts.shard_index) + "/" + std::to_string(opts.shard_count);
+  header["backends"] = names;
+  std::vector<nlohmann::json> prev_rows;
+  std::unordered_set<std::string> done;
+  RunSummary summary;
+  if (prev) {
+    header["started"] = prev->header.value("started", header["started"]);
+    auto resumed = prev->resumed;
+    resumed.push_back(env::utc_now_iso8601());
+    header["resumed"] = resumed;
+    for (const auto& r : prev->rows) {
+      done.insert(row_key(r));
+      summary.add(r.value("status", ""));
+      ++summary.resumed;
+    }
+    prev_rows = prev->rows;
+    std::fprintf(stderr, "attnbench: --resume: %zu rows from %s\n", prev_rows.size(), journal_path.c_str());
+  }
+  std::unique_ptr<JournalWriter> journal_owner;
+  try {
+    journal_owner = std::make_unique<JournalWriter>(journal_path, !prev, identity, header);
+  } catch (const std::runtime_error& e) {  // e.g. a planted symlink (O_NOFOLLOW): an output-path problem
+    throw InputError(journal_path, "", e.what());
+  }
+  JournalWriter& journal = *journal_owner;
+  if (prev) journal.append({{"resumed", header["resumed"].back()}, {"command", opts.command_line}});
+  ReportWriter writer((dir / "report.json").string(), header, prev_rows);
+  // Ceilings (docs/semantics.md section 8): a large bf16 GEMM and a device-to-device copy,
+  // once per run, when a GPU backend will be timed.
+#if defined(ATTNBENCH_HAVE_CUDA)
+  bool any_gpu = false;
+  for (const auto& b : backends) any_gpu = any_gpu || (b->device() == Device::cuda && b->available(nullptr));
+  if (any_gpu && opts.timing) {
+    const nlohmann::json ceilings = device::measure_ceilings().to_json();
+    journal.append({{"field", "ceilings"}, {"value", ceilings}});
+    writer.set_field("ceilings", ceilings);
+  }
+#endif
+  const std::filesystem::path unit_dir = dir / ".units";
+  summary.report_path = writer.path();
+  const auto run_t0 = Clock::now();
+  int64_t unit_no = 0;
+  for (size_t k = 0; k < cases.size() && !stop_signal(); ++k) {
+    Case c = scenario.cases[cases[k]];
     if (opts.seed) c.problem.seed = *opts.seed;
     const Problem& p = c.problem;
-    std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", case_no, scenario.cases.size(), c.id.c_str(),
-                 ms_since(run_t0) / 1000.0);
+    bool all_done = true;
+    for (const auto& b : backends) all_done = all_done && done.count(c.id + "|" + b->name());
+    if (all_done) continue;
+    std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", k + 1, cases.size(), c.id.c_str(), ms_since(run_t0) / 1000.0);
     const int64_t useful_pairs = count_allowed_pairs(p) * p.heads_q;
-    std::unique_ptr<ProblemData> inputs;  // generated lazily, untimed
-    GoldCache gold;
-
+    UnitCache cache;
     for (auto& backend : backends) {
-      ReportRow row;
-      row.case_id = c.id;
-      row.backend = backend->name();
-      row.problem = to_json(p, true);
-      row.packing = packing_json(c.packing);
-      row.work = work_json(p, useful_pairs, 0);
-      row.mask_thumbnail = mask_thumbnail_for(p);
+      if (stop_signal()) break;
+      if (done.count(c.id + "|" + backend->name())) continue;
+      ReportRow row = skeleton_row(c, *backend, useful_pairs);
       const bool on_gpu = backend->device() == Device::cuda;
       if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
       std::string why;
@@ -218,100 +614,70 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       } else if (Support s = backend->supports(p); !s) {
         row.status = RowStatus::unsupported;
         row.reason = s.reason;
+      } else if (isolate_backend(*backend, opts, cases.size())) {
+        if (unit_no == 0) make_out_dir(unit_dir.string());
+        const ReportRow skeleton = row;
+        if (!run_isolated(c, skeleton, opts, unit_dir, unit_no++, row)) break;  // stopped: left to --resume
       } else {
-        try {
-          if (!inputs) inputs = std::make_unique<ProblemData>(make_inputs(p));
-          auto t0 = Clock::now();
-          auto inst = backend->prepare(p, *inputs);
-          const double prepare_ms = ms_since(t0);
-          row.work = work_json(p, useful_pairs, inst->executed_pairs());
-          inst->poison_outputs();
-          inst->forward();
-          if (opts.backward) inst->backward();
-          inst->synchronize();
-          AttentionOutputs got = inst->read_outputs(opts.backward);
-          if (opts.check != CheckMode::off) {
-            if (!gold.ready) compute_gold(p, *inputs, opts.check, opts.backward, gold);
-            CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend->rule(), gold.plan.slices);
-            row.check = cr.to_json();
-            row.check["plan"] = gold.plan.description;
-            row.check["reference_ms"] = gold.ms;
-            row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
-          } else {
-            row.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}};
-            row.status = RowStatus::pass;
-          }
-          if (opts.determinism) {
-            inst->poison_outputs();
-            inst->forward();
-            if (opts.backward) inst->backward();
-            inst->synchronize();
-            AttentionOutputs again = inst->read_outputs(opts.backward);
-            auto ext = inst->external_deterministic();
-            row.extra["deterministic"] = ext ? *ext : bitwise_equal(got, again);
-            row.extra["expected_deterministic"] = backend->deterministic();
-          }
-          if (opts.timing) {
-            std::vector<Pass> passes = {Pass::forward};
-            if (opts.backward) {
-              passes.push_back(Pass::backward);
-              passes.push_back(Pass::forward_backward);
-            }
-            for (Pass pass : passes) {
-              TimingStats st;
-              if (auto samples = inst->external_samples_ms(static_cast<int>(pass))) {
-                st.samples_ms = *samples;
-                st.summarize();
-                // Timed by the backend itself (CUDA events in the peer's worker) under
-                // the policy configure() passed; its own stop reason is in extra.
-                st.stop_reason = "external";
-                st.timer = "external";
-                st.cold = opts.policy.cold;
-                st.warmup = opts.policy.warmup;
-              } else {
-                st = time_pass(*backend, *inst, pass, opts.policy);
-              }
-              row.timing[to_string(pass)] = st.to_json();
-            }
-          }
-          if (opts.kernel_trace && on_gpu) row.extra["kernel_trace"] = trace_passes(*inst, opts.backward);
-          if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
-          row.extra["prepare_ms"] = prepare_ms;
-          row.extra["setup_ms"] = inst->setup_ms();
-          row.memory = {{"allocated_bytes", inst->allocated_bytes()},
-                        {"workspace_bytes", backend->workspace_bytes(p)}};
-        } catch (const Unsupported& e) {
-          // A backend may only learn in prepare() that it cannot run the case (e.g. a
-          // peer's worker, or cuDNN rejecting the graph): that is a reason, not an error.
-          row.status = RowStatus::unsupported;
-          row.reason = e.what();
-        } catch (const Timeout& e) {
-          row.status = RowStatus::timeout;
-          row.message = e.what();
-        } catch (const Crashed& e) {
-          row.status = RowStatus::crashed;
-          row.message = e.what();
-        } catch (const std::exception& e) {
-          row.status = is_oom(e) ? RowStatus::oom : RowStatus::error;
-          row.message = e.what();
-        }
+        run_unit(p, *backend, opts, cache, useful_pairs, row);
       }
       if (on_gpu) row.clocks["end"] = env::sample_clocks(opts.device).to_json();
-      switch (row.status) {
-        case RowStatus::pass: ++summary.pass; break;
-        case RowStatus::fail: ++summary.fail; break;
-        case RowStatus::unsupported: ++summary.unsupported; break;
-        case RowStatus::oom: ++summary.oom; break;
-        default: ++summary.error; break;
-      }
-      ++summary.rows;
+      const nlohmann::json rj = row.to_json();
+      journal.append({{"row", rj}});  // first the journal (fsync'd), then the report
+      writer.add_row_json(rj);
+      summary.add(to_string(row.status));
       std::fprintf(stderr, "    %-8s %-11s %s\n", row.backend.c_str(), to_string(row.status),
                    !row.reason.empty() ? row.reason.c_str() : row.message.c_str());
-      writer.add_row(row);
     }
   }
-  writer.finish();
+  std::error_code ec;
+  std::filesystem::remove(unit_dir, ec);  // only when empty
+  if (const int sig = stop_signal()) {
+    const nlohmann::json what = {{"signal", signal_name(sig)}, {"time", env::utc_now_iso8601()}};
+    journal.append({{"interrupted", what}});
+    writer.set_field("interrupted", what);
+    summary.interrupted_signal = sig;
+  } else {
+    if (prev) {  // resumed: the rows in the order an uninterrupted run writes them
+      std::map<std::string, size_t> case_pos, backend_pos;
+      for (size_t i = 0; i < scenario.cases.size(); ++i) case_pos[scenario.cases[i].id] = i;
+      for (size_t i = 0; i < names.size(); ++i) backend_pos[names[i]] = i;
+      writer.sort_rows([&](const nlohmann::json& a, const nlohmann::json& b) {
+        return std::make_pair(case_pos[a.value("case_id", "")], backend_pos[a.value("backend", "")]) <
+               std::make_pair(case_pos[b.value("case_id", "")], backend_pos[b.value("backend", "")]);
+      });
+    }
+    writer.finish();
+    journal.append({{"finished", writer.header()["finished"]}});
+  }
   return summary;
+}
+
+// ------------------------------------------------------------------ the isolated unit (child side)
+
+int run_unit_main(const std::string& request_path, const std::string& result_path) {
+  follow_parent(SIGKILL);  // a unit never outlives its run
+  const nlohmann::json req = jsonu::load_file(request_path);
+  const Problem p = problem_from_json(req.at("problem"), request_path, "/problem");
+  const RunOptions opts = options_from_json(req.at("options"));
+  const nlohmann::json& sk = req.at("row");
+  ReportRow row;
+  row.case_id = sk.at("case_id").get<std::string>();
+  row.backend = sk.at("backend").get<std::string>();
+  row.problem = sk.value("problem", nlohmann::json());
+  row.packing = sk.value("packing", nlohmann::json());
+  row.work = sk.value("work", nlohmann::json());
+  auto backend = BackendRegistry::create(row.backend);
+  if (!backend) throw InputError(request_path, "/row/backend", "unknown backend \"" + row.backend + "\"");
+  backend->configure(opts.policy, opts.backward, opts.timing, opts.determinism, opts.device);
+#if defined(ATTNBENCH_HAVE_CUDA)
+  if (device::cuda_device_available()) device::select_device(opts.device);
+#endif
+  UnitCache cache;
+  const int64_t useful_pairs = row.work.is_object() ? row.work.value("useful_pairs", int64_t{0}) : 0;
+  run_unit(p, *backend, opts, cache, useful_pairs, row);
+  write_json_atomic(result_path, row.to_json(), /*sync=*/false);  // the parent journals it
+  return kExitOk;
 }
 
 }  // namespace attnbench

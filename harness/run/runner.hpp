@@ -32,21 +32,63 @@ struct RunOptions {
   std::string case_filter;            ///< ECMAScript regex searched in case ids; empty = all
   int device = 0;
   std::string command_line;           ///< recorded in the report
+  /// `--resume`: continue DIR/journal.jsonl, skipping its rows; the journal's
+  /// scenario, seed and options must equal these (else InputError, exit 2).
+  bool resume = false;
+  /// `--isolate`: run each (case, backend) in a child process of the attnbench
+  /// binary. automatic (the CLI's default): on when --case-timeout is set, or for
+  /// in-process GPU backends in sweeps of more than one case. Off by default here,
+  /// so that a program other than attnbench calling run_scenario() (a test) never
+  /// starts itself as a child unless it asks to (and sets `executable`).
+  enum class Isolate { off, on, automatic } isolate = Isolate::off;
+  double case_timeout_s = 0;          ///< `--case-timeout`: kill an isolated unit after this (0: no limit)
+  /// The attnbench binary for isolated units (run as `EXE __unit REQUEST RESULT`);
+  /// empty = this process's own (/proc/self/exe).
+  std::string executable;
 };
+
+/// "on", "off", "auto" -> RunOptions::Isolate. Throws InputError (--isolate).
+RunOptions::Isolate parse_isolate(const std::string& s);
 
 /// Summary of a finished run.
 struct RunSummary {
-  int64_t rows = 0, pass = 0, fail = 0, unsupported = 0, error = 0, oom = 0;
+  int64_t rows = 0, pass = 0, fail = 0, unsupported = 0, error = 0, oom = 0, timeout = 0, crashed = 0;
+  int64_t resumed = 0;          ///< rows taken over from the journal (--resume), included above
+  int interrupted_signal = 0;   ///< SIGINT / SIGTERM that stopped the run, else 0
   std::string report_path;
-  /// 1 when any row failed the correctness rule or errored, else 0.
-  int exit_code() const { return (fail > 0 || error > 0) ? 1 : 0; }
+  /// Count one row of status `s` (by name; an unknown name counts as error).
+  void add(const std::string& status);
+  /// 128 + signal when interrupted (130 SIGINT, 143 SIGTERM); else 1 when any
+  /// row failed the correctness rule, errored, timed out or crashed; else 0.
+  int exit_code() const;
+  /// "12 rows: 10 pass, 1 fail, ..." (every status, zeros included).
+  std::string line() const;
 };
 
-/// Run `scenario` and write `opts.out_dir/report.json` after every row.
-/// Unknown backend names, and a name listed twice (it would write two rows for
-/// one (case_id, backend)), throw InputError (exit 2) before anything runs; a
-/// failing backend becomes a row (error/oom with the message) and the sweep goes on.
+/// Check everything about a run that can be checked without running it, touching
+/// nothing: backend names (unknown, or listed twice: it would write two rows for
+/// one (case_id, backend)), the --cases regex, the timing policy, --isolate with
+/// --case-timeout. Returns the backends in run order. Throws InputError (exit 2).
+std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions& opts);
+
+/// Indices of the scenario's cases this run covers (--shard, then --cases), in order.
+/// Throws InputError for a bad --cases regex.
+std::vector<size_t> selected_cases(const Scenario& scenario, const RunOptions& opts);
+
+/// Run `scenario` into `opts.out_dir`: every finished row is appended to
+/// DIR/journal.jsonl (fsync'd) and DIR/report.json is rebuilt from the rows
+/// (ReportWriter). validate_run() runs first, so bad options touch nothing; then
+/// DIR is locked (OutDirLock: a second run into it is InputError naming the pid).
+/// A failing backend becomes a row (error, oom, timeout, crashed with the message)
+/// and the sweep goes on. A SIGINT/SIGTERM recorded by install_stop_handlers()
+/// stops it between rows (an isolated unit is killed and left to --resume): the
+/// report gets "interrupted" and the summary interrupted_signal.
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts);
+
+/// The hidden `attnbench __unit REQUEST RESULT` subcommand: run one isolated
+/// (case, backend) unit described by the JSON file REQUEST (written by
+/// run_scenario) and write its row to RESULT. Returns the process exit code.
+int run_unit_main(const std::string& request_path, const std::string& result_path);
 
 /// Parse "i/n" (0 <= i < n) for --shard. Throws InputError.
 std::pair<int, int> parse_shard(const std::string& s);

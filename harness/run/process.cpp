@@ -1,0 +1,272 @@
+// Process plumbing: see process.hpp.
+#include "harness/run/process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "harness/model/errors.hpp"
+
+extern char** environ;
+
+namespace attnbench {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal == 0) g_stop_signal = sig;
+}
+
+ChildStatus from_wait_status(int st) {
+  ChildStatus s;
+  if (WIFEXITED(st)) {
+    s.exited = true;
+    s.exit_code = WEXITSTATUS(st);
+  } else if (WIFSIGNALED(st)) {
+    s.signal = WTERMSIG(st);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGSYS: return "SIGSYS";
+    case SIGXCPU: return "SIGXCPU";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
+std::string describe(const ChildStatus& s) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f", s.seconds);
+  if (s.timed_out) return std::string("ran past its time limit and was killed after ") + buf + " s";
+  if (s.stopped) return "was stopped (this run was interrupted)";
+  if (s.exited) return "exited with code " + std::to_string(s.exit_code);
+  return "was killed by " + signal_name(s.signal) + " (signal " + std::to_string(s.signal) + ")";
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv,
+                           const std::vector<std::pair<std::string, std::string>>& env,
+                           const std::string& stdout_path, const std::string& stderr_path) {
+  if (argv.empty()) throw std::runtime_error("ChildProcess: empty argv");
+  std::vector<std::string> envs;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    bool overridden = false;
+    for (const auto& [k, v] : env) overridden = overridden || kv.rfind(k + "=", 0) == 0;
+    if (!overridden) envs.push_back(kv);
+  }
+  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  for (auto it = envs.begin(); it != envs.end();)
+    it = it->rfind("ATTNBENCH_PARENT_PID=", 0) == 0 ? envs.erase(it) : it + 1;
+  envs.push_back("ATTNBENCH_PARENT_PID=" + std::to_string(::getpid()));  // for follow_parent()
+  std::vector<char*> av, ev;
+  for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+  av.push_back(nullptr);
+  for (auto& e : envs) ev.push_back(e.data());
+  ev.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, stdout_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, stderr_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);  // own process group: a timeout kills its helpers too
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  t0_ = now_s();
+  const int rc = posix_spawn(&pid_, av[0], &fa, &attr, av.data(), ev.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(rc));
+#ifdef SYS_pidfd_open
+  pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+#endif
+}
+
+ChildProcess::~ChildProcess() {
+  if (!done_) (void)kill_group(0.5);
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+std::optional<ChildStatus> ChildProcess::poll() {
+  if (done_) return done_;
+  int st = 0;
+  const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    done_ = from_wait_status(st);
+    done_->seconds = now_s() - t0_;
+  }
+  return done_;
+}
+
+std::optional<ChildStatus> ChildProcess::wait_for(int ms) {
+  if (auto s = poll()) return s;
+  if (pidfd_ >= 0) {
+    struct pollfd p{pidfd_, POLLIN, 0};
+    (void)::poll(&p, 1, ms);  // EINTR (a stop signal) just returns early
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms < 0 || ms > 5 ? 5 : ms));
+  }
+  return poll();
+}
+
+void ChildProcess::signal_group(int sig) {
+  if (!done_) ::kill(-pid_, sig);
+}
+
+ChildStatus ChildProcess::kill_group(double grace_s) {
+  if (poll()) return *done_;
+  ::kill(-pid_, SIGTERM);
+  const double t_end = now_s() + grace_s;
+  while (now_s() < t_end)
+    if (wait_for(20)) return *done_;
+  ::kill(-pid_, SIGKILL);
+  int st = 0;
+  while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+  }
+  done_ = from_wait_status(st);
+  done_->seconds = now_s() - t0_;
+  return *done_;
+}
+
+ChildStatus wait_child(ChildProcess& c, double timeout_s, const std::function<bool()>& stop, double grace_s) {
+  const double t_end = timeout_s > 0 ? now_s() + timeout_s : 0;
+  for (;;) {
+    int ms = 200;
+    if (timeout_s > 0) {
+      const double left = t_end - now_s();
+      if (left <= 0) {
+        ChildStatus s = c.kill_group(grace_s);
+        s.timed_out = true;
+        return s;
+      }
+      ms = static_cast<int>(left * 1000) + 1 < ms ? static_cast<int>(left * 1000) + 1 : ms;
+    }
+    if (auto s = c.wait_for(ms)) return *s;
+    if (stop && stop()) {
+      ChildStatus s = c.kill_group(grace_s);
+      s.stopped = true;
+      return s;
+    }
+  }
+}
+
+void follow_parent(int sig) {
+  const char* v = std::getenv("ATTNBENCH_PARENT_PID");
+  if (!v || !*v) return;
+  const long parent = std::strtol(v, nullptr, 10);
+  ::prctl(PR_SET_PDEATHSIG, sig);
+  if (parent > 0 && ::getppid() != static_cast<pid_t>(parent)) std::raise(sig);  // died before prctl
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error(std::string("cannot resolve /proc/self/exe: ") + std::strerror(errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string tail_of_file(const std::string& path, int max_lines, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = size > static_cast<std::streamoff>(max_bytes) ? size - static_cast<std::streamoff>(max_bytes) : 0;
+  in.seekg(from);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  size_t pos = s.size();
+  for (int i = 0; i < max_lines && pos != std::string::npos && pos > 0; ++i) pos = s.rfind('\n', pos - 1);
+  if (pos != std::string::npos && pos < s.size() && s[pos] == '\n') s = s.substr(pos + 1);
+  return s;
+}
+
+void install_stop_handlers() {
+  struct sigaction sa{};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // no SA_RESTART: a blocking wait returns early; a second signal kills
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int stop_signal() { return g_stop_signal; }
+void clear_stop_signal() { g_stop_signal = 0; }
+
+OutDirLock::OutDirLock(const std::string& dir) {
+  const std::string path = dir + "/.attnbench.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw InputError(dir, "", "cannot create the lock file " + path + ": " + std::strerror(errno));
+  char buf[32] = {0};
+  const ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
+  const long holder = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw InputError(dir, "", "another attnbench run is writing into this directory (pid " + std::to_string(holder) +
+                                  ", lock file " + path + "); wait for it or use another --out");
+  }
+  if (holder > 0 && holder != ::getpid())
+    std::fprintf(stderr, "attnbench: warning: taking over the stale lock %s of pid %ld, which is no longer running\n",
+                 path.c_str(), holder);
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+    throw std::runtime_error("cannot write lock file " + path + ": " + std::strerror(errno));
+}
+
+OutDirLock::~OutDirLock() {
+  if (fd_ < 0) return;
+  (void)::ftruncate(fd_, 0);  // released: no pid left behind
+  ::close(fd_);
+}
+
+}  // namespace attnbench

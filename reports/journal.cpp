@@ -1,0 +1,154 @@
+// The run journal and the safe atomic file write: see journal.hpp.
+#include "reports/journal.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "harness/model/errors.hpp"
+#include "harness/model/json_util.hpp"
+
+namespace attnbench {
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+/// write() all of `data` to `fd`; false on error (errno set).
+bool write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+std::string dump_line(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& text, bool sync) {
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::open(tmp.c_str(), flags, 0644);
+  if (fd < 0 && errno == EEXIST) {  // left by a crashed writer of the same pid: remove the entry, never follow it
+    ::unlink(tmp.c_str());
+    fd = ::open(tmp.c_str(), flags, 0644);
+  }
+  if (fd < 0) throw std::runtime_error("cannot create " + tmp + ": " + errno_text());
+  const bool ok = write_all(fd, text.data(), text.size()) && (!sync || ::fsync(fd) == 0);
+  const std::string why = ok ? "" : errno_text();
+  if (::close(fd) != 0 || !ok) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("write failed: " + tmp + ": " + (why.empty() ? errno_text() : why));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string e = errno_text();
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + e);
+  }
+}
+
+JournalWriter::JournalWriter(std::string path, bool fresh, const nlohmann::json& identity,
+                             const nlohmann::json& header)
+    : path_(std::move(path)) {
+  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_TRUNC : 0);
+  fd_ = ::open(path_.c_str(), flags, 0644);
+  if (fd_ < 0) throw std::runtime_error("cannot open journal " + path_ + ": " + errno_text());
+  if (fresh) append({{"attnbench_journal", kJournalVersion}, {"identity", identity}, {"header", header}});
+}
+
+JournalWriter::~JournalWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void JournalWriter::append(const nlohmann::json& line) {
+  const std::string text = dump_line(line) + "\n";
+  if (!write_all(fd_, text.data(), text.size()) || ::fsync(fd_) != 0)
+    throw std::runtime_error("cannot append to journal " + path_ + ": " + errno_text());
+}
+
+JournalContents read_journal(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "", "cannot read the journal");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  JournalContents out;
+  std::set<std::string> keys;
+  size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    const size_t nl = text.find('\n', pos);
+    ++line_no;
+    if (nl == std::string::npos) {  // torn last line: the writer died mid-write
+      out.dropped_partial = 1;
+      break;
+    }
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    out.complete_bytes = pos;
+    const std::string where = "line " + std::to_string(line_no);
+    const nlohmann::json j = jsonu::parse_text(line, path + " " + where);  // InputError names file and line
+    if (!j.is_object()) throw InputError(path, "", where + ": expected a JSON object");
+    if (line_no == 1) {
+      if (!j.contains("attnbench_journal") || j["attnbench_journal"] != kJournalVersion || !j.contains("header"))
+        throw InputError(path, "", "line 1: not an attnbench journal of version " + std::to_string(kJournalVersion));
+      out.identity = j.value("identity", nlohmann::json::object());
+      out.header = j["header"];
+      continue;
+    }
+    if (j.contains("row")) {
+      const auto& r = j["row"];
+      if (!r.is_object() || !r.contains("case_id") || !r.contains("backend") || !r["case_id"].is_string() ||
+          !r["backend"].is_string())
+        throw InputError(path, "", where + ": a row needs string case_id and backend");
+      if (keys.insert(r["case_id"].get<std::string>() + "|" + r["backend"].get<std::string>()).second)
+        out.rows.push_back(r);
+    } else if (j.contains("field") && j["field"].is_string()) {
+      out.header[j["field"].get<std::string>()] = j.value("value", nlohmann::json());
+    } else if (j.contains("resumed")) {
+      out.resumed.push_back(j["resumed"].is_string() ? j["resumed"].get<std::string>() : "");
+      out.finished = false;
+    } else if (j.contains("finished")) {
+      out.finished = true;
+      out.header["finished"] = j["finished"];
+    } else if (j.contains("interrupted")) {
+      out.header["interrupted"] = j["interrupted"];
+    }
+  }
+  if (line_no == 0 || out.header.is_null()) throw InputError(path, "", "empty journal");
+  return out;
+}
+
+void drop_torn_tail(const std::string& path, const JournalContents& j) {
+  if (!j.dropped_partial) return;
+  if (::truncate(path.c_str(), static_cast<off_t>(j.complete_bytes)) != 0)
+    throw std::runtime_error("cannot cut the torn last line off " + path + ": " + errno_text());
+}
+
+nlohmann::json report_from_journal(const JournalContents& j) {
+  nlohmann::json doc = j.header;
+  if (!doc.is_object()) doc = nlohmann::json::object();
+  if (!j.resumed.empty()) doc["resumed"] = j.resumed;
+  doc["results"] = j.rows;
+  return doc;
+}
+
+}  // namespace attnbench
