@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -17,6 +18,13 @@ void add_describe_command(CLI::App& app, Action& action);   ///< describe SCENAR
 void add_run_command(CLI::App& app, Action& action);        ///< run SCENARIO
 void add_reference_command(CLI::App& app, Action& action);  ///< reference --problem P --out DIR
 void add_report_commands(CLI::App& app, Action& action);    ///< report, compare, merge
+
+/// Add `--plugin PATH` (repeatable, docs/plugins.md) to `cmd`, collecting into `paths`.
+void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths);
+/// Load the plugins of ATTNBENCH_PLUGIN_PATH (colon-separated files, or folders
+/// whose *.so files load in name order), then `paths`; returns the backend names
+/// registered. Throws InputError naming the file on any loading error (exit 2).
+std::vector<std::string> load_plugins(const std::vector<std::string>& paths);
 
 /// The full command line of this process (argv joined by spaces), for reports.
 const std::string& command_line();

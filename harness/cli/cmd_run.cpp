@@ -21,6 +21,7 @@ void add_run_command(CLI::App& app, Action& action) {
          no_hold = false;
     double max_seconds = 2.0, rel_stddev = 0.02;
     int min_samples = 5, device = 0;
+    std::vector<std::string> plugins;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("scenario", args->scenario, "scenario file or name under scenarios/")->required();
@@ -43,9 +44,11 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--rel-stddev", args->rel_stddev, "stop sampling at this relative stddev")->capture_default_str();
   cmd->add_option("--min-samples", args->min_samples, "minimum timing samples")->capture_default_str();
   cmd->add_option("--device", args->device, "CUDA device index")->capture_default_str();
+  add_plugin_option(cmd, args->plugins);
   cmd->callback([args, cmd, &action] {
     const bool max_seconds_given = cmd->count("--max-seconds") > 0;
     action = [args, max_seconds_given]() -> int {
+      load_plugins(args->plugins);
       RunOptions o;
       std::string list = args->backends;
       size_t pos = 0;
