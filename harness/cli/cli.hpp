@@ -17,7 +17,7 @@ void add_list_command(CLI::App& app, Action& action);       ///< list backends |
 void add_describe_command(CLI::App& app, Action& action);   ///< describe SCENARIO
 void add_run_command(CLI::App& app, Action& action);        ///< run SCENARIO
 void add_reference_command(CLI::App& app, Action& action);  ///< reference --problem P --out DIR
-void add_report_commands(CLI::App& app, Action& action);    ///< report, compare, merge
+void add_report_commands(CLI::App& app, Action& action);    ///< report, summary, compare, merge
 
 /// Add `--plugin PATH` (repeatable, docs/plugins.md) to `cmd`, collecting into `paths`.
 void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths);
