@@ -22,8 +22,10 @@ out=${OUT_DIR:-out/default}
 # exists; without them the report has tables only, and says so.
 if [[ ! -f reports/node_modules/vega/build/vega.min.js ]]; then
   if command -v npm >/dev/null 2>&1; then
-    echo "quickstart: installing the chart bundles (npm ci --omit=dev in reports/)"
-    (cd reports && npm ci --omit=dev --no-audit --no-fund --loglevel=error) ||
+    # The whole lock file (as ci/install_browser.sh installs it): --omit=dev would
+    # prune the test tools (ajv, playwright-core) on a machine that also runs ci/test.sh.
+    echo "quickstart: installing the chart bundles (npm ci in reports/)"
+    (cd reports && npm ci --no-audit --no-fund --loglevel=error) ||
       echo "quickstart: WARNING: npm ci failed; report.html will have tables only" >&2
   else
     echo "quickstart: npm not found; report.html will have tables only (install node and npm for charts)"
@@ -43,6 +45,6 @@ echo
 echo "quickstart: report at $out/report.json and $out/report.html"
 case $status in
   0) echo "quickstart: attnbench run exit code 0 (every row passed or was unsupported)" ;;
-  1) echo "quickstart: attnbench run exit code 1 (a row failed the correctness rule or errored: see failures above)" ;;
+  1) echo "quickstart: attnbench run exit code 1 (a row failed the rule, errored, timed out or crashed: see failures above)" ;;
 esac
 exit 0

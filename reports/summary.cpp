@@ -92,6 +92,7 @@ ReportSummary summarize_report(const nlohmann::json& report) {
     else if (status == "unsupported") ++t.unsupported;
     else if (status == "error") ++t.error;
     else ++t.other;
+    if (status == "unsupported") ++s.unsupported_reasons[backend][first_line(row.value("reason", std::string()))];
     if (status == "pass" || status == "unsupported") continue;
     s.failures.push_back({id, backend, status,
                           status == "fail" ? fail_origin(row) : first_line(row.value("message", std::string("(no message)")))});
@@ -130,15 +131,23 @@ std::string ReportSummary::text(size_t max_failures) const {
   }
   if (failures.empty()) {
     out += "failures: none\n";
-    return out;
+  } else {
+    out += "failures (" + std::to_string(failures.size()) + "):\n";
+    for (size_t i = 0; i < failures.size() && i < max_failures; ++i) {
+      const auto& f = failures[i];
+      out += "  " + f.case_id + " / " + f.backend + ": " + f.status + ": " + f.where + "\n";
+    }
+    if (failures.size() > max_failures)
+      out += "  ... and " + std::to_string(failures.size() - max_failures) + " more (see the report)\n";
   }
-  out += "failures (" + std::to_string(failures.size()) + "):\n";
-  for (size_t i = 0; i < failures.size() && i < max_failures; ++i) {
-    const auto& f = failures[i];
-    out += "  " + f.case_id + " / " + f.backend + ": " + f.status + ": " + f.where + "\n";
+  if (!unsupported_reasons.empty()) out += "unsupported, most frequent reason per backend:\n";
+  for (const auto& [backend, reasons] : unsupported_reasons) {
+    const auto top = std::max_element(reasons.begin(), reasons.end(),
+                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+    out += "  " + backend + ": " + std::to_string(top->second) + "x " + top->first;
+    if (reasons.size() > 1) out += " (+" + std::to_string(reasons.size() - 1) + " other reasons)";
+    out += "\n";
   }
-  if (failures.size() > max_failures)
-    out += "  ... and " + std::to_string(failures.size() - max_failures) + " more (see the report)\n";
   return out;
 }
 

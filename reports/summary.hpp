@@ -39,9 +39,13 @@ struct ReportSummary {
   std::map<std::string, BackendTally> backends;  ///< by backend name
   std::vector<CaseWinner> winners;                ///< one per case, in report order
   std::vector<FailureNote> failures;              ///< fail, error, oom, timeout, crashed rows, report order
+  /// Per backend, each distinct `unsupported` reason (first line, at most 200
+  /// characters) with its row count.
+  std::map<std::string, std::map<std::string, int64_t>> unsupported_reasons;
   int64_t cases = 0, rows = 0;
   /// Plain-text rendering: a per-backend table, the fastest backend per case,
-  /// then the failures (at most `max_failures`, the rest counted).
+  /// the failures (at most `max_failures`, the rest counted), then per backend
+  /// its most frequent unsupported reason (and how many other reasons it gave).
   std::string text(size_t max_failures = 40) const;
 };
 

@@ -87,6 +87,9 @@ TEST_CASE("summary: counts per backend, fastest passing backend per case, failur
   CHECK(text.find("c2 / a: fail: LSE: 12 NaN/inf") != std::string::npos);
   CHECK(text.find("failures (3):") != std::string::npos);
   CHECK(s.text(1).find("... and 2 more") != std::string::npos);
+  REQUIRE(s.unsupported_reasons.size() == 1);
+  CHECK(s.unsupported_reasons.at("c").at("no THD") == 1);
+  CHECK(text.find("unsupported, most frequent reason per backend:\n  c: 1x no THD\n") != std::string::npos);
 }
 
 TEST_CASE("summary: a report without results is refused") {
