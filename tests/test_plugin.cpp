@@ -290,3 +290,34 @@ TEST_CASE("a plugin whose forward fails gives error rows; one that declines give
   CHECK(unsupported == 1);
   CHECK(cpu_pass == 7);
 }
+
+TEST_CASE("docs/plugins.md shows examples/plugins/tiny/tiny.c verbatim, and it passes the rule forward-only") {
+  const std::string doc = slurp(std::string(ATTNBENCH_SOURCE_DIR) + "/docs/plugins.md");
+  const std::string code = slurp(std::string(ATTNBENCH_SOURCE_DIR) + "/examples/plugins/tiny/tiny.c");
+  REQUIRE(code.size() > 500);
+  CHECK(contains(doc, "```c\n" + code + "```\n"));
+
+  const auto scen = scratch_path("plugin", "plugin_scenario.json");
+  std::ofstream(scen) << plugin_scenario();
+  const auto out = scratch_path("plugin", "run_tiny");
+  const Result r = run("run '" + scen.string() + "' --backends tiny --no-backward --no-timing --out '" + out.string() +
+                       "' --plugin '" + ATTNBENCH_TEST_PLUGIN_TINY + "'");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  const auto rows = rows_by_case(out / "report.json");
+  REQUIRE(rows.size() == 7);
+  int pass = 0, declined = 0;
+  for (const auto& [id, row] : rows) {
+    CAPTURE(id);
+    if (contains(id, "alibi") || contains(id, "softcap") || contains(id, "rel-bias")) {
+      CHECK(row.at("status") == "unsupported");
+      declined += contains(row.at("reason").get<std::string>(), "score mods");
+    } else {
+      CHECK(row.at("status") == "pass");
+      ++pass;
+    }
+  }
+  CHECK(pass == 4);
+  CHECK(declined == 3);
+}
