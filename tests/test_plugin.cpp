@@ -321,3 +321,25 @@ TEST_CASE("docs/plugins.md shows examples/plugins/tiny/tiny.c verbatim, and it p
   CHECK(pass == 4);
   CHECK(declined == 3);
 }
+
+TEST_CASE("a plugin that reports success but writes nothing fails the check (outputs are NaN-poisoned)") {
+  const auto scen = scratch_path("plugin", "plugin_scenario.json");
+  std::ofstream(scen) << plugin_scenario();
+  const auto out = scratch_path("plugin", "run_lazy");
+  const Result r = run("run '" + scen.string() + "' --backends test-lazy --no-backward --no-timing --out '" +
+                       out.string() + "' --plugin '" + ATTNBENCH_TEST_PLUGIN_LAZY + "'");
+  CHECK(r.code == 1);
+  int failed = 0;
+  for (const auto& [id, row] : rows_by_case(out / "report.json")) {
+    CAPTURE(id);
+    if (contains(id, "cross")) continue;  // declined by the shared test supports()
+    CHECK(row.at("status") == "fail");
+    for (const auto& t : row.at("check").at("tensors"))
+      if (t.at("name") == "O") {
+        CHECK_FALSE(t.at("pass").get<bool>());
+        CHECK(t.value("unwritten", 0) + t.value("nan_mismatch", 0) > 0);
+      }
+    ++failed;
+  }
+  CHECK(failed == 6);
+}
