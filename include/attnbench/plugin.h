@@ -184,7 +184,9 @@ typedef struct attnb_plugin {
    *  (a cudaStream_t) and may return before the work is done; CPU plugins get
    *  NULL and compute synchronously. 0 = ok. */
   int (*forward)(void* instance, const attnb_tensors* t, void* stream, attnb_message* err);
-  /** dQ, dK, dV (and dBias) from q, k, v, o, lse, d_o of the last forward. 0 = ok. */
+  /** Optional: dQ, dK, dV (and dBias) from q, k, v, o, lse, d_o of the last
+   *  forward. 0 = ok. NULL = forward only (run with --no-backward, else every
+   *  case is an `error` row saying so). */
   int (*backward)(void* instance, const attnb_tensors* t, void* stream, attnb_message* err);
   /** Release the instance (called once per successful prepare(), also after a
    *  failed forward or backward; never after a failed prepare()). */
