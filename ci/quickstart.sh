@@ -1,14 +1,50 @@
 #!/usr/bin/env bash
 # The main job of the README: bootstrap, build, run `attnbench run` on the
-# default scenario with every backend this machine supports, print the report path.
+# default scenario with every backend this machine supports, then write
+# report.html beside report.json and print the verdict (`attnbench summary`:
+# per backend pass / fail / unsupported counts, the fastest passing backend per
+# case, where each failure comes from).
+#
+# Exits 0 when the run completed, even if rows failed the correctness rule:
+# the run's own exit code (0 all pass, 1 a row failed or errored, docs/semantics.md
+# section 12) is printed on the last line. Bad input (2) or an internal error (3)
+# is passed through.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/bootstrap.sh
 # shellcheck source=ci/find_cudnn.sh
 source ci/find_cudnn.sh   # the same cuDNN for the build and on LD_LIBRARY_PATH for the run
 ci/build.sh "$@"
+bin="${BUILD_DIR:-build}/attnbench"
 out=${OUT_DIR:-out/default}
+
+# Chart bundles for report.html (vega, vega-lite, vega-embed) from npm when npm
+# exists; without them the report has tables only, and says so.
+if [[ ! -f reports/node_modules/vega/build/vega.min.js ]]; then
+  if command -v npm >/dev/null 2>&1; then
+    # The whole lock file (as ci/install_browser.sh installs it): --omit=dev would
+    # prune the test tools (ajv, playwright-core) on a machine that also runs ci/test.sh.
+    echo "quickstart: installing the chart bundles (npm ci in reports/)"
+    (cd reports && npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "quickstart: WARNING: npm ci failed; report.html will have tables only" >&2
+  else
+    echo "quickstart: npm not found; report.html will have tables only (install node and npm for charts)"
+  fi
+fi
+
 status=0
-"${BUILD_DIR:-build}/attnbench" run scenarios/default.json --out "$out" || status=$?
-echo "quickstart: report at $out/report.json (exit code $status)"
-exit $status
+"$bin" run scenarios/default.json --out "$out" || status=$?
+if [[ $status -ne 0 && $status -ne 1 ]]; then
+  echo "quickstart: attnbench run did not complete (exit code $status)" >&2
+  exit $status
+fi
+"$bin" report "$out/report.json" -o "$out/report.html"
+echo
+"$bin" summary "$out/report.json"
+echo
+echo "quickstart: report at $out/report.json and $out/report.html"
+case $status in
+  0) echo "quickstart: attnbench run exit code 0 (every row passed or was unsupported)" ;;
+  1) echo "quickstart: attnbench run exit code 1 (a row failed the rule, errored, timed out or crashed: see failures above)" ;;
+esac
+exit 0

@@ -11,7 +11,21 @@ std::map<std::string, BackendRegistry::Factory>& registry() {
   static std::map<std::string, BackendRegistry::Factory> r;
   return r;
 }
+BackendRegistry::PluginLoader& plugin_loader() {
+  static BackendRegistry::PluginLoader l;
+  return l;
+}
 }  // namespace
+
+bool BackendRegistry::set_plugin_loader(PluginLoader loader) {
+  plugin_loader() = std::move(loader);
+  return true;
+}
+
+std::string BackendRegistry::load_plugin(const std::string& path) {
+  if (!plugin_loader()) throw std::logic_error("no plugin loader linked into this binary (backends/plugin/)");
+  return plugin_loader()(path);
+}
 
 bool BackendRegistry::add(const std::string& name, Factory f) {
   auto& r = registry();

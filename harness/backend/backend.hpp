@@ -148,6 +148,16 @@ class BackendRegistry {
   static std::vector<std::string> names();
   /// A new backend, or nullptr if `name` is unknown.
   static std::unique_ptr<Backend> create(const std::string& name);
+
+  /// Loader of shared-library backends (docs/plugins.md): takes a path, registers
+  /// the plugin's backend, returns its name, throws InputError naming the file.
+  /// backends/plugin/ installs it at static initialisation (the backend layer
+  /// cannot dlopen-and-adapt itself without the device layer); returns true.
+  using PluginLoader = std::function<std::string(const std::string& path)>;
+  static bool set_plugin_loader(PluginLoader loader);
+  /// Load one plugin through the installed loader. Throws std::logic_error when
+  /// none is installed (a binary linked without backends/), else what it throws.
+  static std::string load_plugin(const std::string& path);
 };
 
 #define ATTNBENCH_CONCAT_INNER(a, b) a##b

@@ -1,9 +1,14 @@
 #include "harness/cli/cli.hpp"
 #include "harness/model/version.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
+
+#include "harness/backend/backend.hpp"
 
 #include "harness/model/errors.hpp"
 
@@ -16,6 +21,40 @@ std::vector<std::string> g_argv;
 
 const std::string& command_line() { return g_command_line; }
 const std::vector<std::string>& argv_words() { return g_argv; }
+
+void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths) {
+  cmd->add_option("--plugin", paths,
+                  "load a backend from a shared library (attnbench/plugin.h; repeatable; also ATTNBENCH_PLUGIN_PATH)");
+}
+
+std::vector<std::string> load_plugins(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  if (const char* env = std::getenv("ATTNBENCH_PLUGIN_PATH")) {
+    const std::string list = env;
+    size_t pos = 0;
+    while (pos <= list.size()) {
+      const size_t colon = std::min(list.find(':', pos), list.size());
+      const std::string entry = list.substr(pos, colon - pos);
+      pos = colon + 1;
+      if (entry.empty()) continue;
+      std::error_code ec;
+      if (fs::is_directory(entry, ec)) {
+        std::vector<std::string> in_dir;
+        for (const auto& e : fs::directory_iterator(entry))
+          if (e.is_regular_file() && e.path().extension() == ".so") in_dir.push_back(e.path().string());
+        std::sort(in_dir.begin(), in_dir.end());
+        files.insert(files.end(), in_dir.begin(), in_dir.end());
+      } else {
+        files.push_back(entry);  // a missing file is reported by the loader, naming it
+      }
+    }
+  }
+  files.insert(files.end(), paths.begin(), paths.end());
+  std::vector<std::string> names;
+  for (const auto& f : files) names.push_back(BackendRegistry::load_plugin(f));
+  return names;
+}
 
 int main_entry(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {

@@ -17,9 +17,16 @@ void add_list_command(CLI::App& app, Action& action);       ///< list backends |
 void add_describe_command(CLI::App& app, Action& action);   ///< describe SCENARIO
 void add_run_command(CLI::App& app, Action& action);        ///< run SCENARIO
 void add_reference_command(CLI::App& app, Action& action);  ///< reference --problem P --out DIR
-void add_report_commands(CLI::App& app, Action& action);    ///< report, compare, merge
+void add_report_commands(CLI::App& app, Action& action);    ///< report, summary, compare, merge
 /// The hidden `__unit REQUEST RESULT` subcommand (one isolated unit of `run`).
 void add_unit_command(CLI::App& app, Action& action);
+
+/// Add `--plugin PATH` (repeatable, docs/plugins.md) to `cmd`, collecting into `paths`.
+void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths);
+/// Load the plugins of ATTNBENCH_PLUGIN_PATH (colon-separated files, or folders
+/// whose *.so files load in name order), then `paths`; returns the backend names
+/// registered. Throws InputError naming the file on any loading error (exit 2).
+std::vector<std::string> load_plugins(const std::vector<std::string>& paths);
 
 /// The full command line of this process (argv joined by spaces), for reports.
 const std::string& command_line();

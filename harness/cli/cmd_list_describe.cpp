@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -178,7 +179,14 @@ void add_list_command(CLI::App& app, Action& action) {
   CLI::App* backends = list->add_subcommand("backends", "registered backends: name, device, availability, description");
   CLI::App* scenarios =
       list->add_subcommand("scenarios", "scenario files (name and description) in the scenarios directory");
-  backends->callback([&action] { action = [] { return run_list_backends(); }; });
+  auto plugins = std::make_shared<std::vector<std::string>>();
+  add_plugin_option(backends, *plugins);
+  backends->callback([&action, plugins] {
+    action = [plugins] {
+      load_plugins(*plugins);
+      return run_list_backends();
+    };
+  });
   scenarios->callback([&action] { action = [] { return run_list_scenarios(); }; });
 }
 

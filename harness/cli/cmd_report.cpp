@@ -10,6 +10,7 @@
 #include "reports/journal.hpp"
 #include "reports/report.hpp"
 #include "reports/html_report.hpp"
+#include "reports/summary.hpp"
 
 namespace attnbench::cli {
 
@@ -136,10 +137,26 @@ void add_merge(CLI::App& app, Action& action) {
   });
 }
 
+void add_summary(CLI::App& app, Action& action) {
+  auto input = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("summary",
+                                 "print a report's verdict: per backend pass/fail/unsupported counts, the fastest "
+                                 "passing backend per case, where each failure comes from (exit 0; 2 bad input)");
+  cmd->add_option("report", *input, "report.json written by `attnbench run` or `attnbench merge`")->required();
+  cmd->callback([input, &action] {
+    action = [input]() -> int {
+      const nlohmann::json doc = load_report(*input);
+      std::fputs(summarize_report(doc).text().c_str(), stdout);
+      return kExitOk;
+    };
+  });
+}
+
 }  // namespace
 
 void add_report_commands(CLI::App& app, Action& action) {
   add_report(app, action);
+  add_summary(app, action);
   add_compare(app, action);
   add_merge(app, action);
 }

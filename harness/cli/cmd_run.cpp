@@ -1,4 +1,6 @@
 // `attnbench run SCENARIO [--backends a,b] [--out DIR] [--seed N] ...`
+#include <cstdlib>
+#include <filesystem>
 #include <csignal>
 #include <cstdio>
 
@@ -38,13 +40,29 @@ std::vector<std::string> shard_child_args() {
 
 }  // namespace
 
+/// Put the --plugin files (absolute) in front of ATTNBENCH_PLUGIN_PATH, so that the
+/// child processes of --isolate and --gpus, which inherit the environment, load
+/// the same plugins.
+void export_plugin_path(const std::vector<std::string>& plugins) {
+  if (plugins.empty()) return;
+  std::string list;
+  for (const std::string& p : plugins) list += std::filesystem::absolute(p).string() + ":";
+  if (const char* env = std::getenv("ATTNBENCH_PLUGIN_PATH")) list += env;
+  ::setenv("ATTNBENCH_PLUGIN_PATH", list.c_str(), 1);
+}
+
 void add_unit_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("__unit", "");  // hidden: one isolated (case, backend) of `run --isolate`
   cmd->group("");
   auto req = std::make_shared<std::string>(), res = std::make_shared<std::string>();
   cmd->add_option("request", *req)->required();
   cmd->add_option("result", *res)->required();
-  cmd->callback([req, res, &action] { action = [req, res] { return run_unit_main(*req, *res); }; });
+  cmd->callback([req, res, &action] {
+    action = [req, res] {
+      load_plugins({});  // the parent passed its --plugin files on in ATTNBENCH_PLUGIN_PATH
+      return run_unit_main(*req, *res);
+    };
+  });
 }
 
 void add_run_command(CLI::App& app, Action& action) {
@@ -63,6 +81,7 @@ void add_run_command(CLI::App& app, Action& action) {
     int min_samples = 5, device = 0;
     bool resume = false;
     std::string isolate = "auto", gpus;
+    std::vector<std::string> plugins;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("scenario", args->scenario, "scenario file or name under scenarios/")->required();
@@ -95,9 +114,12 @@ void add_run_command(CLI::App& app, Action& action) {
                   "kill an isolated (case, backend) after SECONDS: a timeout row (0: no limit)");
   cmd->add_option("--gpus", args->gpus,
                   "all | 0,1,3: one shard per GPU in child processes, merged into one report");
+  add_plugin_option(cmd, args->plugins);
   cmd->callback([args, cmd, &action] {
     const bool max_seconds_given = cmd->count("--max-seconds") > 0;
     action = [args, max_seconds_given]() -> int {
+      load_plugins(args->plugins);
+      export_plugin_path(args->plugins);
       RunOptions o;
       std::string list = args->backends;
       size_t pos = 0;

@@ -56,6 +56,12 @@ std::string scenarios_dir() {
   if (const char* env = std::getenv("ATTNBENCH_SCENARIOS_DIR"); env && *env) return env;
   std::error_code ec;
   if (fs::is_directory("scenarios", ec)) return "scenarios";
+  // An installed binary (cmake --install) finds PREFIX/share/attnbench/scenarios.
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "attnbench" / "scenarios";
+    if (fs::is_directory(installed, ec)) return installed.string();
+  }
   return std::string(ATTNBENCH_SOURCE_DIR) + "/scenarios";
 }
 

@@ -104,8 +104,9 @@ const ModelPreset* find_model_preset(const std::string& name);
 /// nothing matches.
 std::string resolve_scenario_path(const std::string& name_or_path);
 /// The scenarios/ directory used for names and `list scenarios`: $ATTNBENCH_SCENARIOS_DIR
-/// if set and non-empty, else ./scenarios if it is a directory, else the source
-/// tree's scenarios/ (ATTNBENCH_SOURCE_DIR "/scenarios").
+/// if set and non-empty, else ./scenarios if it is a directory, else
+/// BINDIR/../share/attnbench/scenarios when it exists (an installed binary), else
+/// the source tree's scenarios/ (ATTNBENCH_SOURCE_DIR "/scenarios").
 std::string scenarios_dir();
 
 /// Load and expand a scenario file. `seed_override` replaces every case's seed

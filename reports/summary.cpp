@@ -1,0 +1,154 @@
+#include "reports/summary.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+namespace attnbench {
+namespace {
+
+std::string num(double v, const char* fmt = "%.3g") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+int64_t count_field(const nlohmann::json& t, const char* key) {
+  const auto it = t.find(key);
+  return it != t.end() && it->is_number() ? it->get<int64_t>() : 0;
+}
+
+/// Why a `fail` row failed, tensor by tensor.
+std::string fail_origin(const nlohmann::json& row) {
+  const auto check = row.find("check");
+  if (check == row.end() || !check->is_object() || !check->contains("tensors")) return "check failed (no details)";
+  std::string out;
+  for (const auto& t : check->at("tensors")) {
+    if (t.value("pass", true)) continue;
+    std::string why;
+    if (int64_t n = count_field(t, "nan_mismatch")) why = std::to_string(n) + " NaN/inf class mismatches";
+    else if (int64_t n2 = count_field(t, "unwritten")) why = std::to_string(n2) + " elements never written";
+    else if (int64_t n3 = count_field(t, "masked_nonzero")) why = std::to_string(n3) + " nonzero on fully masked rows";
+    else if (t.contains("ratio") && t["ratio"].is_number() && t.contains("r") && t["r"].is_number())
+      why = "error " + num(t["ratio"].get<double>()) + "x max(e_lp, ulp), allowed " + num(t["r"].get<double>()) + "x";
+    else why = "outside the rule";
+    out += (out.empty() ? "" : "; ") + t.value("name", std::string("?")) + ": " + why;
+  }
+  return out.empty() ? "check failed (no failing tensor listed)" : out;
+}
+
+std::string first_line(std::string s) {
+  s = s.substr(0, s.find('\n'));
+  if (s.size() > 200) s = s.substr(0, 197) + "...";
+  return s;
+}
+
+/// Median of `pass` of a row, or a negative value when absent.
+double median_of(const nlohmann::json& row, const char* pass) {
+  const auto t = row.find("timing");
+  if (t == row.end() || !t->is_object()) return -1.0;
+  const auto p = t->find(pass);
+  if (p == t->end() || !p->is_object()) return -1.0;
+  const auto m = p->find("median_ms");
+  return m != p->end() && m->is_number() ? m->get<double>() : -1.0;
+}
+
+CaseWinner pick_winner(const std::string& id, const std::vector<const nlohmann::json*>& rows) {
+  CaseWinner w;
+  w.case_id = id;
+  for (const char* pass : {"fwd_bwd", "fwd"}) {
+    std::vector<std::pair<double, std::string>> ranked;
+    for (const auto* r : rows)
+      if (r->value("status", std::string()) == "pass" && median_of(*r, pass) >= 0.0)
+        ranked.emplace_back(median_of(*r, pass), r->value("backend", std::string()));
+    if (ranked.empty()) continue;
+    std::sort(ranked.begin(), ranked.end());
+    w.pass_name = pass;
+    w.backend = ranked[0].second;
+    w.median_ms = ranked[0].first;
+    if (ranked.size() > 1) w.runner_up = ranked[1].second, w.runner_up_ms = ranked[1].first;
+    break;
+  }
+  return w;
+}
+
+}  // namespace
+
+ReportSummary summarize_report(const nlohmann::json& report) {
+  const auto res = report.find("results");
+  if (res == report.end() || !res->is_array()) throw std::invalid_argument("report has no results array");
+  ReportSummary s;
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const nlohmann::json*>> by_case;
+  for (const auto& row : *res) {
+    const std::string id = row.value("case_id", std::string()), backend = row.value("backend", std::string()),
+                      status = row.value("status", std::string());
+    if (!by_case.count(id)) order.push_back(id);
+    by_case[id].push_back(&row);
+    ++s.rows;
+    BackendTally& t = s.backends[backend];
+    if (status == "pass") ++t.pass;
+    else if (status == "fail") ++t.fail;
+    else if (status == "unsupported") ++t.unsupported;
+    else if (status == "error") ++t.error;
+    else ++t.other;
+    if (status == "unsupported") ++s.unsupported_reasons[backend][first_line(row.value("reason", std::string()))];
+    if (status == "pass" || status == "unsupported") continue;
+    s.failures.push_back({id, backend, status,
+                          status == "fail" ? fail_origin(row) : first_line(row.value("message", std::string("(no message)")))});
+  }
+  s.cases = static_cast<int64_t>(order.size());
+  for (const auto& id : order) s.winners.push_back(pick_winner(id, by_case[id]));
+  return s;
+}
+
+std::string ReportSummary::text(size_t max_failures) const {
+  std::string out = "verdict: " + std::to_string(rows) + " rows, " + std::to_string(cases) + " cases, " +
+                    std::to_string(backends.size()) + " backends\n";
+  size_t w = 7;
+  for (const auto& [name, t] : backends) w = std::max(w, name.size());
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-*s %6s %6s %12s %6s %6s\n", static_cast<int>(w), "backend", "pass", "fail",
+                "unsupported", "error", "other");
+  out += line;
+  for (const auto& [name, t] : backends) {
+    std::snprintf(line, sizeof line, "  %-*s %6lld %6lld %12lld %6lld %6lld\n", static_cast<int>(w), name.c_str(),
+                  static_cast<long long>(t.pass), static_cast<long long>(t.fail), static_cast<long long>(t.unsupported),
+                  static_cast<long long>(t.error), static_cast<long long>(t.other));
+    out += line;
+  }
+  out += "fastest passing backend per case (median time):\n";
+  for (const auto& c : winners) {
+    out += "  " + c.case_id + ": ";
+    if (c.backend.empty()) {
+      out += "no passing row with a timing\n";
+      continue;
+    }
+    out += c.backend + " " + num(c.median_ms, "%.4g") + " ms (" + c.pass_name + ")";
+    if (!c.runner_up.empty() && c.median_ms > 0.0)
+      out += ", " + num(c.runner_up_ms / c.median_ms, "%.2f") + "x ahead of " + c.runner_up;
+    out += "\n";
+  }
+  if (failures.empty()) {
+    out += "failures: none\n";
+  } else {
+    out += "failures (" + std::to_string(failures.size()) + "):\n";
+    for (size_t i = 0; i < failures.size() && i < max_failures; ++i) {
+      const auto& f = failures[i];
+      out += "  " + f.case_id + " / " + f.backend + ": " + f.status + ": " + f.where + "\n";
+    }
+    if (failures.size() > max_failures)
+      out += "  ... and " + std::to_string(failures.size() - max_failures) + " more (see the report)\n";
+  }
+  if (!unsupported_reasons.empty()) out += "unsupported, most frequent reason per backend:\n";
+  for (const auto& [backend, reasons] : unsupported_reasons) {
+    const auto top = std::max_element(reasons.begin(), reasons.end(),
+                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+    out += "  " + backend + ": " + std::to_string(top->second) + "x " + top->first;
+    if (reasons.size() > 1) out += " (+" + std::to_string(reasons.size() - 1) + " other reasons)";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace attnbench
