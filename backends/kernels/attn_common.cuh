@@ -140,33 +140,61 @@ struct BlockWalk {
   }
 };
 
+/// The walk over line `line` of a BlockMask's lists (num, idx: partial;
+/// full_num, full_idx: full; `len` entries per line) in steps of `step` positions
+/// of blocks of `block`.
+__device__ __forceinline__ BlockWalk block_walk(const int32_t* num, const int32_t* idx, const int32_t* full_num,
+                                                const int32_t* full_idx, int64_t line, int len, int block, int step) {
+  BlockWalk w;
+  w.sub = block / step;
+  w.block = block;
+  w.step = step;
+  w.part = idx + line * len;
+  w.full = full_idx + line * len;
+  w.n_part = __ldg(num + line) * w.sub;
+  w.count = w.n_part + __ldg(full_num + line) * w.sub;
+  return w;
+}
+
 /// Key steps of `step` keys for query block qb of sequence b (forward, dQ).
 __device__ __forceinline__ BlockWalk kv_walk(const BlockMaskView& bm, int b, int qb, int step) {
-  const int64_t row = static_cast<int64_t>(b % bm.batch) * bm.num_q_blocks + qb;
-  BlockWalk w;
-  w.sub = bm.kv_block / step;
-  w.block = bm.kv_block;
-  w.step = step;
-  w.part = bm.kv_indices + row * bm.num_kv_blocks;
-  w.full = bm.full_kv_indices + row * bm.num_kv_blocks;
-  w.n_part = __ldg(bm.kv_num_blocks + row) * w.sub;
-  w.count = w.n_part + __ldg(bm.full_kv_num_blocks + row) * w.sub;
-  return w;
+  return block_walk(bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices,
+                    static_cast<int64_t>(b % bm.batch) * bm.num_q_blocks + qb, bm.num_kv_blocks, bm.kv_block, step);
 }
 
 /// Query steps of `step` rows for key block kb of sequence b (dK / dV).
 __device__ __forceinline__ BlockWalk q_walk(const BlockMaskView& bm, int b, int kb, int step) {
-  const int64_t col = static_cast<int64_t>(b % bm.batch) * bm.num_kv_blocks + kb;
-  BlockWalk w;
-  w.sub = bm.q_block / step;
-  w.block = bm.q_block;
-  w.step = step;
-  w.part = bm.q_indices + col * bm.num_q_blocks;
-  w.full = bm.full_q_indices + col * bm.num_q_blocks;
-  w.n_part = __ldg(bm.q_num_blocks + col) * w.sub;
-  w.count = w.n_part + __ldg(bm.full_q_num_blocks + col) * w.sub;
-  return w;
+  return block_walk(bm.q_num_blocks, bm.q_indices, bm.full_q_num_blocks, bm.full_q_indices,
+                    static_cast<int64_t>(b % bm.batch) * bm.num_kv_blocks + kb, bm.num_q_blocks, bm.q_block, step);
 }
+
+/// The key tiles of `step` keys that the query tile [m0, m0 + rows) of sequence b
+/// visits, as (first key, whether no pair of it is masked): the BlockMask lists of
+/// its query block on the flex path, else the rows' key intervals (key_tiles,
+/// tile_full). Shared by the forward and the dQ kernel.
+template <bool kFlex>
+struct KeySteps {
+  BlockWalk walk;
+  int n_first = 0, count = 0, m0 = 0, rows = 0, step = 0;
+
+  __device__ __forceinline__ KeySteps(const AttnParams& p, const SeqInfo& si, int b, int m0_, int rows_, int step_)
+      : m0(m0_), rows(rows_), step(step_) {
+    if constexpr (kFlex) {
+      walk = kv_walk(p.bm, b, m0 / p.bm.q_block, step);
+      count = walk.count;
+    } else {
+      count = key_tiles(p.mask, si.lq, si.lk, m0, rows, step, &n_first);
+    }
+  }
+  __device__ __forceinline__ void at(const AttnParams& p, const SeqInfo& si, int t, int* n0, bool* full) const {
+    if constexpr (kFlex) {
+      walk.at(t, n0, full);
+    } else {
+      *n0 = n_first + t * step;
+      *full = tile_full(p.mask, si.lq, si.lk, m0, rows, *n0, step);
+    }
+  }
+};
 
 /// Whether a mask has terms beyond the per-row key interval (documents,
 /// block_sparse): only then do flex partial tiles evaluate mask_allowed() pair by

@@ -63,22 +63,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       },
       tid);
   // Key tiles of this CTA's rows: (first key, whether no pair of it is masked).
-  int n_first = 0, n_tiles;
-  BlockWalk walk;
-  if constexpr (kFlex) {
-    walk = kv_walk(p.bm, b, m0 / p.bm.q_block, kBlockN);
-    n_tiles = walk.count;
-  } else {
-    n_tiles = key_tiles(p.mask, si.lq, si.lk, m0, Mq, kBlockN, &n_first);
-  }
-  auto tile_at = [&](int tile, int* n0, bool* full) {
-    if constexpr (kFlex) {
-      walk.at(tile, n0, full);
-    } else {
-      *n0 = n_first + tile * kBlockN;
-      *full = tile_full(p.mask, si.lq, si.lk, m0, Mq, *n0, kBlockN);
-    }
-  };
+  const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
+  const int n_tiles = steps.count;
+  auto tile_at = [&](int tile, int* n0, bool* full) { steps.at(p, si, tile, n0, full); };
   const uint16_t* k_base = K + k_off(p, si, b, 0, kvh);
   const uint16_t* v_base = V + v_off(p, si, b, 0, kvh);
   auto load_kv = [&](int tile, int stage) {
