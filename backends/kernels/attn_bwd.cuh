@@ -20,7 +20,7 @@
 // dQ = scale * dS K, dK = scale * dS^T Q, dV = P^T dO.
 #pragma once
 
-#include "backends/kernels/attn_common.cuh"
+#include "backends/kernels/attn_tile_ops.cuh"
 
 namespace attnbench::kernels {
 
@@ -226,15 +226,222 @@ __device__ void flush_rel_bias(const AttnParams& p, DbiasAcc& acc, float* s_rel,
   __syncthreads();
 }
 
+/// S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys against one query tile.
+template <int D, bool Bf16, int kQt>
+__device__ __forceinline__ void dkdv_scores(const uint16_t* sK, const uint16_t* sV, const uint16_t* tQ,
+                                            const uint16_t* tdO, int warp, int lane, Acc (&st)[kQt],
+                                            Acc (&dpt)[kQt]) {
+  zero_acc(st);
+  zero_acc(dpt);
+  // Not unrolled: unrolling hoists every fragment load and spills registers.
+#pragma unroll 1
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t ka[4], va[4];
+    load_a<D>(sK, warp * 16, ks, lane, ka);
+    load_a<D>(sV, warp * 16, ks, lane, va);
+#pragma unroll
+    for (int nt = 0; nt < kQt; nt += 2) {
+      uint32_t bq[4], bo[4];
+      load_b_nk<D>(tQ, nt * 8, ks, lane, bq);
+      load_b_nk<D>(tdO, nt * 8, ks, lane, bo);
+      mma16816<Bf16>(st[nt], ka, bq[0], bq[1]);
+      mma16816<Bf16>(st[nt + 1], ka, bq[2], bq[3]);
+      mma16816<Bf16>(dpt[nt], va, bo[0], bo[1]);
+      mma16816<Bf16>(dpt[nt + 1], va, bo[2], bo[3]);
+    }
+  }
+}
+
+/// The general case of dkdv_probs: mask on partial tiles, score mod and its
+/// derivative, dBias on the flex path.
+template <bool kFlex, int kQt, int kBlockM>
+__device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
+                                                  bool full, int m0, int n0, const int (&key_row)[2], int qd,
+                                                  const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
+                                                  DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt]) {
+  // flex with documents / block_sparse: bit (2 nt + c) * 2 + r for pair (query nt * 8 + 2 qd + c, key row r)
+  uint32_t bits = ~0u;
+  if constexpr (kFlex) {
+    if (!full && mask_needs_pairs(p.mask))
+      bits = flex_mask_bits<4 * kQt>(p, si, b, [&](int k, int* i, int* j) {
+        *i = m0 + (k / 4) * 8 + 2 * qd + (k / 2) % 2;
+        *j = key_row[k % 2];
+      });
+  }
+#pragma unroll
+  for (int nt = 0; nt < kQt; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int col = nt * 8 + 2 * qd + c, i = m0 + col;
+      const RowBounds rb = full ? RowBounds{} : RowBounds::of(p.mask, i, si.lq, si.lk);
+      const float lse2 = tLse[col], ds = tDsum[col];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int e = 2 * r + c;
+        const float x = st[nt].c[e];
+        const bool ok = full || (rb.allows(key_row[r]) && ((bits >> ((2 * nt + c) * 2 + r)) & 1u));
+        const float pe = ok ? fast_exp2(mod.template apply<kFlex>(x, i, key_row[r]) - lse2) : 0.f;
+        st[nt].c[e] = pe;
+        dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
+        if constexpr (kFlex) {
+          if (rel_dbias) sT[(key_row[r] - n0) * (kBlockM + 1) + col] = dpt[nt].c[e];
+          else if (p.dbias_mode != DbiasMode::none && mod.kind == ModKind::offset_bias)
+            dbias.key_sum[r] += dpt[nt].c[e];
+        }
+      }
+    }
+  }
+}
+
+/// P^T and dS^T in place of S^T and dP^T for the thread's two keys key_row and
+/// the query tile at m0 (tLse / tDsum: its rows' log2(e) LSE and Dsum). On the
+/// flex path dS also feeds dBias: the float dS tile sT (rel_bias) or the per-key
+/// sums (offset_bias).
+template <bool kFlex, int kQt, int kBlockM>
+__device__ __forceinline__ void dkdv_probs(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
+                                           bool full, int m0, int n0, const int (&key_row)[2], int qd,
+                                           const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
+                                           DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt]) {
+  if (mod.kind == ModKind::none && full) {  // the common case: no mask, no score-mod derivative
+#pragma unroll
+    for (int nt = 0; nt < kQt; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * qd + (e & 1);
+        const float pe = fast_exp2(st[nt].c[e] * mod.scale_log2 - tLse[col]);
+        st[nt].c[e] = pe;
+        dpt[nt].c[e] = pe * (dpt[nt].c[e] - tDsum[col]);
+      }
+  } else {
+    dkdv_probs_masked<kFlex, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, tLse, tDsum, rel_dbias, sT, dbias,
+                                           st, dpt);
+  }
+}
+
+/// dV += P^T dO, dK += dS^T Q with the A operands from registers; with
+/// kAtomicDq the warp's dS^T rows also go to shared memory (sdS) for dQ.
+template <int D, bool Bf16, int kBlockM, int kDt, bool kAtomicDq>
+__device__ __forceinline__ void dkdv_accumulate(const Acc (&st)[kBlockM / 8], const Acc (&dpt)[kBlockM / 8],
+                                                const uint16_t* tQ, const uint16_t* tdO, uint16_t* sdS, int warp,
+                                                int lane, Acc (&dk)[kDt], Acc (&dv)[kDt]) {
+  const int g = lane / 4, qd = lane % 4;
+#pragma unroll
+  for (int kt = 0; kt < kBlockM / 16; ++kt) {
+    uint32_t pa[4], sa[4];
+    acc_to_a<Bf16>(st[2 * kt], st[2 * kt + 1], pa);
+    acc_to_a<Bf16>(dpt[2 * kt], dpt[2 * kt + 1], sa);
+    if constexpr (kAtomicDq) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int ntile = 2 * kt + half;
+        const int r0 = warp * 16 + g;
+        *reinterpret_cast<uint32_t*>(sdS + SwizzledTile<kBlockM>::offset(r0, ntile) + 2 * qd) = sa[2 * half];
+        *reinterpret_cast<uint32_t*>(sdS + SwizzledTile<kBlockM>::offset(r0 + 8, ntile) + 2 * qd) = sa[2 * half + 1];
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDt; dt += 2) {
+      uint32_t bo[4], bq[4];
+      load_b_kn<D>(tdO, kt * 16, dt, lane, bo);
+      load_b_kn<D>(tQ, kt * 16, dt, lane, bq);
+      mma16816<Bf16>(dv[dt], pa, bo[0], bo[1]);
+      mma16816<Bf16>(dv[dt + 1], pa, bo[2], bo[3]);
+      mma16816<Bf16>(dk[dt], sa, bq[0], bq[1]);
+      mma16816<Bf16>(dk[dt + 1], sa, bq[2], bq[3]);
+    }
+  }
+}
+
+/// Atomic dQ mode: dQ[kBlockM, D] += dS[kBlockM, kBlockN] K[kBlockN, D] for the
+/// query tile at m0 of head h, float32 atomics into p.dq_accum. Warp -> 16 query
+/// rows x D / (column groups) columns, in passes of 32 columns (few live registers
+/// beside dK and dV). Called after a barrier (sdS complete).
+template <int D, bool Bf16, int kWarps, int kBlockM>
+__device__ __forceinline__ void dkdv_atomic_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int m0,
+                                               const uint16_t* sdS, const uint16_t* sK, int warp, int lane) {
+  constexpr int kBlockN = 16 * kWarps;
+  constexpr int kRowGroups = kBlockM / 16, kColGroups = kWarps / kRowGroups, kDw = D / kColGroups;
+  constexpr int kPass = 32;
+  static_assert(kDw % kPass == 0, "whole passes");
+  const int rg = warp % kRowGroups, cg = warp / kRowGroups;
+  const int g = lane / 4, qd = lane % 4;
+#pragma unroll 1
+  for (int c0 = cg * kDw; c0 < (cg + 1) * kDw; c0 += kPass) {
+    Acc dq[kPass / 8];
+    zero_acc(dq);
+#pragma unroll 1
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[4];
+      load_a_t<kBlockM>(sdS, kk * 16, rg * 2, lane, a);
+#pragma unroll
+      for (int dt = 0; dt < kPass / 8; dt += 2) {
+        uint32_t bk[4];
+        load_b_kn<D>(sK, kk * 16, c0 / 8 + dt, lane, bk);
+        mma16816<Bf16>(dq[dt], a, bk[0], bk[1]);
+        mma16816<Bf16>(dq[dt + 1], a, bk[2], bk[3]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int t = m0 + rg * 16 + g + 8 * r;
+      if (t >= si.lq) continue;
+      float* row = p.dq_accum + q_off(p, si, b, t, h) + c0;
+#pragma unroll
+      for (int dt = 0; dt < kPass / 8; ++dt) {
+        atomicAdd(row + dt * 8 + 2 * qd, dq[dt].c[2 * r]);
+        atomicAdd(row + dt * 8 + 2 * qd + 1, dq[dt].c[2 * r + 1]);
+      }
+    }
+  }
+}
+
+/// The offset_bias dBias of the CTA's keys leaves the CTA (flex path): the quad's
+/// per-key sums combined, then one float32 atomic per key into dBias[offset[j]],
+/// or one store into this (sequence, KV head)'s scratch row (deterministic).
+__device__ __forceinline__ void flush_offset_bias(const AttnParams& p, const SeqInfo& si, int b, int kvh,
+                                                  const int (&key_row)[2], int qd, const DbiasAcc& acc) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float v = quad_sum(acc.key_sum[r]);
+    const int j = key_row[r];
+    if (qd != 0 || j >= si.lk) continue;
+    if (p.dbias_mode == DbiasMode::atomic) {
+      if (v != 0.f) atomicAdd(p.dbias + __ldg(p.bias_offset + j), v);
+    } else {
+      p.dbias_scratch[(static_cast<int64_t>(b) * p.heads_kv + kvh) * p.seq_k + j] = v;
+    }
+  }
+}
+
+/// dK = scale * acc and dV = acc for the thread's two keys; keys past lk hold
+/// zeros (nothing accumulated), nothing is written past store_k.
+template <bool Bf16, int kDt>
+__device__ __forceinline__ void dkdv_store(const AttnParams& p, const SeqInfo& si, int b, int kvh,
+                                           const int (&key_row)[2], int qd, const Acc (&dk)[kDt],
+                                           const Acc (&dv)[kDt]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = key_row[r];
+    if (j >= si.store_k) continue;
+    uint16_t* krow = static_cast<uint16_t*>(p.dk) + k_off(p, si, b, j, kvh);
+    uint16_t* vrow = static_cast<uint16_t*>(p.dv) + v_off(p, si, b, j, kvh);
+#pragma unroll
+    for (int dt = 0; dt < kDt; ++dt) {
+      *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * qd) =
+          pack2<Bf16>(dk[dt].c[2 * r] * p.scale, dk[dt].c[2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(vrow + dt * 8 + 2 * qd) = pack2<Bf16>(dv[dt].c[2 * r], dv[dt].c[2 * r + 1]);
+    }
+  }
+}
+
 /// kFlex: query tiles from the BlockMask lists of the CTA's key block (p.bm),
 /// partial tiles evaluate mask_allowed(), and dBias of a learnable bias
 /// accumulates here when p.dbias_mode is set (dynamic shared memory then holds
-/// 2m + 1 more floats for rel_bias).
+/// rel_bias_smem_floats() more floats for rel_bias).
 template <int D, bool Bf16, int kWarps, int kBlockM, bool kAtomicDq, bool kFlex = false>
 __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnParams p,
                                                                     const WorkItem* __restrict__ items) {
   constexpr int kThreads = kWarps * 32, kBlockN = 16 * kWarps;
-  constexpr int kKs = D / 16;          // k-slices over D
   constexpr int kQt = kBlockM / 8;     // n-tiles of S^T (query columns)
   constexpr int kDt = D / 8;           // n-tiles of dK, dV
   static_assert(kBlockM % 16 == 0 && kWarps % (kBlockM / 16) == 0, "dQ tile split over the warps");
@@ -257,17 +464,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   const int kvh = blockIdx.x % p.heads_kv;
   const int b = item.seq, n0 = item.start;
   const SeqInfo si = seq_info(p, b);
-  const uint16_t* Q = static_cast<const uint16_t*>(p.q);
-  const uint16_t* K = static_cast<const uint16_t*>(p.k);
-  const uint16_t* V = static_cast<const uint16_t*>(p.v);
-  const uint16_t* dO = static_cast<const uint16_t*>(p.dout);
-
-  load_tile_async<kBlockN, D, kThreads>(
-      sK, [&](int r) -> const uint16_t* { return n0 + r < si.lk ? K + k_off(p, si, b, n0 + r, kvh) : nullptr; },
-      tid);
-  load_tile_async<kBlockN, D, kThreads>(
-      sV, [&](int r) -> const uint16_t* { return n0 + r < si.lk ? V + v_off(p, si, b, n0 + r, kvh) : nullptr; },
-      tid);
+  load_kv_tile<kBlockN, D, kThreads>(sK, sV, static_cast<const uint16_t*>(p.k) + k_off(p, si, b, 0, kvh),
+                                     static_cast<const uint16_t*>(p.v) + v_off(p, si, b, 0, kvh), p.k_row_stride,
+                                     p.v_row_stride, n0, si.lk, tid);
 
   // Query tiles of this CTA's keys: (first row, whether no pair of it is masked).
   int q_begin = 0, n_qt;
@@ -292,8 +491,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
     int m0;
     bool full_unused;
     q_at(it % n_qt, &m0, &full_unused);
-    const uint16_t* q_base = Q + q_off(p, si, b, m0, h);
-    const uint16_t* o_base = dO + o_off(p, si, b, m0, h);
+    const uint16_t* q_base = static_cast<const uint16_t*>(p.q) + q_off(p, si, b, m0, h);
+    const uint16_t* o_base = static_cast<const uint16_t*>(p.dout) + o_off(p, si, b, m0, h);
     load_tile_async<kBlockM, D, kThreads>(
         sQ + stage * kBlockM * D,
         [&](int r) -> const uint16_t* { return m0 + r < si.lq ? q_base + r * p.q_row_stride : nullptr; }, tid);
@@ -311,8 +510,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   const int g = lane / 4, qd = lane % 4;
   const int key_row[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};
   Acc dk[kDt], dv[kDt];
-#pragma unroll
-  for (int i = 0; i < kDt; ++i) dk[i] = dv[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+  zero_acc(dk);
+  zero_acc(dv);
   DbiasAcc dbias;
   bool rel_dbias = false;
   if constexpr (kFlex) {
@@ -337,153 +536,19 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
     q_at(it % n_qt, &m0, &full);
     const uint16_t* tQ = sQ + stage * kBlockM * D;
     const uint16_t* tdO = sdO + stage * kBlockM * D;
-    const float* tLse = sLse + stage * kBlockM;
-    const float* tDsum = sDsum + stage * kBlockM;
     const ScoreMod2 mod = ScoreMod2::of(p, h);
 
-    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys.
     Acc st[kQt], dpt[kQt];
-#pragma unroll
-    for (int i = 0; i < kQt; ++i) st[i] = dpt[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
-    // Not unrolled: unrolling hoists every fragment load and spills registers.
-#pragma unroll 1
-    for (int ks = 0; ks < kKs; ++ks) {
-      uint32_t ka[4], va[4];
-      load_a<D>(sK, warp * 16, ks, lane, ka);
-      load_a<D>(sV, warp * 16, ks, lane, va);
-#pragma unroll
-      for (int nt = 0; nt < kQt; nt += 2) {
-        uint32_t bq[4], bo[4];
-        load_b_nk<D>(tQ, nt * 8, ks, lane, bq);
-        load_b_nk<D>(tdO, nt * 8, ks, lane, bo);
-        mma16816<Bf16>(st[nt], ka, bq[0], bq[1]);
-        mma16816<Bf16>(st[nt + 1], ka, bq[2], bq[3]);
-        mma16816<Bf16>(dpt[nt], va, bo[0], bo[1]);
-        mma16816<Bf16>(dpt[nt + 1], va, bo[2], bo[3]);
-      }
-    }
-
-    // P^T and dS^T (in place of st and dpt).
-    if (mod.kind == ModKind::none && full) {  // the common case: no mask, no score-mod derivative
-#pragma unroll
-      for (int nt = 0; nt < kQt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = nt * 8 + 2 * qd + (e & 1);
-          const float pe = fast_exp2(st[nt].c[e] * mod.scale_log2 - tLse[col]);
-          st[nt].c[e] = pe;
-          dpt[nt].c[e] = pe * (dpt[nt].c[e] - tDsum[col]);
-        }
-    } else {
-      // flex with documents / block_sparse: bit (2 nt + c) * 2 + r for pair (query nt * 8 + 2 qd + c, key row r)
-      uint32_t bits = ~0u;
-      if constexpr (kFlex) {
-        if (!full && mask_needs_pairs(p.mask))
-          bits = flex_mask_bits<4 * kQt>(p, si, b, [&](int k, int* i, int* j) {
-            *i = m0 + (k / 4) * 8 + 2 * qd + (k / 2) % 2;
-            *j = key_row[k % 2];
-          });
-      }
-#pragma unroll
-      for (int nt = 0; nt < kQt; ++nt) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int col = nt * 8 + 2 * qd + c, i = m0 + col;
-          const RowBounds rb = full ? RowBounds{} : RowBounds::of(p.mask, i, si.lq, si.lk);
-          const float lse2 = tLse[col], ds = tDsum[col];
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int e = 2 * r + c;
-            const float x = st[nt].c[e];
-            const bool ok = full || (rb.allows(key_row[r]) && ((bits >> ((2 * nt + c) * 2 + r)) & 1u));
-            const float pe = ok ? fast_exp2(mod.template apply<kFlex>(x, i, key_row[r]) - lse2) : 0.f;
-            st[nt].c[e] = pe;
-            dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
-            if constexpr (kFlex) {
-              if (rel_dbias) sT[(key_row[r] - n0) * (kBlockM + 1) + col] = dpt[nt].c[e];
-              else if (p.dbias_mode != DbiasMode::none && mod.kind == ModKind::offset_bias)
-                dbias.key_sum[r] += dpt[nt].c[e];
-            }
-          }
-        }
-      }
-    }
-
-    // dV += P^T dO, dK += dS^T Q (A operands from registers).
-#pragma unroll
-    for (int kt = 0; kt < kBlockM / 16; ++kt) {
-      uint32_t pa[4], sa[4];
-      pa[0] = pack2<Bf16>(st[2 * kt].c[0], st[2 * kt].c[1]);
-      pa[1] = pack2<Bf16>(st[2 * kt].c[2], st[2 * kt].c[3]);
-      pa[2] = pack2<Bf16>(st[2 * kt + 1].c[0], st[2 * kt + 1].c[1]);
-      pa[3] = pack2<Bf16>(st[2 * kt + 1].c[2], st[2 * kt + 1].c[3]);
-      sa[0] = pack2<Bf16>(dpt[2 * kt].c[0], dpt[2 * kt].c[1]);
-      sa[1] = pack2<Bf16>(dpt[2 * kt].c[2], dpt[2 * kt].c[3]);
-      sa[2] = pack2<Bf16>(dpt[2 * kt + 1].c[0], dpt[2 * kt + 1].c[1]);
-      sa[3] = pack2<Bf16>(dpt[2 * kt + 1].c[2], dpt[2 * kt + 1].c[3]);
-      if constexpr (kAtomicDq) {
-        // dS^T rows of this warp into shared memory for the dQ product.
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int ntile = 2 * kt + half;
-          const int r0 = warp * 16 + g;
-          *reinterpret_cast<uint32_t*>(sdS + SwizzledTile<kBlockM>::offset(r0, ntile) + 2 * qd) = sa[2 * half];
-          *reinterpret_cast<uint32_t*>(sdS + SwizzledTile<kBlockM>::offset(r0 + 8, ntile) + 2 * qd) =
-              sa[2 * half + 1];
-        }
-      }
-#pragma unroll
-      for (int dt = 0; dt < kDt; dt += 2) {
-        uint32_t bo[4], bq[4];
-        load_b_kn<D>(tdO, kt * 16, dt, lane, bo);
-        load_b_kn<D>(tQ, kt * 16, dt, lane, bq);
-        mma16816<Bf16>(dv[dt], pa, bo[0], bo[1]);
-        mma16816<Bf16>(dv[dt + 1], pa, bo[2], bo[3]);
-        mma16816<Bf16>(dk[dt], sa, bq[0], bq[1]);
-        mma16816<Bf16>(dk[dt + 1], sa, bq[2], bq[3]);
-      }
-    }
-
+    dkdv_scores<D, Bf16, kQt>(sK, sV, tQ, tdO, warp, lane, st, dpt);
+    dkdv_probs<kFlex, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, sLse + stage * kBlockM,
+                                    sDsum + stage * kBlockM, rel_dbias, sT, dbias, st, dpt);
+    dkdv_accumulate<D, Bf16, kBlockM, kDt, kAtomicDq>(st, dpt, tQ, tdO, sdS, warp, lane, dk, dv);
     if constexpr (kAtomicDq) {
       __syncthreads();
-      // dQ[kBlockM, D] += dS[kBlockM, kBlockN] K[kBlockN, D]: warp -> 16 query rows x kDw
-      // columns, in passes of 32 columns (few live registers beside dK and dV).
-      constexpr int kRowGroups = kBlockM / 16, kColGroups = kWarps / kRowGroups, kDw = D / kColGroups;
-      constexpr int kPass = 32;
-      static_assert(kDw % kPass == 0, "whole passes");
-      const int rg = warp % kRowGroups, cg = warp / kRowGroups;
-#pragma unroll 1
-      for (int c0 = cg * kDw; c0 < (cg + 1) * kDw; c0 += kPass) {
-        Acc dq[kPass / 8];
-#pragma unroll
-        for (int i = 0; i < kPass / 8; ++i) dq[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
-#pragma unroll 1
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          uint32_t a[4];
-          load_a_t<kBlockM>(sdS, kk * 16, rg * 2, lane, a);
-#pragma unroll
-          for (int dt = 0; dt < kPass / 8; dt += 2) {
-            uint32_t bk[4];
-            load_b_kn<D>(sK, kk * 16, c0 / 8 + dt, lane, bk);
-            mma16816<Bf16>(dq[dt], a, bk[0], bk[1]);
-            mma16816<Bf16>(dq[dt + 1], a, bk[2], bk[3]);
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int t = m0 + rg * 16 + g + 8 * r;
-          if (t >= si.lq) continue;
-          float* row = p.dq_accum + q_off(p, si, b, t, h) + c0;
-#pragma unroll
-          for (int dt = 0; dt < kPass / 8; ++dt) {
-            atomicAdd(row + dt * 8 + 2 * qd, dq[dt].c[2 * r]);
-            atomicAdd(row + dt * 8 + 2 * qd + 1, dq[dt].c[2 * r + 1]);
-          }
-        }
-      }
+      dkdv_atomic_dq<D, Bf16, kWarps, kBlockM>(p, si, b, h, m0, sdS, sK, warp, lane);
     }
     if constexpr (kFlex) {
-      if (rel_dbias) {  // (mod.kind is rel_bias: the general path above wrote the whole dS tile)
+      if (rel_dbias) {  // (mod.kind is rel_bias: dkdv_probs wrote the whole dS tile)
         __syncthreads();  // the dS tile is complete
         rel_bias_diagonals<kBlockN, kBlockM, kThreads>(p.max_distance, dbias, sT, sRel, m0, n0);
       }
@@ -496,37 +561,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   }
   if (iters == 0) cp_async_wait<0>();
   if constexpr (kFlex) {
-    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float v = quad_sum(dbias.key_sum[r]);
-        const int j = key_row[r];
-        if (qd != 0 || j >= si.lk) continue;
-        if (p.dbias_mode == DbiasMode::atomic) {
-          if (v != 0.f) atomicAdd(p.dbias + __ldg(p.bias_offset + j), v);
-        } else {
-          p.dbias_scratch[(static_cast<int64_t>(b) * p.heads_kv + kvh) * p.seq_k + j] = v;
-        }
-      }
-    }
+    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias)
+      flush_offset_bias(p, si, b, kvh, key_row, qd, dbias);
   }
-
-  // dK = scale * acc, dV = acc; keys past lk get zeros (nothing accumulated).
-  uint16_t* dK = static_cast<uint16_t*>(p.dk);
-  uint16_t* dV = static_cast<uint16_t*>(p.dv);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = key_row[r];
-    if (j >= si.store_k) continue;
-    uint16_t* krow = dK + k_off(p, si, b, j, kvh);
-    uint16_t* vrow = dV + v_off(p, si, b, j, kvh);
-#pragma unroll
-    for (int dt = 0; dt < kDt; ++dt) {
-      *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * qd) =
-          pack2<Bf16>(dk[dt].c[2 * r] * p.scale, dk[dt].c[2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(vrow + dt * 8 + 2 * qd) = pack2<Bf16>(dv[dt].c[2 * r], dv[dt].c[2 * r + 1]);
-    }
-  }
+  dkdv_store<Bf16, kDt>(p, si, b, kvh, key_row, qd, dk, dv);
 }
 
 /// Shared memory of attn_bwd_dq_kernel: Q and dO tiles, two stages of K and V.
@@ -535,12 +573,92 @@ constexpr size_t dq_smem_bytes() {
   return 2u * (2u * static_cast<size_t>(16 * kWarps) * D + 4u * kBlockN * D);
 }
 
+/// S = Q K^T and dP = dO V^T for the warp's 16 query rows against one key tile.
+template <int D, bool Bf16, int kNt>
+__device__ __forceinline__ void dq_scores(const uint16_t* sQ, const uint16_t* sdO, const uint16_t* tK,
+                                          const uint16_t* tV, int warp, int lane, Acc (&s)[kNt], Acc (&dp)[kNt]) {
+  zero_acc(s);
+  zero_acc(dp);
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t qa[4], oa[4];
+    load_a<D>(sQ, warp * 16, ks, lane, qa);
+    load_a<D>(sdO, warp * 16, ks, lane, oa);
+#pragma unroll
+    for (int nt = 0; nt < kNt; nt += 2) {
+      uint32_t bk[4], bv[4];
+      load_b_nk<D>(tK, nt * 8, ks, lane, bk);
+      load_b_nk<D>(tV, nt * 8, ks, lane, bv);
+      mma16816<Bf16>(s[nt], qa, bk[0], bk[1]);
+      mma16816<Bf16>(s[nt + 1], qa, bk[2], bk[3]);
+      mma16816<Bf16>(dp[nt], oa, bv[0], bv[1]);
+      mma16816<Bf16>(dp[nt + 1], oa, bv[2], bv[3]);
+    }
+  }
+}
+
+/// dS in place of dP for the thread's rows row_t (interval rb, log2(e) LSE lse2,
+/// Dsum dsum) against the key tile at n0.
+template <bool kFlex, int kNt>
+__device__ __forceinline__ void dq_ds(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod, bool full,
+                                      int n0, int qd, const int (&row_t)[2], const RowBounds (&rb)[2],
+                                      const float (&lse2)[2], const float (&dsum)[2], const Acc (&s)[kNt],
+                                      Acc (&dp)[kNt]) {
+  if (mod.kind == ModKind::none && full) {
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        dp[nt].c[e] = fast_exp2(s[nt].c[e] * mod.scale_log2 - lse2[r]) * (dp[nt].c[e] - dsum[r]);
+      }
+    return;
+  }
+  // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
+  uint32_t bits = ~0u;
+  if constexpr (kFlex) {
+    if (!full && mask_needs_pairs(p.mask))
+      bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
+        *i = row_t[k / (2 * kNt)];
+        *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
+      });
+  }
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+      const float x = s[nt].c[e];
+      const bool ok = full || (rb[r].allows(j) && ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u));
+      const float pe = ok ? fast_exp2(mod.template apply<kFlex>(x, row_t[r], j) - lse2[r]) : 0.f;
+      dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * mod.grad(x);
+    }
+  }
+}
+
+/// dQ += dS K with dS from registers.
+template <int D, bool Bf16, int kNt, int kDt>
+__device__ __forceinline__ void dq_accumulate(const Acc (&ds)[kNt], const uint16_t* tK, int lane, Acc (&dq)[kDt]) {
+#pragma unroll
+  for (int kt = 0; kt < kNt / 2; ++kt) {
+    uint32_t sa[4];
+    acc_to_a<Bf16>(ds[2 * kt], ds[2 * kt + 1], sa);
+#pragma unroll
+    for (int dt = 0; dt < kDt; dt += 2) {
+      uint32_t bk[4];
+      load_b_kn<D>(tK, kt * 16, dt, lane, bk);
+      mma16816<Bf16>(dq[dt], sa, bk[0], bk[1]);
+      mma16816<Bf16>(dq[dt + 1], sa, bk[2], bk[3]);
+    }
+  }
+}
+
 /// kFlex: key tiles from the BlockMask lists of the tile's query block (see attn_fwd_kernel).
 template <int D, bool Bf16, int kWarps, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(kWarps * 32)
     attn_bwd_dq_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack) {
   constexpr int kThreads = kWarps * 32, kBlockM = 16 * kWarps;
-  constexpr int kKs = D / 16, kNt = kBlockN / 8, kDt = D / 8;
+  constexpr int kNt = kBlockN / 8, kDt = D / 8;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sQ = smem;
   uint16_t* sdO = sQ + kBlockM * D;
@@ -555,42 +673,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int b = item.seq, m0 = item.start;
   const int Mq = kBlockM / pack;
   const SeqInfo si = seq_info(p, b);
-  const uint16_t* Q = static_cast<const uint16_t*>(p.q);
-  const uint16_t* K = static_cast<const uint16_t*>(p.k);
-  const uint16_t* V = static_cast<const uint16_t*>(p.v);
-  const uint16_t* dO = static_cast<const uint16_t*>(p.dout);
 
-  load_tile_async<kBlockM, D, kThreads>(
-      sQ,
-      [&](int r) -> const uint16_t* {
-        const int t = m0 + r % Mq;
-        return t < si.lq ? Q + q_off(p, si, b, t, h0 + r / Mq) : nullptr;
-      },
-      tid);
-  load_tile_async<kBlockM, D, kThreads>(
-      sdO,
-      [&](int r) -> const uint16_t* {
-        const int t = m0 + r % Mq;
-        return t < si.lq ? dO + o_off(p, si, b, t, h0 + r / Mq) : nullptr;
-      },
-      tid);
+  load_packed_rows<kBlockM, D, kThreads>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
+                                         [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
+  load_packed_rows<kBlockM, D, kThreads>(sdO, static_cast<const uint16_t*>(p.dout), m0, Mq, si.lq, h0,
+                                         [&](int t, int h) { return o_off(p, si, b, t, h); }, tid);
   const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
-  auto tile_at = [&](int tile, int* n0, bool* full) { steps.at(p, si, tile, n0, full); };
-  const uint16_t* k_base = K + k_off(p, si, b, 0, kvh);
-  const uint16_t* v_base = V + v_off(p, si, b, 0, kvh);
+  const uint16_t* k_base = static_cast<const uint16_t*>(p.k) + k_off(p, si, b, 0, kvh);
+  const uint16_t* v_base = static_cast<const uint16_t*>(p.v) + v_off(p, si, b, 0, kvh);
   auto load_kv = [&](int tile, int stage) {
     int n0;
     bool full_unused;
-    tile_at(tile, &n0, &full_unused);
-    load_tile_async<kBlockN, D, kThreads>(
-        sK + stage * kBlockN * D,
-        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? k_base + (n0 + r) * p.k_row_stride : nullptr; },
-        tid);
-    load_tile_async<kBlockN, D, kThreads>(
-        sV + stage * kBlockN * D,
-        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? v_base + (n0 + r) * p.v_row_stride : nullptr; },
-        tid);
+    steps.at(p, si, tile, &n0, &full_unused);
+    load_kv_tile<kBlockN, D, kThreads>(sK + stage * kBlockN * D, sV + stage * kBlockN * D, k_base, v_base,
+                                       p.k_row_stride, p.v_row_stride, n0, si.lk, tid);
   };
   if (n_tiles > 0) load_kv(0, 0);
   cp_async_commit();
@@ -605,9 +702,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const ScoreMod2 mod = ScoreMod2::of(p, wh);
 
   Acc dq[kDt];
-#pragma unroll
-  for (int i = 0; i < kDt; ++i) dq[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
-
+  zero_acc(dq);
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int stage = tile & 1;
     if (tile + 1 < n_tiles) {
@@ -619,88 +714,22 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __syncthreads();
     const uint16_t* tK = sK + stage * kBlockN * D;
-    const uint16_t* tV = sV + stage * kBlockN * D;
     int n0;
     bool full;
-    tile_at(tile, &n0, &full);
-
+    steps.at(p, si, tile, &n0, &full);
     Acc s[kNt], dp[kNt];
-#pragma unroll
-    for (int i = 0; i < kNt; ++i) s[i] = dp[i] = Acc{{0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int ks = 0; ks < kKs; ++ks) {
-      uint32_t qa[4], oa[4];
-      load_a<D>(sQ, warp * 16, ks, lane, qa);
-      load_a<D>(sdO, warp * 16, ks, lane, oa);
-#pragma unroll
-      for (int nt = 0; nt < kNt; nt += 2) {
-        uint32_t bk[4], bv[4];
-        load_b_nk<D>(tK, nt * 8, ks, lane, bk);
-        load_b_nk<D>(tV, nt * 8, ks, lane, bv);
-        mma16816<Bf16>(s[nt], qa, bk[0], bk[1]);
-        mma16816<Bf16>(s[nt + 1], qa, bk[2], bk[3]);
-        mma16816<Bf16>(dp[nt], oa, bv[0], bv[1]);
-        mma16816<Bf16>(dp[nt + 1], oa, bv[2], bv[3]);
-      }
-    }
-    if (mod.kind == ModKind::none && full) {
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          dp[nt].c[e] = fast_exp2(s[nt].c[e] * mod.scale_log2 - lse2[r]) * (dp[nt].c[e] - dsum[r]);
-        }
-    } else {
-      // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
-      uint32_t bits = ~0u;
-      if constexpr (kFlex) {
-        if (!full && mask_needs_pairs(p.mask))
-          bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
-            *i = row_t[k / (2 * kNt)];
-            *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
-          });
-      }
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-          const float x = s[nt].c[e];
-          const bool ok = full || (rb[r].allows(j) && ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u));
-          const float pe = ok
-                               ? fast_exp2(mod.template apply<kFlex>(x, row_t[r], j) - lse2[r])
-                               : 0.f;
-          dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * mod.grad(x);
-        }
-      }
-    }
-    // dQ += dS K.
-#pragma unroll
-    for (int kt = 0; kt < kBlockN / 16; ++kt) {
-      uint32_t sa[4];
-      sa[0] = pack2<Bf16>(dp[2 * kt].c[0], dp[2 * kt].c[1]);
-      sa[1] = pack2<Bf16>(dp[2 * kt].c[2], dp[2 * kt].c[3]);
-      sa[2] = pack2<Bf16>(dp[2 * kt + 1].c[0], dp[2 * kt + 1].c[1]);
-      sa[3] = pack2<Bf16>(dp[2 * kt + 1].c[2], dp[2 * kt + 1].c[3]);
-#pragma unroll
-      for (int dt = 0; dt < kDt; dt += 2) {
-        uint32_t bk[4];
-        load_b_kn<D>(tK, kt * 16, dt, lane, bk);
-        mma16816<Bf16>(dq[dt], sa, bk[0], bk[1]);
-        mma16816<Bf16>(dq[dt + 1], sa, bk[2], bk[3]);
-      }
-    }
+    dq_scores<D, Bf16, kNt>(sQ, sdO, tK, sV + stage * kBlockN * D, warp, lane, s, dp);
+    dq_ds<kFlex, kNt>(p, si, b, mod, full, n0, qd, row_t, rb, lse2, dsum, s, dp);
+    dq_accumulate<D, Bf16, kNt, kDt>(dp, tK, lane, dq);
     __syncthreads();
   }
   if (n_tiles == 0) cp_async_wait<0>();
 
-  uint16_t* dQ = static_cast<uint16_t*>(p.dq);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = row_t[r];
     if (t >= si.store_q) continue;
-    uint16_t* row = dQ + q_off(p, si, b, t, wh);
+    uint16_t* row = static_cast<uint16_t*>(p.dq) + q_off(p, si, b, t, wh);
 #pragma unroll
     for (int dt = 0; dt < kDt; ++dt)
       *reinterpret_cast<uint32_t*>(row + dt * 8 + 2 * qd) =

@@ -14,7 +14,7 @@
 // allowed key (l = 0) and padding rows write O = 0, LSE = -inf.
 #pragma once
 
-#include "backends/kernels/attn_common.cuh"
+#include "backends/kernels/attn_tile_ops.cuh"
 
 namespace attnbench::kernels {
 
@@ -22,6 +22,137 @@ namespace attnbench::kernels {
 template <int D, int kWarps, int kBlockN, int kMT>
 constexpr size_t fwd_smem_bytes() {
   return 2u * (static_cast<size_t>(16 * kMT * kWarps) * D + 4u * kBlockN * D);
+}
+
+/// S = Q K^T for the warp's kMT m-tiles against one K tile (Q fragments from
+/// shared memory, each K fragment used kMT times).
+template <int D, bool Bf16, int kMT, int kNt>
+__device__ __forceinline__ void fwd_scores(const uint16_t* sQ, const uint16_t* tK, int warp, int lane,
+                                           Acc (&s)[kMT][kNt]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) zero_acc(s[mt]);
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t qa[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) load_a<D>(sQ, (warp * kMT + mt) * 16, ks, lane, qa[mt]);
+#pragma unroll
+    for (int nt = 0; nt < kNt; nt += 2) {
+      uint32_t bb[4];
+      load_b_nk<D>(tK, nt * 8, ks, lane, bb);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        mma16816<Bf16>(s[mt][nt], qa[mt], bb[0], bb[1]);
+        mma16816<Bf16>(s[mt][nt + 1], qa[mt], bb[2], bb[3]);
+      }
+    }
+  }
+}
+
+/// One m-tile's online-softmax step on the key tile at n0: score mod in the exp2
+/// domain, the mask on partial tiles (row interval; flex: mask_allowed bits for
+/// documents / block_sparse), the running max m and sum l, O rescaled, and S
+/// replaced by P. row0 / row1: this thread's two query rows.
+template <bool kFlex, int kNt, int kDt>
+__device__ __forceinline__ void fwd_softmax(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
+                                            bool full, int n0, int qd, int row0, int row1, Acc (&s)[kNt],
+                                            Acc (&o)[kDt], float (&m_run)[2], float (&l_run)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+  if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt].c[e] *= mod.scale_log2;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[nt].c[e]);
+      }
+  } else {
+    const RowBounds rb[2] = {RowBounds::of(p.mask, row0, si.lq, si.lk), RowBounds::of(p.mask, row1, si.lq, si.lk)};
+    // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
+    uint32_t bits = ~0u;
+    if constexpr (kFlex) {
+      if (!full && mask_needs_pairs(p.mask))
+        bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
+          *i = k / (2 * kNt) ? row1 : row0;
+          *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
+        });
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+        float x = mod.template apply<kFlex>(s[nt].c[e], r ? row1 : row0, j);
+        const bool ok = full || (rb[r].allows(j) && ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u));
+        if (!ok) x = -INFINITY;
+        s[nt].c[e] = x;
+        mx[r] = fmaxf(mx[r], x);
+      }
+    }
+  }
+  float corr[2], base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m_run[r], quad_max(mx[r]));
+    base[r] = m_new == -INFINITY ? 0.f : m_new;
+    corr[r] = fast_exp2(m_run[r] - base[r]);
+    m_run[r] = m_new;
+    l_run[r] *= corr[r];
+  }
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pe = fast_exp2(s[nt].c[e] - base[e >> 1]);
+      s[nt].c[e] = pe;
+      l_run[e >> 1] += pe;
+    }
+  }
+#pragma unroll
+  for (int dt = 0; dt < kDt; ++dt) {
+    o[dt].c[0] *= corr[0];
+    o[dt].c[1] *= corr[0];
+    o[dt].c[2] *= corr[1];
+    o[dt].c[3] *= corr[1];
+  }
+}
+
+/// O += P V with P from registers; each V fragment used kMT times.
+template <int D, bool Bf16, int kMT, int kNt, int kDt>
+__device__ __forceinline__ void fwd_pv(const Acc (&s)[kMT][kNt], const uint16_t* tV, int lane, Acc (&o)[kMT][kDt]) {
+#pragma unroll
+  for (int kt = 0; kt < kNt / 2; ++kt) {
+    uint32_t pa[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) acc_to_a<Bf16>(s[mt][2 * kt], s[mt][2 * kt + 1], pa[mt]);
+#pragma unroll
+    for (int dt = 0; dt < kDt; dt += 2) {
+      uint32_t bb[4];
+      load_b_kn<D>(tV, kt * 16, dt, lane, bb);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        mma16816<Bf16>(o[mt][dt], pa[mt], bb[0], bb[1]);
+        mma16816<Bf16>(o[mt][dt + 1], pa[mt], bb[2], bb[3]);
+      }
+    }
+  }
+}
+
+/// Epilogue of one query row t of head h (half r of the thread's accumulator
+/// rows): O = acc / l and LSE = ln 2 * (m + log2 l); O = 0 and LSE = -inf for rows
+/// with no allowed key (l = 0) and padding rows; nothing past store_q.
+template <bool Bf16, int kDt>
+__device__ __forceinline__ void fwd_store_row(const AttnParams& p, const SeqInfo& si, int b, int t, int h, int qd,
+                                              const Acc (&o)[kDt], int r, float m_run, float l_part) {
+  const float l = quad_sum(l_part);
+  const bool live = t < si.lq && l > 0.f;
+  const float inv = live ? 1.f / l : 0.f;
+  if (t >= si.store_q) return;
+  uint16_t* orow = static_cast<uint16_t*>(p.o) + o_off(p, si, b, t, h);
+#pragma unroll
+  for (int dt = 0; dt < kDt; ++dt)
+    *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * qd) = pack2<Bf16>(o[dt].c[2 * r] * inv, o[dt].c[2 * r + 1] * inv);
+  if (qd == 0) p.lse[lse_off(p, si, b, t, h)] = live ? (m_run + log2f(l)) * kLn2 : -INFINITY;
 }
 
 /// kMT: 16-row m-tiles per warp (2: every K / V fragment read from shared memory
@@ -33,7 +164,6 @@ template <int D, bool Bf16, int kWarps, int kBlockN, int kMT, bool kFlex = false
 __global__ void __launch_bounds__(kWarps * 32)
     attn_fwd_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack) {
   constexpr int kThreads = kWarps * 32, kBlockM = 16 * kMT * kWarps;
-  constexpr int kKs = D / 16;        // k-slices of Q K^T
   constexpr int kNt = kBlockN / 8;   // n-tiles of S
   constexpr int kDt = D / 8;         // n-tiles of O
   static_assert(kNt % 2 == 0 && kDt % 2 == 0, "tiles come in pairs");
@@ -50,36 +180,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int b = item.seq, m0 = item.start;
   const int Mq = kBlockM / pack;
   const SeqInfo si = seq_info(p, b);
-  const uint16_t* Q = static_cast<const uint16_t*>(p.q);
-  const uint16_t* K = static_cast<const uint16_t*>(p.k);
-  const uint16_t* V = static_cast<const uint16_t*>(p.v);
 
-  // Q tile (padding rows zero-filled).
-  load_tile_async<kBlockM, D, kThreads>(
-      sQ,
-      [&](int r) -> const uint16_t* {
-        const int t = m0 + r % Mq;
-        return t < si.lq ? Q + q_off(p, si, b, t, h0 + r / Mq) : nullptr;
-      },
-      tid);
+  // Q tile (padding rows zero-filled), then the first K / V tile.
+  load_packed_rows<kBlockM, D, kThreads>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
+                                         [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
   // Key tiles of this CTA's rows: (first key, whether no pair of it is masked).
   const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
-  auto tile_at = [&](int tile, int* n0, bool* full) { steps.at(p, si, tile, n0, full); };
-  const uint16_t* k_base = K + k_off(p, si, b, 0, kvh);
-  const uint16_t* v_base = V + v_off(p, si, b, 0, kvh);
+  const uint16_t* k_base = static_cast<const uint16_t*>(p.k) + k_off(p, si, b, 0, kvh);
+  const uint16_t* v_base = static_cast<const uint16_t*>(p.v) + v_off(p, si, b, 0, kvh);
   auto load_kv = [&](int tile, int stage) {
     int n0;
     bool full_unused;
-    tile_at(tile, &n0, &full_unused);
-    load_tile_async<kBlockN, D, kThreads>(
-        sK + stage * kBlockN * D,
-        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? k_base + (n0 + r) * p.k_row_stride : nullptr; },
-        tid);
-    load_tile_async<kBlockN, D, kThreads>(
-        sV + stage * kBlockN * D,
-        [&](int r) -> const uint16_t* { return n0 + r < si.lk ? v_base + (n0 + r) * p.v_row_stride : nullptr; },
-        tid);
+    steps.at(p, si, tile, &n0, &full_unused);
+    load_kv_tile<kBlockN, D, kThreads>(sK + stage * kBlockN * D, sV + stage * kBlockN * D, k_base, v_base,
+                                       p.k_row_stride, p.v_row_stride, n0, si.lk, tid);
   };
   if (n_tiles > 0) load_kv(0, 0);
   cp_async_commit();
@@ -96,8 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float m_run[kMT][2], l_run[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int i = 0; i < kDt; ++i) o[mt][i] = Acc{{0.f, 0.f, 0.f, 0.f}};
+    zero_acc(o[mt]);
     m_run[mt][0] = m_run[mt][1] = -INFINITY;
     l_run[mt][0] = l_run[mt][1] = 0.f;
   }
@@ -112,144 +226,25 @@ __global__ void __launch_bounds__(kWarps * 32)
       cp_async_wait<0>();
     }
     __syncthreads();
-    const uint16_t* tK = sK + stage * kBlockN * D;
-    const uint16_t* tV = sV + stage * kBlockN * D;
     int n0;
     bool full;
-    tile_at(tile, &n0, &full);
-
-    // S = Q K^T (Q fragments from shared memory, each K fragment used kMT times).
+    steps.at(p, si, tile, &n0, &full);
     Acc s[kMT][kNt];
+    fwd_scores<D, Bf16, kMT, kNt>(sQ, sK + stage * kBlockN * D, warp, lane, s);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int i = 0; i < kNt; ++i) s[mt][i] = Acc{{0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int ks = 0; ks < kKs; ++ks) {
-      uint32_t qa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) load_a<D>(sQ, (warp * kMT + mt) * 16, ks, lane, qa[mt]);
-#pragma unroll
-      for (int nt = 0; nt < kNt; nt += 2) {
-        uint32_t bb[4];
-        load_b_nk<D>(tK, nt * 8, ks, lane, bb);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          mma16816<Bf16>(s[mt][nt], qa[mt], bb[0], bb[1]);
-          mma16816<Bf16>(s[mt][nt + 1], qa[mt], bb[2], bb[3]);
-        }
-      }
-    }
-
-    // Score mod (exp2 domain), mask on partial tiles, online softmax.
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-      float mx[2] = {-INFINITY, -INFINITY};
-      if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
-#pragma unroll
-        for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[mt][nt].c[e] *= mod.scale_log2;
-            mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][nt].c[e]);
-          }
-      } else {
-        const RowBounds rb[2] = {RowBounds::of(p.mask, row_of(mt, 0), si.lq, si.lk),
-                                 RowBounds::of(p.mask, row_of(mt, 1), si.lq, si.lk)};
-        // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
-        uint32_t bits = ~0u;
-        if constexpr (kFlex) {
-          if (!full && mask_needs_pairs(p.mask))
-            bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
-              *i = row_of(mt, k / (2 * kNt));
-              *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
-            });
-        }
-#pragma unroll
-        for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-            float x = mod.template apply<kFlex>(s[mt][nt].c[e], row_of(mt, r), j);
-            const bool ok = full || (rb[r].allows(j) && ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u));
-            if (!ok) x = -INFINITY;
-            s[mt][nt].c[e] = x;
-            mx[r] = fmaxf(mx[r], x);
-          }
-        }
-      }
-      float corr[2], base[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(m_run[mt][r], quad_max(mx[r]));
-        base[r] = m_new == -INFINITY ? 0.f : m_new;
-        corr[r] = fast_exp2(m_run[mt][r] - base[r]);
-        m_run[mt][r] = m_new;
-        l_run[mt][r] *= corr[r];
-      }
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = fast_exp2(s[mt][nt].c[e] - base[e >> 1]);
-          s[mt][nt].c[e] = pe;
-          l_run[mt][e >> 1] += pe;
-        }
-      }
-#pragma unroll
-      for (int dt = 0; dt < kDt; ++dt) {
-        o[mt][dt].c[0] *= corr[0];
-        o[mt][dt].c[1] *= corr[0];
-        o[mt][dt].c[2] *= corr[1];
-        o[mt][dt].c[3] *= corr[1];
-      }
-    }
-
-    // O += P V, P from registers; each V fragment used kMT times.
-#pragma unroll
-    for (int kt = 0; kt < kBlockN / 16; ++kt) {
-      uint32_t pa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        pa[mt][0] = pack2<Bf16>(s[mt][2 * kt].c[0], s[mt][2 * kt].c[1]);
-        pa[mt][1] = pack2<Bf16>(s[mt][2 * kt].c[2], s[mt][2 * kt].c[3]);
-        pa[mt][2] = pack2<Bf16>(s[mt][2 * kt + 1].c[0], s[mt][2 * kt + 1].c[1]);
-        pa[mt][3] = pack2<Bf16>(s[mt][2 * kt + 1].c[2], s[mt][2 * kt + 1].c[3]);
-      }
-#pragma unroll
-      for (int dt = 0; dt < kDt; dt += 2) {
-        uint32_t bb[4];
-        load_b_kn<D>(tV, kt * 16, dt, lane, bb);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          mma16816<Bf16>(o[mt][dt], pa[mt], bb[0], bb[1]);
-          mma16816<Bf16>(o[mt][dt + 1], pa[mt], bb[2], bb[3]);
-        }
-      }
-    }
+      fwd_softmax<kFlex, kNt, kDt>(p, si, b, mod, full, n0, qd, row_of(mt, 0), row_of(mt, 1), s[mt], o[mt], m_run[mt],
+                                   l_run[mt]);
+    fwd_pv<D, Bf16, kMT, kNt, kDt>(s, sV + stage * kBlockN * D, lane, o);
     __syncthreads();  // this stage is refilled two tiles later
   }
   if (n_tiles == 0) cp_async_wait<0>();
 
-  // Epilogue.
-  uint16_t* O = static_cast<uint16_t*>(p.o);
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int t = row_of(mt, r);
-      const float l = quad_sum(l_run[mt][r]);
-      const bool live = t < si.lq && l > 0.f;
-      const float inv = live ? 1.f / l : 0.f;
-      if (t >= si.store_q) continue;
-      uint16_t* orow = O + o_off(p, si, b, t, wh);
-#pragma unroll
-      for (int dt = 0; dt < kDt; ++dt) {
-        const uint32_t v = pack2<Bf16>(o[mt][dt].c[2 * r] * inv, o[mt][dt].c[2 * r + 1] * inv);
-        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * qd) = v;
-      }
-      if (qd == 0) p.lse[lse_off(p, si, b, t, wh)] = live ? (m_run[mt][r] + log2f(l)) * kLn2 : -INFINITY;
-    }
+    for (int r = 0; r < 2; ++r)
+      fwd_store_row<Bf16, kDt>(p, si, b, row_of(mt, r), wh, qd, o[mt], r, m_run[mt][r], l_run[mt][r]);
 }
 
 }  // namespace attnbench::kernels
