@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "harness/model/errors.hpp"
+#include "harness/model/printable.hpp"
 
 namespace attnbench::cli {
 
@@ -41,10 +42,10 @@ int main_entry(int argc, char** argv) {
   try {
     return action ? action() : kExitBadInput;
   } catch (const InputError& e) {
-    std::fprintf(stderr, "attnbench: error: %s\n", e.what());
+    std::fprintf(stderr, "attnbench: error: %s\n", printable(e.what(), true).c_str());
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attnbench: internal error: %s\n", e.what());
+    std::fprintf(stderr, "attnbench: internal error: %s\n", printable(e.what(), true).c_str());
     return kExitInternal;
   }
 }

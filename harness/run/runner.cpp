@@ -14,6 +14,7 @@
 #include "harness/measure/kernel_trace.hpp"
 #include "harness/device/kernel_trace.hpp"
 #include "harness/model/mask.hpp"
+#include "harness/model/printable.hpp"
 #include "reports/report.hpp"
 #include "reference/reference.hpp"
 
@@ -195,8 +196,26 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     Case c = scenario.cases[ci];
     if (opts.seed) c.problem.seed = *opts.seed;
     const Problem& p = c.problem;
-    std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", case_no, scenario.cases.size(), c.id.c_str(),
+    std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", case_no, scenario.cases.size(), printable(c.id).c_str(),
                  ms_since(run_t0) / 1000.0);
+    if (!c.invalid.empty()) {
+      // Over the total-size budget (Case::invalid): an error row per backend, with
+      // the message; nothing is allocated or counted for it, and the sweep goes on.
+      for (auto& backend : backends) {
+        ReportRow row;
+        row.case_id = c.id;
+        row.backend = backend->name();
+        row.problem = nullptr;
+        row.status = RowStatus::error;
+        row.message = c.invalid;
+        ++summary.error;
+        ++summary.rows;
+        std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
+                     printable(row.message).c_str());
+        writer.add_row(row);
+      }
+      continue;
+    }
     const int64_t useful_pairs = count_allowed_pairs(p) * p.heads_q;
     std::unique_ptr<ProblemData> inputs;  // generated lazily, untimed
     GoldCache gold;
@@ -305,8 +324,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
         default: ++summary.error; break;
       }
       ++summary.rows;
-      std::fprintf(stderr, "    %-8s %-11s %s\n", row.backend.c_str(), to_string(row.status),
-                   !row.reason.empty() ? row.reason.c_str() : row.message.c_str());
+      std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
+                   printable(!row.reason.empty() ? row.reason : row.message).c_str());
       writer.add_row(row);
     }
   }

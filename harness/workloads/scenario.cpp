@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "harness/model/budget.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
 
@@ -286,7 +287,8 @@ struct CaseBuilder {
   std::string default_prefix;                 // where missing fields would go ("/base")
   std::string id;
 
-  [[noreturn]] void fail_mapped(const InputError& e) const {
+  /// `e` with its pointer mapped to where the field came from in the file.
+  InputError mapped(const InputError& e) const {
     auto [head, rest] = split_pointer(e.json_path());
     std::string path;
     if (auto it = origin.find(head); it != origin.end()) {
@@ -295,8 +297,9 @@ struct CaseBuilder {
     } else {
       path = default_prefix + e.json_path();
     }
-    throw InputError(file, path, raw_message(e) + " (case " + id + ")");
+    return InputError(file, path, raw_message(e) + " (case " + id + ")");
   }
+  [[noreturn]] void fail_mapped(const InputError& e) const { throw mapped(e); }
 
   void set(const std::string& key, const json& v, const std::string& path, bool from_axis) {
     if (key == "seq") {
@@ -662,6 +665,11 @@ struct Expander {
     c.axes = axes_json;
     try {
       c.problem = problem_from_json(cb.fields, file, "");
+    } catch (const BudgetError& e) {
+      // Too large for the budget: this case becomes an error row, the sweep goes on.
+      c.invalid = cb.mapped(e).what();
+      cases.push_back(std::move(c));
+      return;
     } catch (const InputError& e) {
       cb.fail_mapped(e);
     }
@@ -680,6 +688,8 @@ struct Expander {
       c.problem.mask.push_back(res.document_term());
       try {
         validate(c.problem, file, "");
+      } catch (const BudgetError& e) {
+        c.invalid = cb.mapped(e).what();
       } catch (const InputError& e) {
         cb.fail_mapped(e);
       }
