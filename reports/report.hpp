@@ -18,9 +18,14 @@ namespace attnbench {
 /// The schema version this build writes and reads (report.json "schema_version").
 constexpr int kReportSchemaVersion = 1;
 
-/// Status of one (case, backend) row.
-enum class RowStatus { pass, fail, unsupported, error, oom, timeout, crashed };
+/// Status of one (case, backend) row. Appended statuses (after crashed) go at the
+/// end, each with to_string() and parse_row_status() in report.cpp:
+///   unchecked: the backend ran but its outputs were not checked (--check off):
+///              correctness unknown, never counted as pass (compare: unknown).
+enum class RowStatus { pass, fail, unsupported, error, oom, timeout, crashed, unchecked };
 const char* to_string(RowStatus s);
+/// Every status, in enum order (for messages and counts).
+const std::vector<RowStatus>& all_row_statuses();
 /// Inverse of to_string(RowStatus); std::nullopt for an unknown name.
 std::optional<RowStatus> parse_row_status(const std::string& s);
 
@@ -88,6 +93,9 @@ void write_json_atomic(const std::string& path, const nlohmann::json& doc);
 /// (exit code 2); compare, merge and report all read through here. This is the reader's guard, not the full
 /// schema (tests validate against reports/report.schema.json).
 nlohmann::json load_report(const std::string& file);
+/// The checks of load_report() on an already-parsed document (parse it with
+/// jsonu::parse_text); `file` labels errors. Returns `doc`. Throws InputError.
+nlohmann::json report_from_json(nlohmann::json doc, const std::string& file);
 
 /// "<case_id>|<backend>", the identity of a row across runs.
 std::string row_key(const nlohmann::json& row);

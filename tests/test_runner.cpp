@@ -104,14 +104,17 @@ TEST_CASE("every case becomes a row; failures do not stop the sweep") {
   o.check = CheckMode::off;
   RunSummary sum = run_scenario(three_cases(), o);
   CHECK(sum.rows == 3);
-  CHECK(sum.pass == 1);
+  CHECK(sum.unchecked == 1);  // --check off: ran, never an unearned pass
+  CHECK(sum.pass == 0);
   CHECK(sum.unsupported == 1);
   CHECK(sum.error == 1);
   CHECK(sum.exit_code() == 1);
   auto j = read_json(sum.report_path);
   REQUIRE(j["results"].size() == 3);
   CHECK(j["results"][0]["case_id"] == "d64");
-  CHECK(j["results"][0]["status"] == "pass");
+  CHECK(j["results"][0]["status"] == "unchecked");
+  CHECK(j["results"][0]["check"]["mode"] == "off");
+  CHECK(j["results"][0]["check"]["nonfinite"].is_object());
   CHECK(j["results"][0]["work"]["useful_pairs"] == 36);  // causal 8x8
   CHECK(j["results"][0]["work"]["executed_pairs"] == 64);
   CHECK(j["results"][0]["work"]["tile_efficiency"].get<double>() == doctest::Approx(36.0 / 64.0));
@@ -196,7 +199,7 @@ TEST_CASE("samples a backend timed itself are marked external, with the run's co
   o.check = CheckMode::off;
   o.policy.cold = false;
   RunSummary sum = run_scenario(s, o);
-  REQUIRE(sum.pass == 1);
+  REQUIRE(sum.unchecked == 1);
   auto j = read_json(sum.report_path);
   const auto& fwd = j["results"][0]["timing"]["fwd"];
   CHECK(fwd["stop_reason"] == "external");
@@ -243,7 +246,7 @@ TEST_CASE("--kernel-trace: GPU rows get extra.kernel_trace, CPU rows and worker-
   o.determinism = false;
   o.kernel_trace = true;
   RunSummary sum = run_scenario(s, o);
-  REQUIRE(sum.pass == 3);
+  REQUIRE(sum.unchecked == 3);
   auto j = read_json(sum.report_path);
   const auto& gpu_row = j["results"][0];
   const auto& worker_row = j["results"][1];

@@ -3,6 +3,7 @@
 
 #include "harness/cli/cli.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/model/printable.hpp"
 #include "harness/run/runner.hpp"
 
 namespace attnbench::cli {
@@ -77,11 +78,17 @@ void add_run_command(CLI::App& app, Action& action) {
       Scenario s = load_scenario(resolve_scenario_path(args->scenario), o.seed);
       if (s.max_seconds && !max_seconds_given) o.policy.max_seconds = *s.max_seconds;
       RunSummary sum = run_scenario(s, o);
-      std::printf("attnbench: %lld rows: %lld pass, %lld fail, %lld unsupported, %lld error, %lld oom\n",
+      std::printf("attnbench: %lld rows: %lld pass, %lld fail, %lld unsupported, %lld error, %lld oom",
                   static_cast<long long>(sum.rows), static_cast<long long>(sum.pass), static_cast<long long>(sum.fail),
                   static_cast<long long>(sum.unsupported), static_cast<long long>(sum.error),
                   static_cast<long long>(sum.oom));
-      std::printf("attnbench: report written to %s\n", sum.report_path.c_str());
+      if (sum.fail_masked_rows_only > 0)
+        std::printf(" (%lld fail only on the fully-masked-row convention, numerics fine)",
+                    static_cast<long long>(sum.fail_masked_rows_only));
+      if (sum.unchecked > 0)
+        std::printf(", %lld unchecked (--check off: correctness unknown)", static_cast<long long>(sum.unchecked));
+      std::printf("\n");
+      std::printf("attnbench: report written to %s\n", printable(sum.report_path).c_str());
       return sum.exit_code();
     };
   });

@@ -256,9 +256,11 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
             row.check["plan"] = gold.plan.description;
             row.check["reference_ms"] = gold.ms;
             row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
+            if (!cr.pass) row.message = cr.failure_detail;  // convention vs wrong numbers (check.hpp)
+            if (cr.failure_class == "fully_masked_rows") ++summary.fail_masked_rows_only;
           } else {
-            row.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}};
-            row.status = RowStatus::pass;
+            row.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}, {"nonfinite", count_nonfinite(got)}};
+            row.status = RowStatus::unchecked;  // never an unearned pass
           }
           if (opts.determinism) {
             inst->poison_outputs();
@@ -321,6 +323,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
         case RowStatus::fail: ++summary.fail; break;
         case RowStatus::unsupported: ++summary.unsupported; break;
         case RowStatus::oom: ++summary.oom; break;
+        case RowStatus::unchecked: ++summary.unchecked; break;
         default: ++summary.error; break;
       }
       ++summary.rows;

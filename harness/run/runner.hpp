@@ -37,6 +37,10 @@ struct RunOptions {
 /// Summary of a finished run.
 struct RunSummary {
   int64_t rows = 0, pass = 0, fail = 0, unsupported = 0, error = 0, oom = 0;
+  int64_t unchecked = 0;  ///< rows run with --check off: ran, correctness unknown
+  /// Of the `fail` rows, those whose numerics pass and only fully masked rows
+  /// break the convention (check.failure_class "fully_masked_rows").
+  int64_t fail_masked_rows_only = 0;
   std::string report_path;
   /// 1 when any row failed the correctness rule or errored, else 0.
   int exit_code() const { return (fail > 0 || error > 0) ? 1 : 0; }
@@ -45,7 +49,9 @@ struct RunSummary {
 /// Run `scenario` and write `opts.out_dir/report.json` after every row.
 /// Unknown backend names, and a name listed twice (it would write two rows for
 /// one (case_id, backend)), throw InputError (exit 2) before anything runs; a
-/// failing backend becomes a row (error/oom with the message) and the sweep goes on.
+/// failing backend becomes a row (error/oom with the message) and the sweep goes on;
+/// so does a case over the total-size budget (Case::invalid: an error row per
+/// backend). With --check off a row that ran is `unchecked`, never `pass`.
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts);
 
 /// Parse "i/n" (0 <= i < n) for --shard. Throws InputError.
