@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The test command of the README: bootstrap, build, run every test through ctest.
 # GPU suites report "Skipped" (exit 77, with the reason printed) on machines
-# without a CUDA device; everything that needs no GPU runs everywhere.
+# without a CUDA device; everything that needs no GPU runs everywhere. Then
+# ci/fuzz.sh (bounded libFuzzer runs) when clang has libFuzzer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/bootstrap.sh
 [[ -x ci/install_browser.sh ]] && ci/install_browser.sh
 ci/build.sh "$@"
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure -j"$(nproc)"
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j"$(nproc)")
+# Bounded fuzzing of every input parser when clang's libFuzzer is installed (it
+# says so and passes when not); ATTNBENCH_NO_FUZZ=1 skips it, FUZZ_SECONDS sets
+# the time per target (default 30: four targets, about 2 minutes plus the build).
+if [[ "${ATTNBENCH_NO_FUZZ:-0}" != 1 ]]; then
+  FUZZ_SECONDS="${FUZZ_SECONDS:-30}" ci/fuzz.sh
+fi

@@ -124,16 +124,23 @@ std::string effective_status(const nlohmann::json& row) {
 std::optional<int64_t> nonfinite_count(const nlohmann::json& row) {
   if (!row.contains("check") || !row["check"].is_object()) return std::nullopt;
   const auto& c = row["check"];
-  auto int_of = [](const nlohmann::json& v) -> int64_t { return v.is_number_integer() ? v.get<int64_t>() : 0; };
+  // Counts from a file: non-negative, each capped at 2^40 so that sums never overflow.
+  auto int_of = [](const nlohmann::json& v) -> int64_t {
+    if (v.is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), uint64_t{1} << 40));
+    if (v.is_number_integer()) return std::clamp<int64_t>(v.get<int64_t>(), 0, int64_t{1} << 40);
+    return 0;
+  };
   if (c.contains("tensors") && c["tensors"].is_array() && !c["tensors"].empty()) {
     int64_t n = 0;
     for (const auto& t : c["tensors"])
-      if (t.is_object()) n += int_of(t.value("nan_mismatch", nlohmann::json())) + int_of(t.value("unwritten", nlohmann::json()));
+      if (t.is_object())
+        n = std::min(n + int_of(t.value("nan_mismatch", nlohmann::json())) + int_of(t.value("unwritten", nlohmann::json())),
+                     int64_t{1} << 61);  // saturate: never overflows
     return n;
   }
   if (c.contains("nonfinite") && c["nonfinite"].is_object()) {
     int64_t n = 0;
-    for (const auto& [k, v] : c["nonfinite"].items()) n += int_of(v);
+    for (const auto& [k, v] : c["nonfinite"].items()) n = std::min(n + int_of(v), int64_t{1} << 61);
     return n;
   }
   return std::nullopt;

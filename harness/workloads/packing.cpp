@@ -270,7 +270,10 @@ std::string resolve_data_path(const std::string& rel, const std::string& scenari
 }
 
 LengthSource load_empirical_lengths(const std::string& path) {
-  json j = jsonu::load_file(path);
+  return empirical_lengths_from_json(jsonu::load_file(path), path);
+}
+
+LengthSource empirical_lengths_from_json(const json& j, const std::string& path) {
   jsonu::require_object(j, path, "");
   LengthSource s;
   s.kind = LengthSource::Kind::empirical;

@@ -137,6 +137,9 @@ PackResult pack_documents(const PackingSpec& spec, uint64_t seed);
 /// (optional, must equal the number of lengths), provenance fields ignored}.
 /// Throws InputError (file, JSON path, value).
 LengthSource load_empirical_lengths(const std::string& path);
+/// The same from an already-parsed document (jsonu::parse_text); `path` labels
+/// errors and names the source. Throws InputError.
+LengthSource empirical_lengths_from_json(const nlohmann::json& j, const std::string& path);
 
 /// Resolve a data path written in a scenario file: absolute as is; else relative to
 /// the scenario file's directory, then to scenarios_dir(). Returns the first that

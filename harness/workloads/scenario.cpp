@@ -630,6 +630,8 @@ struct Expander {
     if (!packing.is_null()) {
       auto int_field = [&](const char* f) -> int64_t {
         const json v = cb.fields.value(f, json());
+        // Only a default: an out-of-range value is left to problem_from_json to name.
+        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return 0;
         return v.is_number_integer() ? v.get<int64_t>() : 0;
       };
       try {
