@@ -210,3 +210,21 @@ TEST_CASE("control characters in input strings never reach the terminal raw") {
   CHECK(e.code == 2);
   CHECK_FALSE(contains(e.err, "\x1b"));
 }
+
+TEST_CASE("packing: a sweep case that would draw billions of documents is an error row, drawn no further") {
+  TempDir t;
+  // 65536 packs of 131072 one-token documents: 2^33 documents within every size
+  // budget of the problem itself; the document budget (2^24) stops the drawing.
+  // 65536 packs by first fit over 2^21 documents: 2^37 steps, beyond 2^36.
+  const std::string f = t.write("pk.json", R"({"name": "pk", "base": {"heads_q": 1, "head_dim": 1, "dtype": "bf16"},
+    "axes": {"packing": [
+      {"source": {"kind": "fixed", "length": 1}, "num_packs": 65536, "max_seq_len": 131072, "strategy": "greedy"},
+      {"source": {"kind": "fixed", "length": 32}, "num_packs": 65536, "max_seq_len": 1024, "strategy": "ffd"},
+      {"source": {"kind": "fixed", "length": 8}, "num_packs": 2, "max_seq_len": 64}]}})");
+  Result d = run("describe '" + f + "'", t);
+  CHECK(d.code == 0);
+  CHECK(contains(d.out, "2 cases over the size budget"));
+  CHECK(contains(d.out, "fixed1-greedy: " + f + ": /axes/packing/0: packing would draw more than 16777216 documents"));
+  CHECK(contains(d.out, "fixed32-ffd: " + f + ": /axes/packing/1: first-fit-decreasing of 2097152 documents into 65536 packs"));
+  CHECK(contains(d.out, "fixed8-greedy  2"));
+}

@@ -682,6 +682,11 @@ struct Expander {
       PackResult res;
       try {
         res = pack_documents(*spec, c.problem.seed);
+      } catch (const BudgetError& e) {
+        // Too many documents for the budget: this case becomes an error row.
+        c.invalid = InputError(file, packing_path, raw_message(e) + " (case " + id + ")").what();
+        cases.push_back(std::move(c));
+        return;
       } catch (const std::invalid_argument& e) {
         throw InputError(file, packing_path, std::string(e.what()) + " (case " + id + ")");
       }
