@@ -125,6 +125,25 @@ nlohmann::json trace_passes(BackendInstance& inst, bool backward) {
   return out;
 }
 
+/// A case over the total-size budget (Case::invalid): an error row per backend
+/// with the message; nothing is allocated or counted for it.
+void write_invalid_case_rows(const Case& c, const std::vector<std::unique_ptr<Backend>>& backends,
+                             ReportWriter& writer, RunSummary& summary) {
+  for (const auto& backend : backends) {
+    ReportRow row;
+    row.case_id = c.id;
+    row.backend = backend->name();
+    row.problem = nullptr;
+    row.status = RowStatus::error;
+    row.message = c.invalid;
+    ++summary.error;
+    ++summary.rows;
+    std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
+                 printable(row.message).c_str());
+    writer.add_row(row);
+  }
+}
+
 }  // namespace
 
 std::pair<int, int> parse_shard(const std::string& s) {
@@ -199,21 +218,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", case_no, scenario.cases.size(), printable(c.id).c_str(),
                  ms_since(run_t0) / 1000.0);
     if (!c.invalid.empty()) {
-      // Over the total-size budget (Case::invalid): an error row per backend, with
-      // the message; nothing is allocated or counted for it, and the sweep goes on.
-      for (auto& backend : backends) {
-        ReportRow row;
-        row.case_id = c.id;
-        row.backend = backend->name();
-        row.problem = nullptr;
-        row.status = RowStatus::error;
-        row.message = c.invalid;
-        ++summary.error;
-        ++summary.rows;
-        std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
-                     printable(row.message).c_str());
-        writer.add_row(row);
-      }
+      write_invalid_case_rows(c, backends, writer, summary);
       continue;
     }
     const int64_t useful_pairs = count_allowed_pairs(p) * p.heads_q;
