@@ -23,3 +23,19 @@ if ((${#missing[@]})); then
 else
   echo "bootstrap: build dependencies present"
 fi
+
+# Optional: clang with libFuzzer for ci/fuzz.sh (libclang-rt-dev holds
+# libclang_rt.fuzzer). Never fatal: without them fuzzing is skipped with a message.
+optional=(clang libclang-rt-dev)
+missing_opt=()
+for p in "${optional[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_opt+=("$p")
+done
+if ((${#missing_opt[@]})) && [[ "${ATTNBENCH_NO_FUZZ:-0}" != 1 ]]; then
+  echo "bootstrap: installing (optional, for fuzzing) ${missing_opt[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing_opt[@]}"; then
+    echo "bootstrap: note: could not install ${missing_opt[*]}; ci/fuzz.sh will skip fuzzing" >&2
+  fi
+fi

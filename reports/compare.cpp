@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
+#include "harness/model/printable.hpp"
 #include "harness/measure/measure.hpp"
 #include "reports/report.hpp"
 
@@ -94,6 +96,7 @@ int64_t Comparison::regressions() const {
   int64_t n = 0;
   for (const auto& t : timings) n += t.regression;
   for (const auto& s : status_changes) n += s.regression;
+  for (const auto& g : guards) n += g.regression;
   if (options.fail_on_missing) n += static_cast<int64_t>(missing.size());
   return n;
 }
@@ -106,7 +109,61 @@ const nlohmann::json* timing_of(const nlohmann::json& row, const std::string& pa
   return t.is_object() ? &t : nullptr;
 }
 
+/// The row's status for the gate: "unchecked" also for a "pass" row whose
+/// check.mode is "off" (reports written before the unchecked status existed).
+std::string effective_status(const nlohmann::json& row) {
+  std::string st = row.value("status", "");
+  if (st == "pass" && row.contains("check") && row["check"].is_object() &&
+      row["check"].value("mode", nlohmann::json()) == "off")
+    return "unchecked";
+  return st;
+}
+
+/// Non-finite output elements a row records: sum of check.tensors[].nan_mismatch
+/// + unwritten, else of check.nonfinite's counts; nullopt when it records neither.
+std::optional<int64_t> nonfinite_count(const nlohmann::json& row) {
+  if (!row.contains("check") || !row["check"].is_object()) return std::nullopt;
+  const auto& c = row["check"];
+  // Counts from a file: non-negative, each capped at 2^40 so that sums never overflow.
+  auto int_of = [](const nlohmann::json& v) -> int64_t {
+    if (v.is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), uint64_t{1} << 40));
+    if (v.is_number_integer()) return std::clamp<int64_t>(v.get<int64_t>(), 0, int64_t{1} << 40);
+    return 0;
+  };
+  if (c.contains("tensors") && c["tensors"].is_array() && !c["tensors"].empty()) {
+    int64_t n = 0;
+    for (const auto& t : c["tensors"])
+      if (t.is_object())
+        n = std::min(n + int_of(t.value("nan_mismatch", nlohmann::json())) + int_of(t.value("unwritten", nlohmann::json())),
+                     int64_t{1} << 61);  // saturate: never overflows
+    return n;
+  }
+  if (c.contains("nonfinite") && c["nonfinite"].is_object()) {
+    int64_t n = 0;
+    for (const auto& [k, v] : c["nonfinite"].items()) n = std::min(n + int_of(v), int64_t{1} << 61);
+    return n;
+  }
+  return std::nullopt;
+}
+
+/// extra.setup_ms of a row, NaN when absent.
+double setup_ms_of(const nlohmann::json& row) {
+  if (row.contains("extra") && row["extra"].is_object() && row["extra"].contains("setup_ms") &&
+      row["extra"]["setup_ms"].is_number())
+    return row["extra"]["setup_ms"].get<double>();
+  return NAN;
+}
+
+/// extra.deterministic of a row, nullopt when not recorded.
+std::optional<bool> deterministic_of(const nlohmann::json& row) {
+  if (row.contains("extra") && row["extra"].is_object() && row["extra"].contains("deterministic") &&
+      row["extra"]["deterministic"].is_boolean())
+    return row["extra"]["deterministic"].get<bool>();
+  return std::nullopt;
+}
+
 std::string status_detail(const nlohmann::json& row) {
+  if (effective_status(row) == "unchecked") return "correctness unknown: outputs not checked (--check off)";
   if (row.contains("message") && row["message"].is_string()) return row["message"].get<std::string>();
   if (row.contains("reason") && row["reason"].is_string()) return row["reason"].get<std::string>();
   if (row.contains("check") && row["check"].is_object() && row["check"].contains("worst_ratio") &&
@@ -201,7 +258,8 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
   for (const std::string& key : new_order) {
     const nlohmann::json& nr = *new_rows[key];
     const std::string case_id = nr.value("case_id", ""), backend = nr.value("backend", "");
-    const std::string nst = nr.value("status", "");
+    const std::string nst = effective_status(nr);
+    if (nst == "unchecked") cmp.unchecked.push_back(key);
     auto bit = base_rows.find(key);
     if (bit == base_rows.end()) {
       cmp.added.push_back(key);
@@ -210,12 +268,22 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
     }
     const nlohmann::json& br = *bit->second;
     ++cmp.rows_compared;
-    const std::string bst = br.value("status", "");
+    const std::string bst = effective_status(br);
     if (bst != nst || nst == "fail") {
       StatusChange sc{case_id, backend, bst, nst, status_detail(nr), false};
+      // Only "pass" is a pass: pass -> unchecked gates (correctness no longer known).
       sc.regression = (bst == "pass" && nst != "pass") || (nst == "fail" && bst != "fail");
       cmp.status_changes.push_back(sc);
     }
+    if (deterministic_of(br) == true && deterministic_of(nr) == false)
+      cmp.guards.push_back({case_id, backend, "nondeterministic",
+                            "bitwise deterministic in base, not in new (two runs differ)",
+                            !options.allow_nondeterminism});
+    const auto bnf = nonfinite_count(br), nnf = nonfinite_count(nr);
+    if (bnf && *bnf == 0 && nnf && *nnf > 0)
+      cmp.guards.push_back({case_id, backend, "nonfinite",
+                            "outputs gained " + std::to_string(*nnf) + " non-finite element(s) (NaN/Inf) where base had none",
+                            !options.allow_nonfinite});
     for (const char* pass : {"fwd", "bwd", "fwd_bwd"}) {
       const nlohmann::json* bt = timing_of(br, pass);
       const nlohmann::json* nt = timing_of(nr, pass);
@@ -225,6 +293,8 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
       TimingStats ns = TimingStats::from_json(*nt, new_file, path);
       if (bs.n == 0 || ns.n == 0) continue;
       PassComparison pc = compare_pass(bs, ns, options);
+      pc.base_setup_ms = setup_ms_of(br);
+      pc.new_setup_ms = setup_ms_of(nr);
       pc.case_id = case_id;
       pc.backend = backend;
       pc.pass = pass;
@@ -238,7 +308,8 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
 
 namespace {
 
-std::string md_cell(const std::string& s) {
+std::string md_cell(const std::string& text) {
+  const std::string s = printable(text);  // report fields are input: no control characters
   std::string out;
   for (char c : s) {
     if (c == '|') out += "\\|";
@@ -260,11 +331,16 @@ std::string change_pct(double ratio) {
 }
 
 void timing_table(std::ostringstream& os, const std::vector<const PassComparison*>& rows) {
-  os << "| case | backend | pass | base median ms | new median ms | change | U-test p | IQRs overlap | n base/new |\n";
-  os << "|---|---|---|---:|---:|---:|---:|---|---:|\n";
+  // Setup (mask, plan or graph build, once per prepare()) beside the steady-state
+  // median: the timed passes never include it.
+  os << "| case | backend | pass | base median ms | new median ms | change | base setup ms | new setup ms | U-test p | "
+        "IQRs overlap | n base/new |\n";
+  os << "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|\n";
+  auto setup = [](double v) { return std::isfinite(v) ? fmt("%.4g", v) : std::string("-"); };
   for (const auto* t : rows) {
     os << "| " << md_cell(t->case_id) << " | " << md_cell(t->backend) << " | " << t->pass << " | "
        << fmt("%.4g", t->base_median_ms) << " | " << fmt("%.4g", t->new_median_ms) << " | " << change_pct(t->ratio)
+       << " | " << setup(t->base_setup_ms) << " | " << setup(t->new_setup_ms)
        << " | " << (t->test.valid ? fmt("%.2g", t->test.p) : std::string("n/a")) << " | "
        << (t->intervals_overlap ? "yes" : "no") << " | " << t->base_n << "/" << t->new_n << " |";
     if (!t->note.empty()) os << " " << md_cell(t->note);
@@ -293,6 +369,10 @@ std::string Comparison::markdown() const {
   int64_t failing_status = 0;
   for (const auto& s : status_changes) failing_status += s.regression;
   os << "| correctness / status regressions | " << failing_status << " |\n";
+  int64_t guard_gates = 0;
+  for (const auto& g : guards) guard_gates += g.regression;
+  os << "| determinism / NaN-Inf guards broken | " << guards.size() << " (" << guard_gates << " gating) |\n";
+  os << "| rows unchecked in new (correctness unknown) | " << unchecked.size() << " |\n";
   os << "| rows added | " << added.size() << " |\n";
   os << "| rows missing | " << missing.size() << " |\n";
   os << "| **gate failures** | **" << reg << "** |\n\n";
@@ -317,6 +397,13 @@ std::string Comparison::markdown() const {
          << " | " << md_cell(s.detail.substr(0, 200)) << " |\n";
     os << "\n";
   }
+  if (!guards.empty()) {
+    os << "### Guards (determinism, NaN/Inf)\n\n| case | backend | guard | gates | detail |\n|---|---|---|---|---|\n";
+    for (const auto& g : guards)
+      os << "| " << md_cell(g.case_id) << " | " << md_cell(g.backend) << " | " << g.kind << " | "
+         << (g.regression ? "**yes**" : "no (allowed)") << " | " << md_cell(g.detail) << " |\n";
+    os << "\n";
+  }
   if (auto s = pick(Verdict::ambiguous); !s.empty()) {
     os << "### AMBIGUOUS (medians differ beyond the tolerance, noise too high to tell)\n\n";
     timing_table(os, s);
@@ -337,6 +424,7 @@ std::string Comparison::markdown() const {
   };
   list(options.fail_on_missing ? "Rows missing from new (gating)" : "Rows missing from new", missing);
   list("Rows only in new", added);
+  list("Rows unchecked in new (--check off: correctness unknown, never a pass)", unchecked);
   return os.str();
 }
 
@@ -348,7 +436,9 @@ nlohmann::json Comparison::to_json() const {
                   {"alpha", options.alpha},
                   {"allow_env_mismatch", options.allow_env_mismatch},
                   {"fail_on_ambiguous", options.fail_on_ambiguous},
-                  {"fail_on_missing", options.fail_on_missing}};
+                  {"fail_on_missing", options.fail_on_missing},
+                  {"allow_nondeterminism", options.allow_nondeterminism},
+                  {"allow_nonfinite", options.allow_nonfinite}};
   j["base_identity"] = base_identity;
   j["new_identity"] = new_identity;
   j["env_mismatch"] = env_mismatch;
@@ -368,6 +458,8 @@ nlohmann::json Comparison::to_json() const {
                             {"p", t.test.valid ? nlohmann::json(t.test.p) : nlohmann::json(nullptr)},
                             {"base_n", t.base_n},
                             {"new_n", t.new_n},
+                            {"base_setup_ms", std::isfinite(t.base_setup_ms) ? nlohmann::json(t.base_setup_ms) : nlohmann::json(nullptr)},
+                            {"new_setup_ms", std::isfinite(t.new_setup_ms) ? nlohmann::json(t.new_setup_ms) : nlohmann::json(nullptr)},
                             {"regression", t.regression},
                             {"note", t.note}});
   j["status_changes"] = nlohmann::json::array();
@@ -378,6 +470,11 @@ nlohmann::json Comparison::to_json() const {
                                    {"new_status", s.new_status},
                                    {"detail", s.detail},
                                    {"regression", s.regression}});
+  j["guards"] = nlohmann::json::array();
+  for (const auto& g : guards)
+    j["guards"].push_back({{"case_id", g.case_id}, {"backend", g.backend}, {"kind", g.kind}, {"detail", g.detail},
+                           {"regression", g.regression}});
+  j["unchecked"] = unchecked;
   j["added"] = added;
   j["missing"] = missing;
   return j;

@@ -19,7 +19,16 @@
 // oom, timeout, crashed, unsupported) is a failure; so is a row that fails the
 // correctness check in NEW and did not in BASE (NEW-only rows included). A row
 // failing in both is listed as a known failure and does not gate. Rows only in
-// one report are listed.
+// one report are listed. An `unchecked` row (--check off; also a "pass" row whose
+// check.mode is "off", as older reports wrote it) has unknown correctness: never
+// a pass, so pass -> unchecked gates; unchecked rows in NEW are counted and listed.
+// Guards beyond speed (each gates unless its option allows it):
+//   nondeterministic  extra.deterministic true in BASE and false in NEW
+//                     (--allow-nondeterminism);
+//   nonfinite         NEW's outputs hold NaN/Inf where BASE's held none: the sum
+//                     of check.tensors[].nan_mismatch + unwritten, or of
+//                     check.nonfinite (unchecked rows) goes from 0 to > 0
+//                     (--allow-nonfinite).
 // Environments (GPU name, SM count, driver, CUDA runtime) must match unless
 // allowed: otherwise compare_reports() throws InputError (exit code 2).
 #pragma once
@@ -59,6 +68,8 @@ struct CompareOptions {
   bool allow_env_mismatch = false;  ///< compare runs of different GPUs / drivers
   bool fail_on_ambiguous = false;   ///< count AMBIGUOUS as a regression
   bool fail_on_missing = false;     ///< count rows missing from NEW as a regression
+  bool allow_nondeterminism = false;  ///< do not gate on deterministic -> nondeterministic
+  bool allow_nonfinite = false;       ///< do not gate on outputs gaining NaN/Inf
 };
 
 /// One compared timing.
@@ -69,6 +80,9 @@ struct PassComparison {
   double ratio = 1;                   ///< new / base medians
   double base_q1_ms = 0, base_q3_ms = 0, new_q1_ms = 0, new_q3_ms = 0;
   int64_t base_n = 0, new_n = 0;
+  /// extra.setup_ms of the rows (mask, plan or graph build, paid once per
+  /// prepare(), not in the timed passes); NaN when the row has none.
+  double base_setup_ms = 0, new_setup_ms = 0;
   bool intervals_overlap = true;
   MannWhitney test;
   bool regression = false;            ///< counts against the gate
@@ -84,6 +98,14 @@ struct StatusChange {
   bool regression = false;
 };
 
+/// A guard beyond speed that NEW broke (see the rule above).
+struct GuardFailure {
+  std::string case_id, backend;
+  std::string kind;         ///< "nondeterministic" or "nonfinite"
+  std::string detail;
+  bool regression = false;  ///< false when the matching --allow-* option is given
+};
+
 /// The whole comparison.
 struct Comparison {
   std::string base_file, new_file;
@@ -92,13 +114,15 @@ struct Comparison {
   bool env_mismatch = false;                   ///< allowed mismatch (else compare throws)
   std::vector<PassComparison> timings;
   std::vector<StatusChange> status_changes;
+  std::vector<GuardFailure> guards;
+  std::vector<std::string> unchecked;  ///< "case_id|backend" unchecked in NEW (correctness unknown)
   std::vector<std::string> added;    ///< "case_id|backend" only in NEW
   std::vector<std::string> missing;  ///< "case_id|backend" only in BASE
   int64_t rows_compared = 0;
 
   int64_t count(Verdict v) const;
-  /// Regressions: SLOWER timings, failing status changes (and AMBIGUOUS / missing
-  /// rows when the options say so).
+  /// Regressions: SLOWER timings, failing status changes, guard failures not
+  /// allowed by an option (and AMBIGUOUS / missing rows when the options say so).
   int64_t regressions() const;
   /// 0 when nothing regressed, 1 otherwise (docs/semantics.md section 12).
   int exit_code() const { return regressions() > 0 ? 1 : 0; }

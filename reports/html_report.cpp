@@ -95,10 +95,20 @@ double median_of(const json& row, const char* pass) {
   return num(row["timing"][pass], "median_ms");
 }
 
+/// A small label after a fail badge: what kind of failure (check.failure_class).
+std::string failure_class_label(const std::string& c) {
+  if (c == "fully_masked_rows")
+    return " <span class=\"fclass\" title=\"numerics fine on every row that attends keys; fully masked rows break "
+           "the convention (O/dQ = 0, LSE = -inf)\">fully masked rows only</span>";
+  if (c == "numerics") return " <span class=\"fclass\" title=\"errors beyond the rule on rows that attend keys\">wrong numbers</span>";
+  return "";
+}
+
 std::string status_class(const std::string& s) {
   if (s == "pass") return "st-pass";
   if (s == "fail") return "st-fail";
   if (s == "unsupported") return "st-unsup";
+  if (s == "unchecked") return "st-unchecked";
   return "st-error";
 }
 
@@ -292,7 +302,10 @@ nlohmann::json derive_rows(const json& report, const std::string& baseline) {
     }
     std::string note = str(r, "reason");
     if (note.empty()) note = str(r, "message");
+    if (note.empty()) note = str(check, "failure_detail");
     d["note"] = note;
+    // fail rows: "fully_masked_rows" (numerics fine, convention differs) or "numerics".
+    d["failure_class"] = str(check, "failure_class");
     out.push_back(d);
   }
   return out;
@@ -413,8 +426,16 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
   for (const auto& r : rows) counts[r["status"].get<std::string>()]++;
   std::ostringstream summary;
   summary << "<p class=\"counts\">" << rows.size() << " rows:";
-  for (const auto& [s, n] : counts)
+  std::map<std::string, int> fail_classes;
+  for (const auto& r : rows)
+    if (r["status"] == "fail") fail_classes[r["failure_class"].get<std::string>()]++;
+  for (const auto& [s, n] : counts) {
     summary << " <span class=\"badge " << status_class(s) << "\">" << escape_html(s) << " " << n << "</span>";
+    if (s == "fail" && (fail_classes.count("fully_masked_rows") || fail_classes.count("numerics")))
+      summary << " (" << fail_classes["numerics"] << " wrong numbers, " << fail_classes["fully_masked_rows"]
+              << " only the fully-masked-row convention)";
+    if (s == "unchecked") summary << " (outputs not checked: correctness unknown)";
+  }
   summary << "</p>";
 
   // ---- the table
@@ -441,7 +462,8 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
     const std::string short_note = note.size() > kMaxNoteChars ? note.substr(0, kMaxNoteChars) + "..." : note;
     table << "<tr><td>" << escape_html(r["case_id"].get<std::string>()) << "</td><td>"
           << escape_html(r["backend"].get<std::string>()) << "</td><td><span class=\"badge " << status_class(st)
-          << "\">" << escape_html(st) << "</span></td><td>" << escape_html(r["mask"].get<std::string>()) << "</td>"
+          << "\">" << escape_html(st) << "</span>" << failure_class_label(r["failure_class"].get<std::string>())
+          << "</td><td>" << escape_html(r["mask"].get<std::string>()) << "</td>"
           << cell_num(r["fwd_ms"], "%.4g") << cell_num(r["bwd_ms"], "%.4g") << cell_num(r["fwd_bwd_ms"], "%.4g")
           << cell_num(r["useful_tflops_fwd"], "%.3g") << cell_num(r["executed_tflops_fwd"], "%.3g")
           << cell_num(r["useful_tflops_bwd"], "%.3g") << cell_num(r["useful_tflops_fwd_bwd"], "%.3g")

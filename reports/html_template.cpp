@@ -39,6 +39,8 @@ const char* const kReportTemplate = R"ATTNBENCH_HTML(<!DOCTYPE html>
   .st-fail { background: #fde2e1; color: #a1231b; }
   .st-unsup { background: #eceff1; color: #55606a; }
   .st-error { background: #fdeccf; color: #8a4b00; }
+  .st-unchecked { background: #e8eaf6; color: #3949ab; }
+  .fclass { font-size: 0.8em; color: #8a1c1c; white-space: nowrap; }
   .table-wrap { overflow-x: auto; }
   .cases { display: flex; flex-wrap: wrap; gap: 12px; }
   figure.case { margin: 0; padding: 8px; border: 1px solid var(--line); border-radius: 4px; width: 200px; font-size: 12px; }

@@ -1,6 +1,8 @@
 // report.json: rows, the atomic writer, the reader's structural guard, merge and
 // mask thumbnails (docs/report-format.md).
 #include "reports/report.hpp"
+
+#include <iterator>
 #include "harness/model/version.hpp"
 
 #include <unistd.h>
@@ -30,12 +32,18 @@ const char* to_string(RowStatus s) {
     case RowStatus::oom: return "oom";
     case RowStatus::timeout: return "timeout";
     case RowStatus::crashed: return "crashed";
+    case RowStatus::unchecked: return "unchecked";
   }
   return "error";
 }
 
+const std::vector<RowStatus>& all_row_statuses() {
+  static const std::vector<RowStatus> all(std::begin(kRowStatuses), std::end(kRowStatuses));
+  return all;
+}
+
 std::optional<RowStatus> parse_row_status(const std::string& s) {
-  for (RowStatus r : kRowStatuses)
+  for (RowStatus r : all_row_statuses())
     if (s == to_string(r)) return r;
   return std::nullopt;
 }
@@ -146,9 +154,10 @@ std::string row_key(const nlohmann::json& row) {
   return row.value("case_id", std::string()) + "|" + row.value("backend", std::string());
 }
 
-nlohmann::json load_report(const std::string& file) {
+nlohmann::json load_report(const std::string& file) { return report_from_json(jsonu::load_file(file), file); }
+
+nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
   using jsonu::child_path;
-  nlohmann::json doc = jsonu::load_file(file);
   jsonu::require_object(doc, file, "");
   const auto& ver = jsonu::require(doc, "schema_version", file, "");
   if (!ver.is_number_integer() || ver.get<int64_t>() != kReportSchemaVersion)
@@ -176,8 +185,8 @@ nlohmann::json load_report(const std::string& file) {
     const auto& st = jsonu::require(row, "status", file, rp);
     if (!st.is_string() || !parse_row_status(st.get<std::string>())) {
       std::string known;
-      for (RowStatus r : kRowStatuses) known += (known.empty() ? "" : ", ") + std::string(to_string(r));
-      throw InputError(file, child_path(rp, "status"), "unknown status " + jsonu::show(st) + " (expected one of " + known + ")");
+      for (RowStatus r : all_row_statuses()) known += (known.empty() ? "" : ", ") + std::string(to_string(r));
+      throw InputError(file, child_path(rp, "status"), "unknown status " + jsonu::show(st) + " (expected " + known + ")");
     }
     if (row.contains("timing") && !row["timing"].is_null()) {
       const auto& t = row["timing"];

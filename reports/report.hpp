@@ -22,17 +22,21 @@ constexpr int kReportSchemaVersion = 1;
 
 /// Status of one (case, backend) row. THE list of statuses: a new one goes here,
 /// in kRowStatuses, to_string() and the schema (reports/report.schema.json).
-///   timeout: the unit ran past a limit and was stopped (--case-timeout under
-///            isolation, a peer worker's timeout);
-///   crashed: its process died (signal under isolation, a device fault, a peer
-///            worker killed by a signal). Both count against `run`'s exit code and
-///            are regressions in `compare` where BASE passed.
-enum class RowStatus { pass, fail, unsupported, error, oom, timeout, crashed };
+///   timeout:   the unit ran past a limit and was stopped (--case-timeout under
+///              isolation, a peer worker's timeout);
+///   crashed:   its process died (signal under isolation, a device fault, a peer
+///              worker killed by a signal). Both count against `run`'s exit code and
+///              are regressions in `compare` where BASE passed.
+///   unchecked: the backend ran but its outputs were not checked (--check off):
+///              correctness unknown, never counted as pass (compare: unknown).
+enum class RowStatus { pass, fail, unsupported, error, oom, timeout, crashed, unchecked };
 /// Every status, in report order (parse_row_status, load_report's message).
 inline constexpr RowStatus kRowStatuses[] = {RowStatus::pass,  RowStatus::fail,    RowStatus::unsupported,
                                              RowStatus::error, RowStatus::oom,     RowStatus::timeout,
-                                             RowStatus::crashed};
+                                             RowStatus::crashed, RowStatus::unchecked};
 const char* to_string(RowStatus s);
+/// Every status, in enum order (for messages and counts).
+const std::vector<RowStatus>& all_row_statuses();
 /// Inverse of to_string(RowStatus); std::nullopt for an unknown name.
 std::optional<RowStatus> parse_row_status(const std::string& s);
 
@@ -118,6 +122,9 @@ void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool 
 /// (exit code 2); compare, merge and report all read through here. This is the reader's guard, not the full
 /// schema (tests validate against reports/report.schema.json).
 nlohmann::json load_report(const std::string& file);
+/// The checks of load_report() on an already-parsed document (parse it with
+/// jsonu::parse_text); `file` labels errors. Returns `doc`. Throws InputError.
+nlohmann::json report_from_json(nlohmann::json doc, const std::string& file);
 
 /// "<case_id>|<backend>", the identity of a row across runs.
 std::string row_key(const nlohmann::json& row);

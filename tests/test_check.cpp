@@ -377,3 +377,71 @@ TEST_CASE("bitwise_equal compares every tensor's bytes") {
   b.dq = HostTensor{};
   CHECK_FALSE(bitwise_equal(a, b));
 }
+
+TEST_CASE("fully masked rows explained: a convention difference is told from wrong numbers") {
+  const Fixture f;
+  // 2 batches x 4 heads x rows 0..9 fully masked = 80 rows.
+  const CheckResult ok = f.check(f.gold);
+  CHECK(ok.pass);
+  CHECK(ok.failure_class.empty());
+  CHECK(ok.fully_masked_rows == 80);
+  CHECK(find(ok, "LSE").masked_checked == 80);
+  CHECK(find(ok, "O").masked_checked == 80 * f.p.head_dim_v);
+
+  // Convention only: LSE +inf instead of -inf on every fully masked row, and O = 0.5
+  // on one of them; every other row exact.
+  AttentionOutputs conv = f.gold;
+  int64_t flipped = 0;
+  for (double& v : conv.lse.data)
+    if (v == -kInf) v = kInf, ++flipped;
+  REQUIRE(flipped == 80);
+  for (int64_t d = 0; d < f.p.head_dim_v; ++d) conv.o.data[o_index(f.p, 1, 2, 3) + static_cast<size_t>(d)] = 0.5;
+  CheckResult c = f.check(conv);
+  CHECK_FALSE(c.pass);  // status stays fail
+  CHECK(c.failure_class == "fully_masked_rows");
+  CHECK(find(c, "LSE").masked_rows_mismatch == 80);
+  CHECK(find(c, "O").masked_rows_mismatch == f.p.head_dim_v);
+  CHECK(find(c, "O").rest_pass);
+  CHECK(find(c, "LSE").rest_pass);
+  CHECK(find(c, "O").rest_max_abs_err == 0.0);
+  CHECK(c.failure_detail.find("numerics fine") != std::string::npos);
+  CHECK(c.failure_detail.find("LSE not -inf on 80 of 80 rows") != std::string::npos);
+  CHECK(c.failure_detail.find("O != 0 on 8 of 640 elements") != std::string::npos);
+  const auto j = c.to_json();
+  CHECK(j["failure_class"] == "fully_masked_rows");
+  CHECK(j["fully_masked_rows"] == 80);
+
+  // Wrong numbers on a row that attends keys: "numerics", also when masked rows differ too.
+  AttentionOutputs wrong = conv;
+  wrong.o.data[o_index(f.p, 0, 1, 30)] += 0.25;
+  CheckResult w = f.check(wrong);
+  CHECK(w.failure_class == "numerics");
+  CHECK_FALSE(find(w, "O").rest_pass);
+  CHECK(w.failure_detail.find("wrong numbers") != std::string::npos);
+  CHECK(w.failure_detail.find("O (ratio") != std::string::npos);
+  CHECK(w.failure_detail.find("fully masked rows also differ") != std::string::npos);
+  // A NaN on a normal row is wrong numbers too, not a convention.
+  AttentionOutputs nan = f.gold;
+  nan.dq.data[static_cast<size_t>(((1 * 4 + 0) * 40 + 25) * 16 + 3)] = std::nan("");
+  CHECK(f.check(nan).failure_class == "numerics");
+}
+
+TEST_CASE("count_nonfinite: NaN and +-inf per tensor, LSE -inf excepted") {
+  const Fixture f;
+  AttentionOutputs got = f.gold;
+  nlohmann::json n = count_nonfinite(got);
+  CHECK(n["O"] == 0);
+  CHECK(n["LSE"] == 0);  // the 80 -inf rows are the convention
+  CHECK(n["dQ"] == 0);
+  got.lse.data[3] = kInf;
+  got.o.data[0] = std::nan("");
+  got.dk.data[1] = -kInf;
+  n = count_nonfinite(got);
+  CHECK(n["LSE"] == 1);
+  CHECK(n["O"] == 1);
+  CHECK(n["dK"] == 1);
+  AttentionOutputs fwd;
+  fwd.o = got.o;
+  fwd.lse = got.lse;
+  CHECK_FALSE(count_nonfinite(fwd).contains("dQ"));
+}

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -313,4 +314,133 @@ TEST_CASE("attnbench compare and merge: exit codes 0, 1 and 2") {
   CHECK(run_status(bin + " merge " + kBaseline + " " + kRerun + " -o " + merged.string()) == 2);  // duplicate rows
   CHECK(run_status(bin + " merge " + kBaseline + " " + kRerun + " --replace -o " + merged.string()) == 0);
   CHECK(load_report(merged.string())["merged_from"].size() == 2);
+}
+
+// ------------------------------------------------------------ guards beyond speed
+
+namespace {
+
+/// Index of the row (case_id, backend) in doc["results"].
+size_t row_index(const json& doc, const std::string& case_id, const std::string& backend) {
+  for (size_t i = 0; i < doc["results"].size(); ++i)
+    if (doc["results"][i]["case_id"] == case_id && doc["results"][i]["backend"] == backend) return i;
+  FAIL("row not found: " << case_id << " " << backend);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("compare: a row deterministic in base and not in new gates unless --allow-nondeterminism") {
+  const json base = load_report(kBaseline);
+  json neu = base;
+  const size_t i = row_index(neu, "causal-s1024", "naive");
+  REQUIRE(neu["results"][i]["extra"]["deterministic"] == true);
+  neu["results"][i]["extra"]["deterministic"] = false;
+  Comparison c = compare_reports(base, neu, "base.json", "new.json");
+  REQUIRE(c.guards.size() == 1);
+  CHECK(c.guards[0].kind == "nondeterministic");
+  CHECK(c.guards[0].case_id == "causal-s1024");
+  CHECK(c.guards[0].backend == "naive");
+  CHECK(c.guards[0].regression);
+  CHECK(c.regressions() == 1);
+  CHECK(c.exit_code() == 1);
+  CHECK(c.markdown().find("| causal-s1024 | naive | nondeterministic | **yes** |") != std::string::npos);
+  // cudnn was nondeterministic in base already: false -> false is no guard.
+  const size_t k = row_index(neu, "causal-s1024", "cudnn");
+  CHECK(neu["results"][k]["extra"]["deterministic"] == false);
+  CompareOptions allow;
+  allow.allow_nondeterminism = true;
+  Comparison a = compare_reports(base, neu, "base.json", "new.json", allow);
+  REQUIRE(a.guards.size() == 1);
+  CHECK_FALSE(a.guards[0].regression);
+  CHECK(a.exit_code() == 0);
+  // nondeterministic -> deterministic is not a guard either way.
+  Comparison back = compare_reports(neu, base, "new.json", "base.json");
+  CHECK(back.guards.empty());
+}
+
+TEST_CASE("compare: outputs gaining NaN/Inf gate unless --allow-nonfinite, also on a known failure") {
+  json base = load_report(kBaseline);
+  const size_t i = row_index(base, "causal-s1024", "naive");
+  // A known failure in both (the status gate does not fire for fail -> fail) ...
+  base["results"][i]["status"] = "fail";
+  base["results"][i]["check"]["pass"] = false;
+  json neu = base;
+  // ... whose outputs now hold 7 NaNs where gold is finite.
+  neu["results"][i]["check"]["tensors"][0]["unwritten"] = 7;
+  Comparison c = compare_reports(base, neu, "base.json", "new.json");
+  int64_t status_gates = 0;
+  for (const auto& s : c.status_changes) status_gates += s.regression;
+  CHECK(status_gates == 0);
+  REQUIRE(c.guards.size() == 1);
+  CHECK(c.guards[0].kind == "nonfinite");
+  CHECK(c.guards[0].detail.find("gained 7 non-finite") != std::string::npos);
+  CHECK(c.exit_code() == 1);
+  CompareOptions allow;
+  allow.allow_nonfinite = true;
+  CHECK(compare_reports(base, neu, "base.json", "new.json", allow).exit_code() == 0);
+  // Unchecked rows: check.nonfinite counts stand in for the tensors.
+  json ub = load_report(kBaseline), un = ub;
+  for (json* d : {&ub, &un}) {
+    auto& r = (*d)["results"][i];
+    r["status"] = "unchecked";
+    r["check"] = {{"mode", "off"}, {"nonfinite", {{"O", 0}, {"LSE", 0}}}};
+  }
+  un["results"][i]["check"]["nonfinite"]["LSE"] = 3;
+  Comparison u = compare_reports(ub, un, "base.json", "new.json");
+  REQUIRE(u.guards.size() == 1);
+  CHECK(u.guards[0].detail.find("gained 3 non-finite") != std::string::npos);
+}
+
+TEST_CASE("compare: unchecked is unknown correctness, never a pass") {
+  const json base = load_report(kBaseline);
+  json neu = base;
+  const size_t i = row_index(neu, "causal-s1024", "naive");
+  neu["results"][i]["status"] = "unchecked";
+  neu["results"][i]["check"] = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}};
+  Comparison c = compare_reports(base, neu, "base.json", "new.json");
+  REQUIRE(c.unchecked.size() == 1);
+  CHECK(c.unchecked[0] == "causal-s1024|naive");
+  bool gated = false;
+  for (const auto& s : c.status_changes)
+    if (s.case_id == "causal-s1024" && s.backend == "naive") {
+      gated = s.regression;
+      CHECK(s.new_status == "unchecked");
+      CHECK(s.detail.find("correctness unknown") != std::string::npos);
+    }
+  CHECK(gated);  // pass -> unchecked gates
+  CHECK(c.exit_code() == 1);
+  CHECK(c.markdown().find("| rows unchecked in new (correctness unknown) | 1 |") != std::string::npos);
+  // An older report's "pass" with check.mode off is read as unchecked too.
+  json legacy = base;
+  legacy["results"][i]["check"] = {{"mode", "off"}};
+  Comparison l = compare_reports(base, legacy, "base.json", "legacy.json");
+  CHECK(l.unchecked.size() == 1);
+  CHECK(l.exit_code() == 1);
+  // unchecked -> pass is fine; unchecked -> fail gates.
+  CHECK(compare_reports(neu, base, "a", "b").exit_code() == 0);
+  json failed = base;
+  failed["results"][i]["status"] = "fail";
+  CHECK(compare_reports(neu, failed, "a", "b").exit_code() == 1);
+}
+
+TEST_CASE("compare: the markdown shows setup time beside the steady-state median") {
+  const json base = load_report(kBaseline);
+  const json neu = slowed(base, 1.10);
+  Comparison c = compare_reports(base, neu, "base.json", "new.json");
+  const std::string md = c.markdown();
+  CHECK(md.find("| base setup ms | new setup ms |") != std::string::npos);
+  const size_t i = row_index(base, "causal-s1024", "naive");
+  const double setup = base["results"][i]["extra"]["setup_ms"].get<double>();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g | %.4g |", setup, setup);
+  bool found = false;
+  for (const auto& t : c.timings)
+    if (t.case_id == "causal-s1024" && t.backend == "naive") {
+      CHECK(t.base_setup_ms == doctest::Approx(setup));
+      found = true;
+    }
+  CHECK(found);
+  CHECK(md.find(buf) != std::string::npos);
+  CHECK(c.to_json()["timings"][0].contains("base_setup_ms"));
 }

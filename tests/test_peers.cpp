@@ -198,6 +198,8 @@ handle() {
     ok) cp "$FIX"/out/*.npy "$DIR"/ && cp "$FIX/result.json" "$DIR/result.json" ;;
     unsupported) STATUS=unsupported; echo '{"protocol": 1, "status": "unsupported", "reason": "fake: no kernel for this"}' > "$DIR/result.json" ;;
     error) STATUS=error; echo "fake traceback line" >&2; echo '{"protocol": 1, "status": "error", "message": "fake: CUDA error: boom"}' > "$DIR/result.json" ;;
+    resource) STATUS=error; echo '{"protocol": 1, "status": "error", "message": "OutOfResources: out of resource: shared memory, Required: 262144"}' > "$DIR/result.json" ;;
+    devoom) STATUS=error; echo '{"protocol": 1, "status": "error", "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}' > "$DIR/result.json" ;;
     noresult) echo "fake worker died early" >&2; exit 3 ;;
     crash) kill -KILL $$ ;;
     hang) sleep 30 ;;
@@ -933,6 +935,15 @@ TEST_CASE("worker outcomes map to unsupported, error, crashed and timeout") {
   auto [k6, m6] = outcome("garbage");
   CHECK(k6 == "protocol");
   CHECK(m6.find("malformed JSON") != std::string::npos);
+  // A compile-time resource error is unsupported with the reason; device OOM is an
+  // error whose text the runner records as oom.
+  auto [k7, m7] = outcome("resource");
+  CHECK(k7 == "unsupported");
+  CHECK(m7.find("compile-time resource limit") != std::string::npos);
+  CHECK(m7.find("out of resource: shared memory") != std::string::npos);
+  auto [k8, m8] = outcome("devoom");
+  CHECK(k8 == "error");
+  CHECK(m8.find("device out of memory") != std::string::npos);
   CHECK(count_entries(fix / "work", "attnbench-peer-") == 0);  // cleaned up on every path
 }
 
@@ -1067,11 +1078,12 @@ TEST_CASE("runner end to end: a peer selected by the environment becomes a repor
   o.check = CheckMode::off;
   RunSummary sum = run_scenario(s, o);
   CHECK(sum.rows == 2);
-  CHECK(sum.pass == 2);
+  CHECK(sum.unchecked == 2);  // --check off: ran, correctness unknown
+  CHECK(sum.pass == 0);
   json rep = json::parse(read_file(fix / "report/report.json"));
   REQUIRE(rep["results"].size() == 2);
   for (const auto& row : rep["results"]) {
-    CHECK(row["status"] == "pass");
+    CHECK(row["status"] == "unchecked");
     CHECK(row["timing"]["fwd"]["samples_ms"] == json({0.5, 0.25, 0.75}));
     CHECK(row["timing"]["fwd_bwd"]["n"] == 2);
     CHECK(row["extra"]["deterministic"] == true);
@@ -1279,4 +1291,24 @@ TEST_CASE("torch_worker.py end to end on the CPU (stand-in kernels): C++ -> work
     if (it.kind == TorchPeer::varlen) CHECK(ex["notes"].dump().find("4 sequences") != std::string::npos);
   }
   CHECK(count_entries(d.path, "attnbench-peer-") == 0);
+}
+
+TEST_CASE("classify_peer_error: compile-time resource limits are unsupported, device OOM stays oom") {
+  using attnbench::peers::classify_peer_error;
+  using attnbench::peers::PeerErrorClass;
+  CHECK(classify_peer_error("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: "
+                            "262144, Hardware limit: 232448. Reducing block sizes or `num_stages` may help.") ==
+        PeerErrorClass::unsupported);
+  CHECK(classify_peer_error("InductorError: out of resource: registers") == PeerErrorClass::unsupported);
+  CHECK(classify_peer_error("CUDA error: too many resources requested for launch") == PeerErrorClass::unsupported);
+  // A resource error whose stderr tail also mentions memory is still a compile-time limit.
+  CHECK(classify_peer_error("OutOfResources: shared memory\nstderr: ... out of memory hint") ==
+        PeerErrorClass::unsupported);
+  CHECK(classify_peer_error("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB") ==
+        PeerErrorClass::oom);
+  CHECK(classify_peer_error("cudaErrorMemoryAllocation") == PeerErrorClass::oom);
+  CHECK(classify_peer_error("CUBLAS_STATUS_ALLOC_FAILED") == PeerErrorClass::oom);
+  CHECK(classify_peer_error("RuntimeError: CUDA error: an illegal memory access was encountered") ==
+        PeerErrorClass::error);
+  CHECK(classify_peer_error("") == PeerErrorClass::error);
 }

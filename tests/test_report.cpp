@@ -96,6 +96,31 @@ json write_sample_report(const fs::path& path) {
   e.status = RowStatus::oom;
   e.message = "out of memory allocating 8 GiB";
   w.add_row(e);
+  // The statuses and check fields of issue 16: unchecked with nonfinite counts, a
+  // fail classified as a fully-masked-row convention, a budget error row.
+  ReportRow n;
+  n.case_id = "doc-s512";
+  n.backend = "naive";
+  n.status = RowStatus::unchecked;
+  n.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}, {"nonfinite", {{"O", 0}, {"LSE", 2}}}};
+  w.add_row(n);
+  ReportRow f;
+  f.case_id = "causal-s256";
+  f.backend = "cpu";
+  f.status = RowStatus::fail;
+  f.message = "numerics fine, fully-masked-row convention differs: LSE not -inf on 8 of 8 rows";
+  f.check = {{"pass", false}, {"mode", "full"}, {"scope", "all"}, {"fully_masked_rows", 8},
+             {"failure_class", "fully_masked_rows"}, {"failure_detail", f.message},
+             {"tensors", json::array({{{"name", "LSE"}, {"pass", false}, {"masked_checked", 8},
+                                       {"masked_rows_mismatch", 8}, {"rest_max_abs_err", 0.0}, {"rest_pass", true}}})}};
+  w.add_row(f);
+  ReportRow b;
+  b.case_id = "S1099511627776";
+  b.backend = "cpu";
+  b.status = RowStatus::error;
+  b.problem = nullptr;
+  b.message = "x.json: /axes/seq/1: Q would need 35184372088832 elements, more than the budget of 2^34";
+  w.add_row(b);
   w.set_field("ceilings", {{"measured", false}, {"reason", "no GPU"}});
   w.finish();
   return w.document();

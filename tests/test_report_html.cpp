@@ -356,3 +356,27 @@ TEST_CASE("headless Chromium renders the report: no errors, every chart drawn") 
   CHECK(fs::file_size(png) > 10000);
   std::fprintf(stderr, "report_html: screenshot saved to %s\n", png.string().c_str());
 }
+
+TEST_CASE("fail rows say which failure class; unchecked rows are counted apart") {
+  json doc = load_report(kBaseline);
+  REQUIRE(doc["results"].size() >= 3);
+  doc["results"][0]["status"] = "fail";
+  doc["results"][0]["check"]["failure_class"] = "fully_masked_rows";
+  doc["results"][0]["check"]["failure_detail"] = "numerics fine, fully-masked-row convention differs: LSE not -inf on 8 of 8 rows";
+  doc["results"][1]["status"] = "fail";
+  doc["results"][1]["check"]["failure_class"] = "numerics";
+  doc["results"][1]["check"]["failure_detail"] = "wrong numbers on rows that attend keys: dQ (ratio 7.1)";
+  doc["results"][2]["status"] = "unchecked";
+  doc["results"][2]["check"] = {{"mode", "off"}};
+  html::HtmlOptions o;
+  o.node_modules = scratch("no_modules2").string();
+  const json rows = html::derive_rows(doc, "");
+  CHECK(rows[0]["failure_class"] == "fully_masked_rows");
+  CHECK(rows[0]["note"] == "numerics fine, fully-masked-row convention differs: LSE not -inf on 8 of 8 rows");
+  CHECK(rows[2]["failure_class"] == "");
+  const std::string page = html::render_report(doc, o);
+  CHECK(page.find("st-fail\">fail 2</span> (1 wrong numbers, 1 only the fully-masked-row convention)") != std::string::npos);
+  CHECK(page.find("st-unchecked\">unchecked 1</span> (outputs not checked: correctness unknown)") != std::string::npos);
+  CHECK(count(page, ">fully masked rows only</span>") == 1);
+  CHECK(count(page, ">wrong numbers</span>") == 1);
+}

@@ -2,7 +2,9 @@
 // is written, unknown backends are usage errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <stdexcept>
 
@@ -10,6 +12,7 @@
 #include "harness/model/errors.hpp"
 #include "harness/measure/measure.hpp"
 #include "harness/run/runner.hpp"
+#include "reference/reference.hpp"
 
 using namespace attnbench;
 
@@ -104,14 +107,17 @@ TEST_CASE("every case becomes a row; failures do not stop the sweep") {
   o.check = CheckMode::off;
   RunSummary sum = run_scenario(three_cases(), o);
   CHECK(sum.rows == 3);
-  CHECK(sum.pass == 1);
+  CHECK(sum.unchecked == 1);  // --check off: ran, never an unearned pass
+  CHECK(sum.pass == 0);
   CHECK(sum.unsupported == 1);
   CHECK(sum.error == 1);
   CHECK(sum.exit_code() == 1);
   auto j = read_json(sum.report_path);
   REQUIRE(j["results"].size() == 3);
   CHECK(j["results"][0]["case_id"] == "d64");
-  CHECK(j["results"][0]["status"] == "pass");
+  CHECK(j["results"][0]["status"] == "unchecked");
+  CHECK(j["results"][0]["check"]["mode"] == "off");
+  CHECK(j["results"][0]["check"]["nonfinite"].is_object());
   CHECK(j["results"][0]["work"]["useful_pairs"] == 36);  // causal 8x8
   CHECK(j["results"][0]["work"]["executed_pairs"] == 64);
   CHECK(j["results"][0]["work"]["tile_efficiency"].get<double>() == doctest::Approx(36.0 / 64.0));
@@ -198,7 +204,7 @@ TEST_CASE("samples a backend timed itself are marked external, with the run's co
   o.check = CheckMode::off;
   o.policy.cold = false;
   RunSummary sum = run_scenario(s, o);
-  REQUIRE(sum.pass == 1);
+  REQUIRE(sum.unchecked == 1);
   auto j = read_json(sum.report_path);
   const auto& fwd = j["results"][0]["timing"]["fwd"];
   CHECK(fwd["stop_reason"] == "external");
@@ -245,7 +251,7 @@ TEST_CASE("--kernel-trace: GPU rows get extra.kernel_trace, CPU rows and worker-
   o.determinism = false;
   o.kernel_trace = true;
   RunSummary sum = run_scenario(s, o);
-  REQUIRE(sum.pass == 3);
+  REQUIRE(sum.unchecked == 3);
   auto j = read_json(sum.report_path);
   const auto& gpu_row = j["results"][0];
   const auto& worker_row = j["results"][1];
@@ -286,6 +292,42 @@ class FakeFaultBackend : public FakeBackend {
   }
 };
 ATTNBENCH_REGISTER_BACKEND(FakeFaultBackend);
+
+/// Returns the float64 reference's own outputs with LSE +inf instead of -inf on
+/// fully masked rows (a convention difference); head_dim 8 also perturbs O on a
+/// row that attends keys (wrong numbers).
+class ConventionInstance : public BackendInstance {
+ public:
+  ConventionInstance(const Problem& p, const ProblemData& in) : p_(p), in_(in) {}
+  void forward() override {}
+  void backward() override {}
+  void poison_outputs() override {}
+  AttentionOutputs read_outputs(bool grads) override {
+    AttentionOutputs o = reference::gold(p_, in_, grads);
+    for (double& v : o.lse.data)
+      if (std::isinf(v) && v < 0) v = std::numeric_limits<double>::infinity();
+    if (p_.head_dim == 8) o.o.data[o.o.data.size() - 1] += 0.5;  // last row attends keys
+    return o;
+  }
+  int64_t executed_pairs() const override { return p_.batch * p_.heads_q * p_.seq_q * p_.seq_k; }
+
+ private:
+  Problem p_;
+  ProblemData in_;
+};
+
+class ConventionBackend : public Backend {
+ public:
+  std::string name() const override { return "fake-convention-test"; }
+  std::string description() const override { return "test double: +inf LSE on fully masked rows"; }
+  Device device() const override { return Device::cpu; }
+  Support supports(const Problem&) const override { return Support::yes(); }
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
+    return std::make_unique<ConventionInstance>(p, in);
+  }
+};
+ATTNBENCH_REGISTER_BACKEND(ConventionBackend);
+
 }  // namespace
 
 TEST_CASE("in-process: std::bad_alloc is an oom row, a device fault a crashed row; counted apart") {
@@ -317,4 +359,41 @@ TEST_CASE("run summary: interrupted runs exit 128 + signal") {
   CHECK(sum.exit_code() == 143);
   sum.add("no-such-status");
   CHECK(sum.error == 1);
+}
+
+TEST_CASE("fully masked rows explained: the row says convention vs wrong numbers, the summary counts them") {
+  Scenario s;
+  s.name = "convention";
+  for (int64_t d : {16, 8}) {
+    Case c;
+    c.id = "d" + std::to_string(d);
+    c.problem.batch = 1;
+    c.problem.heads_q = c.problem.heads_kv = 2;
+    c.problem.seq_q = 40;  // bottom-right causal with Sk = 30: rows 0..9 fully masked
+    c.problem.seq_k = 30;
+    c.problem.head_dim = c.problem.head_dim_v = d;
+    c.problem.dtype = DType::fp32;
+    c.problem.mask.push_back(CausalTerm{});
+    s.cases.push_back(c);
+  }
+  RunOptions o;
+  o.backends = {"fake-convention-test"};
+  o.out_dir = (std::filesystem::temp_directory_path() / "attnbench_runner_convention").string();
+  o.check = CheckMode::full;
+  o.timing = false;
+  o.determinism = false;
+  RunSummary sum = run_scenario(s, o);
+  CHECK(sum.fail == 2);  // the status stays fail
+  CHECK(sum.fail_masked_rows_only == 1);
+  auto j = read_json(sum.report_path);
+  REQUIRE(j["results"].size() == 2);
+  const auto& conv = j["results"][0];
+  CHECK(conv["status"] == "fail");
+  CHECK(conv["check"]["failure_class"] == "fully_masked_rows");
+  CHECK(conv["check"]["fully_masked_rows"] == 20);
+  CHECK(conv["message"].get<std::string>().find("numerics fine, fully-masked-row convention differs: LSE not -inf on 20 of 20 rows") == 0);
+  const auto& wrong = j["results"][1];
+  CHECK(wrong["status"] == "fail");
+  CHECK(wrong["check"]["failure_class"] == "numerics");
+  CHECK(wrong["message"].get<std::string>().find("wrong numbers on rows that attend keys: O (ratio") == 0);
 }

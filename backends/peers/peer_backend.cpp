@@ -36,6 +36,16 @@ extern char** environ;
 
 namespace attnbench::peers {
 
+PeerErrorClass classify_peer_error(const std::string& message) {
+  auto has = [&](const char* k) { return message.find(k) != std::string::npos; };
+  if (has("out of resource") || has("OutOfResources") || has("too many resources requested for launch") ||
+      has("cudaErrorLaunchOutOfResources"))
+    return PeerErrorClass::unsupported;
+  if (has("out of memory") || has("OutOfMemory") || has("cudaErrorMemoryAllocation") || has("ALLOC_FAILED"))
+    return PeerErrorClass::oom;
+  return PeerErrorClass::error;
+}
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -873,8 +883,18 @@ std::unique_ptr<BackendInstance> PeerBackend::prepare(const Problem& p, const Pr
     throw PeerProtocolError(label + ": " + e.what() + keep_hint + with_tail("stderr", err_tail(1000)));
   }
   if (r.status == "unsupported") throw Unsupported(r.reason);
-  if (r.status == "error")
-    throw std::runtime_error(label + ": " + r.message + keep_hint + with_tail("stderr", err_tail(1500)));
+  if (r.status == "error") {
+    const std::string tail = err_tail(1500);
+    switch (classify_peer_error(r.message + "\n" + tail)) {
+      case PeerErrorClass::unsupported:
+        throw Unsupported(label + ": compile-time resource limit: " + r.message);
+      case PeerErrorClass::oom:
+        // "out of memory" in the text makes the runner's row oom.
+        throw std::runtime_error(label + ": device out of memory: " + r.message + keep_hint + with_tail("stderr", tail));
+      case PeerErrorClass::error: break;
+    }
+    throw std::runtime_error(label + ": " + r.message + keep_hint + with_tail("stderr", tail));
+  }
 
   json extra = {{"peer", peer_},
                 {"protocol", kProtocolVersion},

@@ -19,7 +19,9 @@
 // run-twice verdict.
 //
 // Status mapping: result "unsupported" -> attnbench::Unsupported(reason);
-// "error" -> std::runtime_error(message, with the stderr tail); no result.json ->
+// "error" -> std::runtime_error(message, with the stderr tail), except a
+// compile-time resource error (classify_peer_error) -> Unsupported with the
+// message, and device OOM -> a runtime_error the runner records as oom; no result.json ->
 // std::runtime_error (exit code and stderr tail); killed by a signal -> PeerCrashed;
 // past the timeout -> PeerTimeout. Availability is a cached `WORKER --probe` run.
 //
@@ -66,6 +68,22 @@ class PeerProtocolError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// What a peer's "error" message means for the row (classify_peer_error()).
+enum class PeerErrorClass {
+  error,        ///< anything else: report status "error"
+  oom,          ///< device memory exhausted at run time: status "oom"
+  unsupported,  ///< a compile-time resource limit: the kernel cannot be built for this problem
+};
+
+/// Classify a peer's error message (its text and stderr tail). A compile-time
+/// resource error is `unsupported`, not `oom`: Triton's "out of resource: shared
+/// memory" / "registers" (OutOfResources), "too many resources requested for
+/// launch" (cudaErrorLaunchOutOfResources). Device memory exhaustion ("CUDA out of
+/// memory", OutOfMemoryError, cudaErrorMemoryAllocation, CUBLAS/CUDNN ALLOC_FAILED)
+/// is `oom`; a message naming both (a resource error whose traceback mentions
+/// memory) is `unsupported`. Case-sensitive substrings; never throws.
+PeerErrorClass classify_peer_error(const std::string& message);
 
 /// How the worker process is started. Empty / zero fields take their default from
 /// the environment (resolve_launch_config()).

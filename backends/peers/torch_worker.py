@@ -619,6 +619,16 @@ def _is_kernel_rejection(exc):
     return isinstance(exc, (RuntimeError, ValueError, TypeError)) and any(k in msg for k in keys)
 
 
+def _is_compile_resource_error(exc):
+    """A compile-time resource limit (Triton's OutOfResources: "out of resource:
+    shared memory" / registers; CUDA's "too many resources requested for launch"):
+    the kernel cannot be built for this problem (unsupported), unlike device memory
+    exhaustion (oom). Mirrors classify_peer_error() in peer_backend.cpp."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(k in text for k in ("out of resource", "OutOfResources", "too many resources requested for launch",
+                                   "cudaErrorLaunchOutOfResources"))
+
+
 class Peer:
     """One PyTorch attention path. Subclasses set up leaves (the tensors gradients
     are taken of), forward() -> (out, lse or None), and map results back to the
@@ -1254,6 +1264,8 @@ def run_request(req_path):
             except Exception as e:  # noqa: BLE001
                 if isinstance(e, Unsupported):
                     raise
+                if _is_compile_resource_error(e):
+                    raise Unsupported(f"compile-time resource limit: {type(e).__name__}: {str(e)[:800]}") from None
                 if _is_kernel_rejection(e):
                     why = "; ".join(sorted({str(w.message).strip() for w in caught}))[:1500]
                     raise Unsupported(f"PyTorch rejected the problem: {type(e).__name__}: {str(e)[:800]}"

@@ -42,23 +42,35 @@ struct Accum {
   double sum_abs = 0, sum_sq_diff = 0, sum_sq_gold = 0, max_gold = 0;
   int64_t finite_pairs = 0;
 
-  void add(double x, double g, double l, bool masked_row) {
+  /// One element: backend x, gold g, lp l. `masked_row`: the element lies on a
+  /// fully masked query row (gold LSE -inf); `zero_there`: the convention there is
+  /// exactly 0 (O, dQ) rather than gold's value (LSE: -inf).
+  void add(double x, double g, double l, bool masked_row, bool zero_there) {
     ++t.checked;
     const int cx = value_class(x), cg = value_class(g);
     if (cg == 0 && cx == 1) ++t.unwritten;
     else if (cx != cg) ++t.nan_mismatch;
-    if (masked_row && !(x == 0.0)) ++t.masked_nonzero;
+    if (masked_row && zero_there && !(x == 0.0)) ++t.masked_nonzero;
+    if (masked_row) {
+      ++t.masked_checked;
+      if (zero_there ? !(x == 0.0) : cx != cg) ++t.masked_rows_mismatch;
+    } else {
+      if (cg == 0 && cx == 1) ++rest_unwritten;
+      else if (cx != cg) ++rest_nan_mismatch;
+    }
     if (cg == 0) max_gold = std::max(max_gold, std::abs(g));
     if (cg == 0 && value_class(l) == 0) t.lp_max_abs_err = std::max(t.lp_max_abs_err, std::abs(l - g));
     if (cg == 0 && cx == 0) {
       const double d = std::abs(x - g);
       t.max_abs_err = std::max(t.max_abs_err, d);
+      if (!masked_row) t.rest_max_abs_err = std::max(t.rest_max_abs_err, d);
       sum_abs += d;
       sum_sq_diff += d * d;
       sum_sq_gold += g * g;
       ++finite_pairs;
     }
   }
+  int64_t rest_unwritten = 0, rest_nan_mismatch = 0;
 
   TensorCheck finish(DType ulp_type, double r) {
     t.mean_abs_err = finite_pairs ? sum_abs / static_cast<double>(finite_pairs) : 0.0;
@@ -69,6 +81,7 @@ struct Accum {
     t.tolerance = r * t.lp_max_abs_err + t.ulp;
     t.ratio = t.max_abs_err / std::max(t.lp_max_abs_err, t.ulp);
     t.pass = t.max_abs_err <= t.tolerance && t.nan_mismatch == 0 && t.unwritten == 0 && t.masked_nonzero == 0;
+    t.rest_pass = t.rest_max_abs_err <= t.tolerance && rest_nan_mismatch == 0 && rest_unwritten == 0;
     return t;
   }
 };
@@ -88,10 +101,12 @@ void require_shape(const HostTensor& got, const HostTensor& gold, const HostTens
 
 /// Compare a [B, H, S, ...] tensor over the selected slices. `query_heads` maps
 /// h to its kv head (H = Hq) for slice selection; with `row_lse` (gold LSE), rows
-/// whose LSE is -inf must be exactly 0 (`row_len` elements per row).
+/// whose LSE is -inf are fully masked (`row_len` elements per row): there the
+/// convention is exactly 0 when `zero_there` (O, dQ), else gold's class (LSE -inf).
 TensorCheck compare_heads(const char* name, const HostTensor& got, const HostTensor& gold, const HostTensor& lp,
                           const Problem& p, const reference::SliceSet& slices, bool query_heads,
-                          const HostTensor* row_lse, int64_t row_len, DType ulp_type, double r) {
+                          const HostTensor* row_lse, int64_t row_len, DType ulp_type, double r,
+                          bool zero_there = true) {
   require_shape(got, gold, lp, name);
   Accum acc;
   acc.t.name = name;
@@ -105,7 +120,7 @@ TensorCheck compare_heads(const char* name, const HostTensor& got, const HostTen
       for (int64_t e = 0; e < inner; ++e) {
         const size_t idx = static_cast<size_t>(base + e);
         const bool masked = row_lse && row_lse->data[static_cast<size_t>((base + e) / row_len)] == -kInf;
-        acc.add(got.data[idx], gold.data[idx], lp.data[idx], masked);
+        acc.add(got.data[idx], gold.data[idx], lp.data[idx], masked, zero_there);
       }
     }
   }
@@ -163,7 +178,16 @@ nlohmann::json CheckResult::to_json() const {
                             {"checked", t.checked},
                             {"nan_mismatch", t.nan_mismatch},
                             {"unwritten", t.unwritten},
-                            {"masked_nonzero", t.masked_nonzero}});
+                            {"masked_nonzero", t.masked_nonzero},
+                            {"masked_checked", t.masked_checked},
+                            {"masked_rows_mismatch", t.masked_rows_mismatch},
+                            {"rest_max_abs_err", num(t.rest_max_abs_err)},
+                            {"rest_pass", t.rest_pass}});
+  }
+  j["fully_masked_rows"] = fully_masked_rows;
+  if (!failure_class.empty()) {
+    j["failure_class"] = failure_class;
+    j["failure_detail"] = failure_detail;
   }
   return j;
 }
@@ -248,8 +272,8 @@ CheckResult check_outputs(const Problem& p, const AttentionOutputs& got, const A
 
   const int64_t dv = p.head_dim_v, dqk = p.head_dim;
   res.tensors.push_back(compare_heads("O", got.o, gold.o, lp.o, p, slices, true, &gold.lse, dv, p.dtype, rule.r_fwd));
-  res.tensors.push_back(
-      compare_heads("LSE", got.lse, gold.lse, lp.lse, p, slices, true, nullptr, 1, DType::fp32, rule.r_fwd));
+  res.tensors.push_back(compare_heads("LSE", got.lse, gold.lse, lp.lse, p, slices, true, &gold.lse, 1, DType::fp32,
+                                      rule.r_fwd, /*zero_there=*/false));
   if (grads) {
     res.tensors.push_back(
         compare_heads("dQ", got.dq, gold.dq, lp.dq, p, slices, true, &gold.lse, dqk, p.dtype, rule.r_bwd));
@@ -271,7 +295,7 @@ CheckResult check_outputs(const Problem& p, const AttentionOutputs& got, const A
         throw std::invalid_argument("check_outputs: dBias has " + std::to_string(got.dbias.size()) +
                                     " elements, gold " + std::to_string(n));
       } else {
-        for (size_t i = 0; i < n; ++i) acc.add(got.dbias[i], gold.dbias[i], lp.dbias[i], false);
+        for (size_t i = 0; i < n; ++i) acc.add(got.dbias[i], gold.dbias[i], lp.dbias[i], false, false);
       }
       res.tensors.push_back(acc.finish(DType::fp32, rule.r_bwd));
     }
@@ -281,7 +305,39 @@ CheckResult check_outputs(const Problem& p, const AttentionOutputs& got, const A
     res.pass = res.pass && t.pass;
     res.worst_ratio = std::max(res.worst_ratio, t.ratio);
   }
+  classify_failure(res);
   return res;
+}
+
+void classify_failure(CheckResult& res) {
+  res.failure_class.clear();
+  res.failure_detail.clear();
+  res.fully_masked_rows = 0;
+  bool rest_ok = true;
+  double rest_worst = 0;
+  std::string masked, wrong;
+  for (const auto& t : res.tensors) {
+    if (t.name == "LSE") res.fully_masked_rows = t.masked_checked;
+    rest_ok = rest_ok && t.rest_pass;
+    const double rest_ratio = t.rest_max_abs_err / std::max(t.lp_max_abs_err, t.ulp);
+    rest_worst = std::max(rest_worst, rest_ratio);
+    if (t.masked_rows_mismatch > 0)
+      masked += (masked.empty() ? "" : ", ") + t.name + (t.name == "LSE" ? " not -inf on " : " != 0 on ") +
+                std::to_string(t.masked_rows_mismatch) + " of " + std::to_string(t.masked_checked) +
+                (t.name == "LSE" ? " rows" : " elements");
+    if (!t.rest_pass) wrong += (wrong.empty() ? "" : ", ") + t.name + " (ratio " + fmt_g(rest_ratio) + ")";
+  }
+  if (res.pass) return;
+  if (rest_ok && !masked.empty()) {
+    res.failure_class = "fully_masked_rows";
+    res.failure_detail = "numerics fine, fully-masked-row convention differs: " + masked + " (of " +
+                         std::to_string(res.fully_masked_rows) + " fully masked rows); the other rows pass (worst ratio " +
+                         fmt_g(rest_worst) + ")";
+  } else {
+    res.failure_class = "numerics";
+    res.failure_detail = "wrong numbers on rows that attend keys: " + (wrong.empty() ? std::string("-") : wrong);
+    if (!masked.empty()) res.failure_detail += "; fully masked rows also differ: " + masked;
+  }
 }
 
 double ulp_of(DType t, double x) {
@@ -296,6 +352,23 @@ double ulp_of(DType t, double x) {
     e = std::max(ex - 1, emin);
   }
   return std::ldexp(1.0, e - mant);
+}
+
+nlohmann::json count_nonfinite(const AttentionOutputs& out) {
+  nlohmann::json j = nlohmann::json::object();
+  auto count = [&](const char* name, const std::vector<double>& v, bool lse) {
+    if (v.empty()) return;
+    int64_t n = 0;
+    for (double x : v) n += !std::isfinite(x) && !(lse && x == -kInf);
+    j[name] = n;
+  };
+  count("O", out.o.data, false);
+  count("LSE", out.lse.data, true);
+  count("dQ", out.dq.data, false);
+  count("dK", out.dk.data, false);
+  count("dV", out.dv.data, false);
+  count("dBias", out.dbias, false);
+  return j;
 }
 
 bool bitwise_equal(const AttentionOutputs& a, const AttentionOutputs& b) {

@@ -66,6 +66,12 @@ struct TensorCheck {
   int64_t masked_nonzero = 0;  ///< elements of fully masked rows (O, dQ) that are not exactly 0
   int64_t checked = 0;         ///< elements compared
   bool pass = false;           ///< e <= tolerance and all three counters 0
+  // Fully masked query rows (gold LSE -inf) apart from the rest, so that a
+  // convention difference there is told from wrong numbers (classify_failure).
+  int64_t masked_checked = 0;        ///< elements compared on fully masked rows (LSE: rows)
+  int64_t masked_rows_mismatch = 0;  ///< of those, elements not 0 (O, dQ) / not -inf (LSE)
+  double rest_max_abs_err = 0;       ///< e over the elements of the other rows
+  bool rest_pass = false;            ///< the rule over the other rows only (same tolerance)
 };
 
 /// Verdict for one case on one backend.
@@ -76,10 +82,19 @@ struct CheckResult {
   std::vector<TensorCheck> tensors;
   double worst_ratio = 0;  ///< max ratio over the tensors
   std::string rule;     ///< the constants and any override reason
+  /// Why a failing check failed (classify_failure): "fully_masked_rows" when every
+  /// tensor passes on the rows that attend keys and only fully masked rows break
+  /// the convention (O/dQ != 0, LSE not -inf): numerics fine, convention differs;
+  /// "numerics" otherwise (wrong numbers). "" when the check passed.
+  std::string failure_class;
+  std::string failure_detail;   ///< one line: the counts, per tensor
+  int64_t fully_masked_rows = 0;  ///< fully masked query rows checked (gold LSE -inf)
   /// {"pass", "mode", "scope", "rule", "worst_ratio", "tensors": [{"name",
   /// "pass", "max_abs_err", "mean_abs_err", "rel_l2_err", "lp_max_abs_err", "ulp",
   /// "r", "tolerance", "ratio", "checked", "nan_mismatch", "unwritten",
-  /// "masked_nonzero"}]}; non-finite numbers are written as strings ("inf", "nan").
+  /// "masked_nonzero", "masked_checked", "masked_rows_mismatch", "rest_max_abs_err",
+  /// "rest_pass"}], "fully_masked_rows", and for a failing check "failure_class" and
+  /// "failure_detail"}; non-finite numbers are written as strings ("inf", "nan").
   nlohmann::json to_json() const;
 };
 
@@ -102,11 +117,24 @@ CheckResult check_outputs(const Problem& p, const AttentionOutputs& got,
                           const AttentionOutputs& gold, const AttentionOutputs& lp,
                           const RuleConstants& rule, const reference::SliceSet& slices);
 
+/// Set res.failure_class / failure_detail / fully_masked_rows from res.tensors
+/// (called by check_outputs): nothing when res.pass; "fully_masked_rows" when
+/// every tensor's rest_pass holds and some masked_rows_mismatch is > 0; else
+/// "numerics". The status of the row stays `fail` either way.
+void classify_failure(CheckResult& res);
+
 /// One unit in the last place of dtype `t` at magnitude |x| (float32 for LSE/dBias):
 /// 2^(max(floor(log2 |x|), emin) - mantissa bits), with (mantissa bits, emin) =
 /// (23, -126) fp32, (10, -14) fp16, (7, -126) bf16; at x = 0 the smallest subnormal
 /// spacing; +inf for non-finite x.
 double ulp_of(DType t, double x);
+
+/// Non-finite elements of each output tensor, what a row records when its outputs
+/// are not checked (--check off), so that `compare` can still see NaN/Inf appear:
+/// {"O": n, "LSE": n, "dQ": n, "dK": n, "dV": n, "dBias": n} (tensors that are
+/// empty are left out). NaN and +-inf count, except LSE -inf (the fully masked
+/// row convention).
+nlohmann::json count_nonfinite(const AttentionOutputs& out);
 
 /// True when two output sets are bitwise identical (determinism check): same
 /// shapes and the same bytes in every tensor (NaNs compare by bit pattern).

@@ -11,6 +11,7 @@
 #include "harness/backend/backend.hpp"
 
 #include "harness/model/errors.hpp"
+#include "harness/model/printable.hpp"
 
 namespace attnbench::cli {
 
@@ -86,10 +87,10 @@ int main_entry(int argc, char** argv) {
   try {
     return action ? action() : kExitBadInput;
   } catch (const InputError& e) {
-    std::fprintf(stderr, "attnbench: error: %s\n", e.what());
+    std::fprintf(stderr, "attnbench: error: %s\n", printable(e.what(), true).c_str());
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attnbench: internal error: %s\n", e.what());
+    std::fprintf(stderr, "attnbench: internal error: %s\n", printable(e.what(), true).c_str());
     return kExitInternal;
   }
 }

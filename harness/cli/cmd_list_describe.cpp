@@ -21,6 +21,7 @@
 #include "harness/model/block_mask.hpp"
 #include "harness/cli/cli.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/model/printable.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/workloads/scenario.hpp"
 
@@ -71,8 +72,10 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
   if (rows.empty()) return;
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows)
-    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
-  for (const auto& r : rows) {
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], printable(r[c]).size());
+  for (const auto& r0 : rows) {
+    std::vector<std::string> r;  // cells come from input files: no control characters reach the terminal
+    for (const auto& cell : r0) r.push_back(printable(cell));
     std::string line;
     for (size_t c = 0; c < r.size(); ++c) {
       line += r[c];
@@ -121,6 +124,11 @@ int run_describe(const std::string& arg, std::optional<uint64_t> seed, bool as_j
     out["tile"] = {kDescribeTile, kDescribeTile};
     out["cases"] = nlohmann::json::array();
     for (const auto& c : s.cases) {
+      if (!c.invalid.empty()) {  // over the budget: nothing is counted
+        out["cases"].push_back({{"id", c.id}, {"invalid", c.invalid},
+                                {"axes", c.axes.is_null() ? nlohmann::json::object() : c.axes}});
+        continue;
+      }
       const Problem& p = c.problem;
       PairCounts pc = count_pairs(p);
       nlohmann::json j;
@@ -150,13 +158,20 @@ int run_describe(const std::string& arg, std::optional<uint64_t> seed, bool as_j
     return kExitOk;
   }
   std::printf("scenario %s (%s): %s\n%zu case%s; pairs summed over batch and query heads; executed = in %ldx%ld tiles\n",
-              s.name.c_str(), s.file.c_str(), s.description.empty() ? "-" : s.description.c_str(),
+              printable(s.name).c_str(), printable(s.file).c_str(),
+              s.description.empty() ? "-" : printable(s.description).c_str(),
               s.cases.size(), s.cases.size() == 1 ? "" : "s", static_cast<long>(kDescribeTile),
               static_cast<long>(kDescribeTile));
   std::vector<std::vector<std::string>> rows = {{"id", "B", "Hq/Hkv", "Sq/Sk", "Dqk/Dv", "dtype", "layout", "mask",
                                                  "score_mod", "pack_ratio", "docs/pack", "useful", "executed",
                                                  "tile_eff"}};
+  std::vector<std::string> invalid;
   for (const auto& c : s.cases) {
+    if (!c.invalid.empty()) {
+      rows.push_back({c.id, "-", "-", "-", "-", "-", "-", "invalid", "-", "-", "-", "-", "-", "-"});
+      invalid.push_back(c.id + ": " + c.invalid);
+      continue;
+    }
     const Problem& p = c.problem;
     PairCounts pc = count_pairs(p);
     rows.push_back({c.id, std::to_string(p.batch), std::to_string(p.heads_q) + "/" + std::to_string(p.heads_kv),
@@ -168,6 +183,11 @@ int run_describe(const std::string& arg, std::optional<uint64_t> seed, bool as_j
                     std::to_string(pc.executed), pc.executed > 0 ? fixed(pc.efficiency(), 4) : "-"});
   }
   print_table(rows);
+  if (!invalid.empty()) {
+    std::printf("%zu case%s over the size budget (each becomes an error row in `run`):\n", invalid.size(),
+                invalid.size() == 1 ? "" : "s");
+    for (const auto& m : invalid) std::printf("  %s\n", printable(m).c_str());
+  }
   return kExitOk;
 }
 

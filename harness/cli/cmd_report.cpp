@@ -8,6 +8,7 @@
 #include "reports/compare.hpp"
 #include "harness/model/errors.hpp"
 #include "reports/journal.hpp"
+#include "harness/model/printable.hpp"
 #include "reports/report.hpp"
 #include "reports/html_report.hpp"
 #include "reports/summary.hpp"
@@ -53,7 +54,7 @@ void add_report(CLI::App& app, Action& action) {
                      "reports/ or set ATTNBENCH_NODE_MODULES\n",
                      why.c_str());
       write_text(a->output, html::render_report(doc, o));
-      std::printf("attnbench: wrote %s (%zu rows)\n", a->output.c_str(), doc["results"].size());
+      std::printf("attnbench: wrote %s (%zu rows)\n", printable(a->output).c_str(), doc["results"].size());
       return kExitOk;
     };
   });
@@ -64,6 +65,7 @@ void add_compare(CLI::App& app, Action& action) {
     std::string base, neu, max_slowdown = "5%", markdown, json_out;
     double alpha = 0.05;
     bool allow_env_mismatch = false, fail_on_ambiguous = false, fail_on_missing = false, quiet = false;
+    bool allow_nondeterminism = false, allow_nonfinite = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -78,6 +80,9 @@ void add_compare(CLI::App& app, Action& action) {
   cmd->add_flag("--allow-env-mismatch", a->allow_env_mismatch, "compare runs from different GPUs / drivers");
   cmd->add_flag("--fail-on-ambiguous", a->fail_on_ambiguous, "count AMBIGUOUS timings as regressions");
   cmd->add_flag("--fail-on-missing", a->fail_on_missing, "count rows missing from NEW as regressions");
+  cmd->add_flag("--allow-nondeterminism", a->allow_nondeterminism,
+                "do not gate on a row that was bitwise deterministic in BASE and is not in NEW");
+  cmd->add_flag("--allow-nonfinite", a->allow_nonfinite, "do not gate on a row whose outputs gain NaN/Inf");
   cmd->add_option("--markdown", a->markdown, "also write the markdown summary to this file");
   cmd->add_option("--json", a->json_out, "write the full comparison as JSON to this file");
   cmd->add_flag("-q,--quiet", a->quiet, "do not print the markdown summary to stdout");
@@ -89,6 +94,8 @@ void add_compare(CLI::App& app, Action& action) {
       o.allow_env_mismatch = a->allow_env_mismatch;
       o.fail_on_ambiguous = a->fail_on_ambiguous;
       o.fail_on_missing = a->fail_on_missing;
+      o.allow_nondeterminism = a->allow_nondeterminism;
+      o.allow_nonfinite = a->allow_nonfinite;
       nlohmann::json base = load_report(a->base);
       nlohmann::json neu = load_report(a->neu);
       Comparison c = compare_reports(base, neu, a->base, a->neu, o);

@@ -8,6 +8,7 @@
 #include "harness/model/errors.hpp"
 #include "harness/run/multi_gpu.hpp"
 #include "harness/run/process.hpp"
+#include "harness/model/printable.hpp"
 #include "harness/run/runner.hpp"
 
 namespace attnbench::cli {

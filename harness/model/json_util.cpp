@@ -181,10 +181,22 @@ void reject_unknown_keys(const nlohmann::json& j, const std::vector<std::string>
 }
 
 int64_t get_int(const nlohmann::json& j, const std::string& file, const std::string& path) {
-  if (j.is_number_integer() || j.is_number_unsigned()) return j.get<int64_t>();
+  // Unsigned first: a value above INT64_MAX would wrap to a negative int64 (e.g.
+  // 18446744073709551615 -> -1, "unbounded" for a window).
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX))
+      throw InputError(file, path, "integer out of range (at most 2^63 - 1), got " + show(j));
+    return static_cast<int64_t>(u);
+  }
+  if (j.is_number_integer()) return j.get<int64_t>();
   if (j.is_number_float()) {
-    double d = j.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    // Casting a double outside [-2^63, 2^63) to int64 is undefined: range-check first.
+    const double d = j.get<double>();
+    if (std::isfinite(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == std::trunc(d))
+      return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::trunc(d))
+      throw InputError(file, path, "integer out of range (at most 2^63 - 1), got " + show(j));
   }
   throw InputError(file, path, "expected an integer, got " + show(j));
 }

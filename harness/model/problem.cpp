@@ -1,9 +1,11 @@
 #include "harness/model/problem.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
+#include "harness/model/budget.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
 
@@ -106,6 +108,8 @@ DocumentTerm document_term_from_lengths(const std::vector<std::vector<int64_t>>&
 // ------------------------------------------------------------------ parsing
 
 namespace {
+
+void validate_dims(const Problem& p, const std::string& file, const std::string& path);
 
 DType parse_dtype(const json& j, const std::string& file, const std::string& path) {
   std::string s = jsonu::get_string(j, file, path);
@@ -316,6 +320,22 @@ Problem problem_from_json(const json& j, const std::string& file, const std::str
   if (j.contains("score_mod"))
     p.score_mod = score_mod_from_json(j["score_mod"], file, child_path(path, "score_mod"));
 
+  // Sizes first, with checked arithmetic: nothing below allocates or counts by them
+  // before they are known to fit the budget (harness/model/budget.hpp).
+  validate_dims(p, file, path);
+  try {
+    check_budget(p, file, path);
+  } catch (const BudgetError& e) {
+    // A single mask object (not a list) has no "/0" in its pointer.
+    const std::string m0 = child_path(child_path(path, "mask"), 0);
+    if (j["mask"].is_object() && e.json_path().rfind(m0, 0) == 0) {
+      const std::string rest = e.json_path().substr(m0.size());
+      const std::string what = e.what();
+      const std::string prefix = InputError::format(e.file(), e.json_path(), "");
+      throw BudgetError(file, child_path(path, "mask") + rest, what.substr(std::min(prefix.size(), what.size())));
+    }
+    throw;
+  }
   // Document lengths from a file must fill every row exactly (docs/semantics.md section 10).
   for (size_t i = 0; i < p.mask.size(); ++i) {
     auto* d = std::get_if<DocumentTerm>(&p.mask[i]);
@@ -340,7 +360,10 @@ Problem problem_from_json(const json& j, const std::string& file, const std::str
 
 // ------------------------------------------------------------------ validation
 
-void validate(const Problem& p, const std::string& file, const std::string& path) {
+namespace {
+
+/// Positive sizes and Hq % Hkv == 0: what check_budget() relies on.
+void validate_dims(const Problem& p, const std::string& file, const std::string& path) {
   auto positive = [&](int64_t v, const char* name) {
     if (v < 1)
       throw InputError(file, child_path(path, name), std::string(name) + " must be >= 1, got " + std::to_string(v));
@@ -356,6 +379,13 @@ void validate(const Problem& p, const std::string& file, const std::string& path
     throw InputError(file, child_path(path, "heads_kv"),
                      "heads_q (" + std::to_string(p.heads_q) + ") must be a multiple of heads_kv (" +
                          std::to_string(p.heads_kv) + ")");
+}
+
+}  // namespace
+
+void validate(const Problem& p, const std::string& file, const std::string& path) {
+  validate_dims(p, file, path);
+  check_budget(p, file, path);
   if (p.score_mod.kind == ScoreMod::Kind::softcap && !(p.score_mod.cap > 0))
     throw InputError(file, child_path(path, "score_mod"), "softcap cap must be > 0");
   if (p.score_mod.kind == ScoreMod::Kind::offset_bias && p.score_mod.size < 1)

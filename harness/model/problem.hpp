@@ -164,7 +164,10 @@ ScoreMod score_mod_from_json(const nlohmann::json& j, const std::string& file,
 /// window bounds >= -1, document only with Sq == Sk and ids of shape [B][Sq],
 /// doc_lengths summing to at most Sq (exactly Sq when given in a file), padding
 /// lengths in range, density in [0, 1], score-mod parameters, at most one entry
-/// per mask kind. Throws InputError (file/path label the problem).
+/// per mask kind, and the total-size budget (check_budget() of budget.hpp: elements
+/// per tensor, pairs, documents, host and device bytes, all with overflow-safe
+/// arithmetic). Throws InputError (file/path label the problem); BudgetError (an
+/// InputError) for the budget.
 void validate(const Problem& p, const std::string& file = "", const std::string& path = "");
 
 /// Serialise to the problem-file format. `compact` replaces long doc_ids by a

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "harness/model/printable.hpp"
+
 namespace attnbench {
 
 namespace {
@@ -26,13 +28,13 @@ Progress::~Progress() { done(); }
 
 void Progress::start_case(int64_t index, const std::string& case_id) {
   case_index_ = index;
-  case_id_ = case_id;
+  case_id_ = printable(case_id);  // names from input: no control characters on the terminal
   backend_.clear();
   draw();
 }
 
 void Progress::set_backend(const std::string& backend) {
-  backend_ = backend;
+  backend_ = printable(backend);
   draw();
 }
 
@@ -44,7 +46,7 @@ void Progress::finish_unit() {
 void Progress::message(const std::string& line) {
   if (!active_) return;
   clear_line();
-  std::fprintf(out_, "%s\n", line.c_str());
+  std::fprintf(out_, "%s\n", printable(line).c_str());
   draw();
 }
 

@@ -20,6 +20,7 @@
 #include "harness/device/kernel_trace.hpp"
 #include "harness/model/mask.hpp"
 #include "reports/journal.hpp"
+#include "harness/model/printable.hpp"
 #include "reports/report.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/run/process.hpp"
@@ -211,9 +212,10 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
       row.check["plan"] = gold.plan.description;
       row.check["reference_ms"] = gold.ms;
       row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
+      if (!cr.pass) row.message = cr.failure_detail;  // convention vs wrong numbers (check.hpp)
     } else {
-      row.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}};
-      row.status = RowStatus::pass;
+      row.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}, {"nonfinite", count_nonfinite(got)}};
+      row.status = RowStatus::unchecked;  // never an unearned pass
     }
     if (opts.determinism) {
       inst->poison_outputs();
@@ -402,6 +404,36 @@ void require_same_identity(const nlohmann::json& was, const nlohmann::json& now,
                          " (run without --resume to start afresh)");
 }
 
+/// Record a finished row: first the journal (fsync'd), then the report, the
+/// summary (fully-masked-row-only failures counted apart) and the terminal line.
+void finish_row(const ReportRow& row, JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
+  const nlohmann::json rj = row.to_json();
+  journal.append({{"row", rj}});
+  writer.add_row_json(rj);
+  summary.add(to_string(row.status));
+  if (row.status == RowStatus::fail && row.check.is_object() && row.check.value("failure_class", "") == "fully_masked_rows")
+    ++summary.fail_masked_rows_only;
+  std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
+               printable(!row.reason.empty() ? row.reason : row.message).c_str());
+}
+
+/// A case over the total-size budget (Case::invalid): an error row per backend
+/// with the message; nothing is allocated or counted for it.
+void write_invalid_case_rows(const Case& c, const std::vector<std::unique_ptr<Backend>>& backends,
+                             const std::unordered_set<std::string>& done, JournalWriter& journal, ReportWriter& writer,
+                             RunSummary& summary) {
+  for (const auto& backend : backends) {
+    if (done.count(c.id + "|" + backend->name())) continue;
+    ReportRow row;
+    row.case_id = c.id;
+    row.backend = backend->name();
+    row.problem = nullptr;
+    row.status = RowStatus::error;
+    row.message = c.invalid;
+    finish_row(row, journal, writer, summary);
+  }
+}
+
 }  // namespace
 
 std::pair<int, int> parse_shard(const std::string& s) {
@@ -433,6 +465,7 @@ void RunSummary::add(const std::string& status) {
     case RowStatus::oom: ++oom; break;
     case RowStatus::timeout: ++timeout; break;
     case RowStatus::crashed: ++crashed; break;
+    case RowStatus::unchecked: ++unchecked; break;
     default: ++error; break;
   }
 }
@@ -448,7 +481,12 @@ std::string RunSummary::line() const {
                 "%lld timeout, %lld crashed", static_cast<long long>(rows), static_cast<long long>(pass),
                 static_cast<long long>(fail), static_cast<long long>(unsupported), static_cast<long long>(error),
                 static_cast<long long>(oom), static_cast<long long>(timeout), static_cast<long long>(crashed));
-  return buf;
+  std::string out = buf;
+  if (fail_masked_rows_only > 0)
+    out += " (" + std::to_string(fail_masked_rows_only) +
+           " fail only on the fully-masked-row convention, numerics fine)";
+  if (unchecked > 0) out += ", " + std::to_string(unchecked) + " unchecked (--check off: correctness unknown)";
+  return out;
 }
 
 std::vector<size_t> selected_cases(const Scenario& scenario, const RunOptions& opts) {
@@ -598,7 +636,12 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     bool all_done = true;
     for (const auto& b : backends) all_done = all_done && done.count(c.id + "|" + b->name());
     if (all_done) continue;
-    std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", k + 1, cases.size(), c.id.c_str(), ms_since(run_t0) / 1000.0);
+    std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", k + 1, cases.size(), printable(c.id).c_str(),
+                 ms_since(run_t0) / 1000.0);
+    if (!c.invalid.empty()) {
+      write_invalid_case_rows(c, backends, done, journal, writer, summary);
+      continue;
+    }
     const int64_t useful_pairs = count_allowed_pairs(p) * p.heads_q;
     UnitCache cache;
     for (auto& backend : backends) {
@@ -622,12 +665,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
         run_unit(p, *backend, opts, cache, useful_pairs, row);
       }
       if (on_gpu) row.clocks["end"] = env::sample_clocks(opts.device).to_json();
-      const nlohmann::json rj = row.to_json();
-      journal.append({{"row", rj}});  // first the journal (fsync'd), then the report
-      writer.add_row_json(rj);
-      summary.add(to_string(row.status));
-      std::fprintf(stderr, "    %-8s %-11s %s\n", row.backend.c_str(), to_string(row.status),
-                   !row.reason.empty() ? row.reason.c_str() : row.message.c_str());
+      finish_row(row, journal, writer, summary);
     }
   }
   std::error_code ec;

@@ -53,6 +53,10 @@ RunOptions::Isolate parse_isolate(const std::string& s);
 /// Summary of a finished run.
 struct RunSummary {
   int64_t rows = 0, pass = 0, fail = 0, unsupported = 0, error = 0, oom = 0, timeout = 0, crashed = 0;
+  int64_t unchecked = 0;        ///< rows run with --check off: ran, correctness unknown
+  /// Of the `fail` rows, those whose numerics pass and only fully masked rows
+  /// break the convention (check.failure_class "fully_masked_rows").
+  int64_t fail_masked_rows_only = 0;
   int64_t resumed = 0;          ///< rows taken over from the journal (--resume), included above
   int interrupted_signal = 0;   ///< SIGINT / SIGTERM that stopped the run, else 0
   std::string report_path;
@@ -83,6 +87,9 @@ std::vector<size_t> selected_cases(const Scenario& scenario, const RunOptions& o
 /// and the sweep goes on. A SIGINT/SIGTERM recorded by install_stop_handlers()
 /// stops it between rows (an isolated unit is killed and left to --resume): the
 /// report gets "interrupted" and the summary interrupted_signal.
+/// A case over the total-size budget (Case::invalid) becomes an error row per
+/// backend and the sweep goes on. With --check off a row that ran is `unchecked`,
+/// never `pass`.
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts);
 
 /// The hidden `attnbench __unit REQUEST RESULT` subcommand: run one isolated

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "harness/model/errors.hpp"
+#include "harness/model/budget.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/workloads/scenario.hpp"
 #include "harness/model/tensors.hpp"
@@ -270,7 +271,10 @@ std::string resolve_data_path(const std::string& rel, const std::string& scenari
 }
 
 LengthSource load_empirical_lengths(const std::string& path) {
-  json j = jsonu::load_file(path);
+  return empirical_lengths_from_json(jsonu::load_file(path), path);
+}
+
+LengthSource empirical_lengths_from_json(const json& j, const std::string& path) {
   jsonu::require_object(j, path, "");
   LengthSource s;
   s.kind = LengthSource::Kind::empirical;
@@ -538,6 +542,19 @@ class DocStream {
 
 }  // namespace
 
+namespace {
+
+/// Most (document x pack) steps first-fit-decreasing may take (about a minute).
+constexpr int64_t kMaxFfdSteps = INT64_C(1) << 36;
+
+[[noreturn]] void throw_too_many_documents(int64_t n) {
+  throw BudgetError("", "",
+                    "packing would draw more than " + std::to_string(n - 1) +
+                        " documents, the budget (2^24): use longer documents or fewer or shorter packs");
+}
+
+}  // namespace
+
 PackResult pack_documents(const PackingSpec& spec, uint64_t seed_in) {
   if (spec.max_seq_len < 1) throw std::invalid_argument("packing: max_seq_len must be >= 1");
   if (spec.num_packs < 1) throw std::invalid_argument("packing: num_packs must be >= 1");
@@ -565,8 +582,9 @@ PackResult pack_documents(const PackingSpec& spec, uint64_t seed_in) {
   } else if (spec.strategy == PackingSpec::Strategy::greedy) {
     // Documents in stream order; one that does not fit closes the current pack.
     DocStream docs(spec, seed);
-    int64_t p = 0, used = 0;
+    int64_t p = 0, used = 0, placed = 0;
     while (p < P) {
+      if (++placed > budget_limits().max_documents) throw_too_many_documents(placed);
       int64_t len = docs.next();
       const bool cut = len > cap;
       if (cut) len = cap;
@@ -587,10 +605,18 @@ PackResult pack_documents(const PackingSpec& spec, uint64_t seed_in) {
     } else {
       int64_t total = 0;
       while (total < P * cap) {
+        if (static_cast<int64_t>(pool.size()) >= budget_limits().max_documents)
+          throw_too_many_documents(static_cast<int64_t>(pool.size()) + 1);
         pool.push_back(docs.next());
         total += std::min(pool.back(), cap);
       }
     }
+    // First fit scans the packs for every document: bound that work too.
+    if (const auto steps = checked_mul(static_cast<int64_t>(pool.size()), P); !steps || *steps > kMaxFfdSteps)
+      throw BudgetError("", "",
+                        "first-fit-decreasing of " + std::to_string(pool.size()) + " documents into " +
+                            std::to_string(P) + " packs would take more than 2^36 steps (fewer packs or documents, "
+                            "or strategy greedy)");
     std::vector<size_t> order(pool.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pool[a] > pool[b]; });

@@ -130,13 +130,18 @@ PackingSpec packing_spec_from_json(const nlohmann::json& j, const std::string& f
 
 /// Pack documents per `spec`; `seed` is used when spec.seed is unset. Throws
 /// std::invalid_argument on an inconsistent spec (non-positive sizes, fill outside
-/// (0, 1], an empty source).
+/// (0, 1], an empty source), and BudgetError (no file or path; budget.hpp) before
+/// drawing more than budget_limits().max_documents documents or when
+/// first-fit-decreasing would take more than 2^36 (document x pack) steps.
 PackResult pack_documents(const PackingSpec& spec, uint64_t seed);
 
 /// Read an empirical length file: {"name": ..., "lengths": [ints >= 1], "count": n
 /// (optional, must equal the number of lengths), provenance fields ignored}.
 /// Throws InputError (file, JSON path, value).
 LengthSource load_empirical_lengths(const std::string& path);
+/// The same from an already-parsed document (jsonu::parse_text); `path` labels
+/// errors and names the source. Throws InputError.
+LengthSource empirical_lengths_from_json(const nlohmann::json& j, const std::string& path);
 
 /// Resolve a data path written in a scenario file: absolute as is; else relative to
 /// the scenario file's directory, then to scenarios_dir(). Returns the first that

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "harness/model/budget.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
 
@@ -292,7 +293,8 @@ struct CaseBuilder {
   std::string default_prefix;                 // where missing fields would go ("/base")
   std::string id;
 
-  [[noreturn]] void fail_mapped(const InputError& e) const {
+  /// `e` with its pointer mapped to where the field came from in the file.
+  InputError mapped(const InputError& e) const {
     auto [head, rest] = split_pointer(e.json_path());
     std::string path;
     if (auto it = origin.find(head); it != origin.end()) {
@@ -301,8 +303,9 @@ struct CaseBuilder {
     } else {
       path = default_prefix + e.json_path();
     }
-    throw InputError(file, path, raw_message(e) + " (case " + id + ")");
+    return InputError(file, path, raw_message(e) + " (case " + id + ")");
   }
+  [[noreturn]] void fail_mapped(const InputError& e) const { throw mapped(e); }
 
   void set(const std::string& key, const json& v, const std::string& path, bool from_axis) {
     if (key == "seq") {
@@ -633,6 +636,8 @@ struct Expander {
     if (!packing.is_null()) {
       auto int_field = [&](const char* f) -> int64_t {
         const json v = cb.fields.value(f, json());
+        // Only a default: an out-of-range value is left to problem_from_json to name.
+        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return 0;
         return v.is_number_integer() ? v.get<int64_t>() : 0;
       };
       try {
@@ -668,6 +673,11 @@ struct Expander {
     c.axes = axes_json;
     try {
       c.problem = problem_from_json(cb.fields, file, "");
+    } catch (const BudgetError& e) {
+      // Too large for the budget: this case becomes an error row, the sweep goes on.
+      c.invalid = cb.mapped(e).what();
+      cases.push_back(std::move(c));
+      return;
     } catch (const InputError& e) {
       cb.fail_mapped(e);
     }
@@ -678,6 +688,11 @@ struct Expander {
       PackResult res;
       try {
         res = pack_documents(*spec, c.problem.seed);
+      } catch (const BudgetError& e) {
+        // Too many documents for the budget: this case becomes an error row.
+        c.invalid = InputError(file, packing_path, raw_message(e) + " (case " + id + ")").what();
+        cases.push_back(std::move(c));
+        return;
       } catch (const std::invalid_argument& e) {
         throw InputError(file, packing_path, std::string(e.what()) + " (case " + id + ")");
       }
@@ -686,6 +701,8 @@ struct Expander {
       c.problem.mask.push_back(res.document_term());
       try {
         validate(c.problem, file, "");
+      } catch (const BudgetError& e) {
+        c.invalid = cb.mapped(e).what();
       } catch (const InputError& e) {
         cb.fail_mapped(e);
       }

@@ -39,6 +39,10 @@
 //   name comes first. Labels use only [A-Za-z0-9.+-] (filesystem-safe); equal
 //   labels within a group (an axis or a zip group) get "-v<index>" suffixes, so
 //   ids are unique.
+// - Budget: a case larger than the total-size budget (harness/model/budget.hpp)
+//   is kept with Case::invalid set (its row becomes `error`); any other invalid
+//   field still fails the whole file (InputError, exit 2). A single-problem file
+//   over the budget fails with exit 2.
 // - Packing: when a case has a packing object, its documents are packed into
 //   `num_packs` (default: batch) packs of `max_seq_len` (default: seq_q), batch
 //   becomes num_packs, seq_q = seq_k = the padded length, and a DocumentTerm is
@@ -68,6 +72,11 @@ struct Case {
   std::string model;   ///< model preset name, if any
   nlohmann::json axes; ///< the axis values that produced this case
   std::string part;    ///< name of the part it came from ("" without parts)
+  /// Non-empty when the case exceeds the total-size budget (BudgetError of
+  /// harness/model/budget.hpp): the message, naming file, JSON pointer and value.
+  /// `problem` is then not valid (nothing may be allocated or counted from it); the
+  /// runner writes an `error` row with this message for each backend and goes on.
+  std::string invalid;
 };
 
 /// An expanded scenario.
