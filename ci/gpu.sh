@@ -46,15 +46,15 @@ fi
 nvidia-smi | tee "$OUT/nvidia-smi.txt"
 GPU_LINE=$(nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu \
            --format=csv,noheader | head -n 1)
-CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+GPU_CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
 if [[ -z "${ATTNBENCH_CUDA_ARCHS:-}" ]]; then
-  case "$CC" in
+  case "$GPU_CC" in
     90) ATTNBENCH_CUDA_ARCHS="90a" ;;   # wgmma / setmaxnreg need the arch-specific target
     "") ATTNBENCH_CUDA_ARCHS="90a;80" ;;
-    *)  ATTNBENCH_CUDA_ARCHS="$CC" ;;
+    *)  ATTNBENCH_CUDA_ARCHS="$GPU_CC" ;;
   esac
 fi
-log "GPU: $GPU_LINE (compute capability $CC, building for $ATTNBENCH_CUDA_ARCHS)"
+log "GPU: $GPU_LINE (compute capability $GPU_CC, building for $ATTNBENCH_CUDA_ARCHS)"
 
 # ---------------------------------------------------------------- cuDNN
 # shellcheck source=ci/find_cudnn.sh

@@ -152,7 +152,7 @@ TEST_CASE("run --check off writes unchecked rows, counted apart; compare never r
   REQUIRE(a.code == 0);
   Result b = run("run '" + f + "' --backends cpu --check off --out '" + off + "' --max-seconds 0.05 --min-samples 3", t);
   CHECK(b.code == 0);
-  CHECK(contains(b.out, "1 rows: 0 pass, 0 fail, 0 unsupported, 0 error, 0 oom, 1 unchecked"));
+  CHECK(contains(b.out, "1 rows: 0 pass, 0 fail, 0 unsupported, 0 error, 0 oom, 0 timeout, 0 crashed, 1 unchecked"));
   const json rep = json::parse(slurp(fs::path(off) / "report.json"));
   CHECK(rep["results"][0]["status"] == "unchecked");
   CHECK(rep["results"][0]["check"]["mode"] == "off");
