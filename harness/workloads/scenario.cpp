@@ -510,6 +510,161 @@ struct Expander {
       for (size_t i = 0; i < labels.size(); ++i) labels[i] = "v" + std::to_string(i);
   }
 
+  /// Apply model preset `model` (a name, or null) under the case's axes: base <
+  /// model < axes. Returns the preset's name ("" without one).
+  std::string apply_model_preset(CaseBuilder& cb, const json& model, const std::string& model_path,
+                                 const std::string& id) {
+    if (model.is_null()) return {};
+    if (!model.is_string())
+      throw InputError(file, model_path, "model must be a preset name, got " + show(model) + " (case " + id + ")");
+    const std::string model_name = model.get<std::string>();
+    const ModelPreset* mp = find_model_preset(model_name);
+    if (!mp)
+      throw InputError(file, model_path,
+                       "unknown model preset " + show(model) + " (expected one of: " + presets_list() + ") (case " + id + ")");
+    auto apply = [&](const char* f, int64_t v) {
+      if (!cb.axis_set.count(f)) cb.set(f, v, model_path, false);
+    };
+    apply("heads_q", mp->heads_q);
+    apply("heads_kv", mp->heads_kv);
+    if (cb.axis_set.count("head_dim") && !cb.axis_set.count("head_dim_v")) {
+      cb.fields.erase("head_dim_v");  // Dv follows the axis's Dqk
+    } else {
+      apply("head_dim", mp->head_dim);
+      apply("head_dim_v", mp->head_dim);
+    }
+    if (mp->sliding_window > 0) {
+      json& mk = cb.fields["mask"];
+      if (mk.is_null()) {
+        mk = json::array();
+        cb.origin["mask"] = model_path;
+      } else if (mk.is_object()) {
+        mk = json::array({mk});
+        cb.mask_wrapped = true;
+      }
+      if (mk.is_array()) {
+        bool has_window = false;
+        for (const auto& e : mk) has_window = has_window || (e.is_object() && e.value("kind", json()) == "sliding_window");
+        if (!has_window) mk.push_back({{"kind", "sliding_window"}, {"left", mp->sliding_window}, {"right", 0}});
+      }
+    }
+    if (mp->softcap > 0 && !cb.axis_set.count("score_mod")) {
+      const json sm = cb.fields.value("score_mod", json());
+      bool none = sm.is_null() || sm == "none" || (sm.is_object() && sm.value("kind", json()) == "none");
+      if (none) cb.set("score_mod", json{{"kind", "softcap"}, {"cap", mp->softcap}}, model_path, false);
+    }
+    return model_name;
+  }
+
+  /// Whether an exclusion rule matches the case (on axis values and effective
+  /// fields, before packing); marks the rule used.
+  static bool excluded(std::vector<Rule>& rules, const CaseBuilder& cb, const json& model, const json& packing,
+                       const json& axes_json, const std::map<std::string, const AxisValue*>& chosen) {
+    for (auto& r : rules) {
+      bool all = true;
+      for (auto it = r.rule.begin(); all && it != r.rule.end(); ++it) {
+        const std::string& k = it.key();
+        json actual;
+        if (k == "model") actual = model;
+        else if (k == "label") actual = axes_json.value("label", json());
+        else if (k == "packing") actual = packing;
+        else if (k.rfind("packing.", 0) == 0) actual = packing.is_object() ? packing.value(k.substr(8), json()) : json();
+        else if (k == "seq") actual = chosen.count("seq") ? chosen.at("seq")->value : cb.fields.value("seq_q", json());
+        else actual = cb.fields.value(k, json());
+        std::string label = chosen.count(k) ? chosen.at(k)->label : axis_value_label(k, actual);
+        all = it.value() == actual || (it.value().is_string() && it.value().get<std::string>() == label);
+      }
+      if (all) {
+        r.used = true;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// The packing spec of a packed case (null packing: none), with batch and
+  /// sequence lengths set from it so that the problem parses; a document or
+  /// padding mask beside packing is refused.
+  std::optional<PackingSpec> packing_of_case(CaseBuilder& cb, const json& packing, const std::string& packing_path,
+                                             std::map<std::string, std::string>& packing_key_paths,
+                                             const std::string& id) {
+    if (packing.is_null()) return std::nullopt;
+    auto int_field = [&](const char* f) -> int64_t {
+      const json v = cb.fields.value(f, json());
+      // Only a default: an out-of-range value is left to problem_from_json to name.
+      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return 0;
+      return v.is_number_integer() ? v.get<int64_t>() : 0;
+    };
+    std::optional<PackingSpec> spec;
+    try {
+      spec = packing_spec_from_json(packing, file, "", int_field("seq_q"), int_field("batch"));
+    } catch (const InputError& e) {
+      auto [head, rest] = split_pointer(e.json_path());
+      std::string path = packing_key_paths.count(head) ? packing_key_paths[head] + rest : packing_path + e.json_path();
+      if (e.file() != file) throw;  // an error inside a data file names that file
+      throw InputError(file, path, raw_message(e) + " (case " + id + ")");
+    }
+    if (cb.fields.contains("mask")) {
+      const json& mk = cb.fields["mask"];
+      std::vector<json> entries;
+      if (mk.is_array()) entries.assign(mk.begin(), mk.end());
+      else if (mk.is_object()) entries.push_back(mk);
+      for (size_t i = 0; i < entries.size(); ++i) {
+        json kind = entries[i].is_object() ? entries[i].value("kind", json()) : json();
+        if (kind == "document" || kind == "padding")
+          throw InputError(file, cb.origin["mask"] + (mk.is_array() && !cb.mask_wrapped ? "/" + std::to_string(i) : ""),
+                           "a packed case builds its document mask from the packing; remove the mask's " +
+                               show(kind) + " entry (case " + id + ")");
+      }
+    }
+    cb.set("batch", spec->num_packs, packing_path, false);
+    cb.set("seq_q", spec->max_seq_len, packing_path, false);
+    cb.set("seq_k", spec->max_seq_len, packing_path, false);
+    return spec;
+  }
+
+  /// Parse the case's problem, pack its documents (spec), validate, and append it
+  /// to `cases`; a case over the size budget is appended with `invalid` set.
+  void finish_case(Case c, CaseBuilder& cb, std::optional<PackingSpec> spec, const std::string& packing_path) {
+    try {
+      c.problem = problem_from_json(cb.fields, file, "");
+    } catch (const BudgetError& e) {
+      // Too large for the budget: this case becomes an error row, the sweep goes on.
+      c.invalid = cb.mapped(e).what();
+      cases.push_back(std::move(c));
+      return;
+    } catch (const InputError& e) {
+      cb.fail_mapped(e);
+    }
+    if (seed_override) c.problem.seed = *seed_override;
+    if (spec) {
+      if (seed_override) spec->seed = *seed_override;
+      PackResult res;
+      try {
+        res = pack_documents(*spec, c.problem.seed);
+      } catch (const BudgetError& e) {
+        // Too many documents for the budget: this case becomes an error row.
+        c.invalid = InputError(file, packing_path, raw_message(e) + " (case " + c.id + ")").what();
+        cases.push_back(std::move(c));
+        return;
+      } catch (const std::invalid_argument& e) {
+        throw InputError(file, packing_path, std::string(e.what()) + " (case " + c.id + ")");
+      }
+      c.problem.batch = spec->num_packs;
+      c.problem.seq_q = c.problem.seq_k = res.seq_len;
+      c.problem.mask.push_back(res.document_term());
+      try {
+        validate(c.problem, file, "");
+      } catch (const BudgetError& e) {
+        c.invalid = cb.mapped(e).what();
+      } catch (const InputError& e) {
+        cb.fail_mapped(e);
+      }
+      c.packing = res.stats;
+    }
+    cases.push_back(std::move(c));
+  }
+
   void build_case(const json& base, const std::map<std::string, std::string>& base_paths,
                   const std::string& default_prefix, const std::vector<Axis>& axes,
                   const std::vector<Group>& groups, const std::vector<size_t>& idx, std::vector<Rule>& rules,
@@ -557,48 +712,7 @@ struct Expander {
         }
       }
 
-    // Model preset: base < model < axes.
-    std::string model_name;
-    if (!model.is_null()) {
-      if (!model.is_string())
-        throw InputError(file, model_path, "model must be a preset name, got " + show(model) + " (case " + id + ")");
-      model_name = model.get<std::string>();
-      const ModelPreset* mp = find_model_preset(model_name);
-      if (!mp)
-        throw InputError(file, model_path,
-                         "unknown model preset " + show(model) + " (expected one of: " + presets_list() + ") (case " + id + ")");
-      auto apply = [&](const char* f, int64_t v) {
-        if (!cb.axis_set.count(f)) cb.set(f, v, model_path, false);
-      };
-      apply("heads_q", mp->heads_q);
-      apply("heads_kv", mp->heads_kv);
-      if (cb.axis_set.count("head_dim") && !cb.axis_set.count("head_dim_v")) {
-        cb.fields.erase("head_dim_v");  // Dv follows the axis's Dqk
-      } else {
-        apply("head_dim", mp->head_dim);
-        apply("head_dim_v", mp->head_dim);
-      }
-      if (mp->sliding_window > 0) {
-        json& mk = cb.fields["mask"];
-        if (mk.is_null()) {
-          mk = json::array();
-          cb.origin["mask"] = model_path;
-        } else if (mk.is_object()) {
-          mk = json::array({mk});
-          cb.mask_wrapped = true;
-        }
-        if (mk.is_array()) {
-          bool has_window = false;
-          for (const auto& e : mk) has_window = has_window || (e.is_object() && e.value("kind", json()) == "sliding_window");
-          if (!has_window) mk.push_back({{"kind", "sliding_window"}, {"left", mp->sliding_window}, {"right", 0}});
-        }
-      }
-      if (mp->softcap > 0 && !cb.axis_set.count("score_mod")) {
-        const json sm = cb.fields.value("score_mod", json());
-        bool none = sm.is_null() || sm == "none" || (sm.is_object() && sm.value("kind", json()) == "none");
-        if (none) cb.set("score_mod", json{{"kind", "softcap"}, {"cap", mp->softcap}}, model_path, false);
-      }
-    }
+    const std::string model_name = apply_model_preset(cb, model, model_path, id);
 
     // Effective packing object (base/axis, then packing.<key> axes).
     for (const auto& [key, v] : packing_keys) {
@@ -610,105 +724,15 @@ struct Expander {
       packing_key_paths[key] = v->path;
     }
 
-    // Exclusion (on axis values and effective fields, before packing).
-    for (auto& r : rules) {
-      bool all = true;
-      for (auto it = r.rule.begin(); all && it != r.rule.end(); ++it) {
-        const std::string& k = it.key();
-        json actual;
-        if (k == "model") actual = model;
-        else if (k == "label") actual = axes_json.value("label", json());
-        else if (k == "packing") actual = packing;
-        else if (k.rfind("packing.", 0) == 0) actual = packing.is_object() ? packing.value(k.substr(8), json()) : json();
-        else if (k == "seq") actual = chosen.count("seq") ? chosen["seq"]->value : cb.fields.value("seq_q", json());
-        else actual = cb.fields.value(k, json());
-        std::string label = chosen.count(k) ? chosen[k]->label : axis_value_label(k, actual);
-        all = it.value() == actual || (it.value().is_string() && it.value().get<std::string>() == label);
-      }
-      if (all) {
-        r.used = true;
-        return;
-      }
-    }
+    if (excluded(rules, cb, model, packing, axes_json, chosen)) return;
 
-    // Packing defaults and placeholders so that the problem parses.
-    std::optional<PackingSpec> spec;
-    if (!packing.is_null()) {
-      auto int_field = [&](const char* f) -> int64_t {
-        const json v = cb.fields.value(f, json());
-        // Only a default: an out-of-range value is left to problem_from_json to name.
-        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return 0;
-        return v.is_number_integer() ? v.get<int64_t>() : 0;
-      };
-      try {
-        spec = packing_spec_from_json(packing, file, "", int_field("seq_q"), int_field("batch"));
-      } catch (const InputError& e) {
-        auto [head, rest] = split_pointer(e.json_path());
-        std::string path = packing_key_paths.count(head) ? packing_key_paths[head] + rest : packing_path + e.json_path();
-        if (e.file() != file) throw;  // an error inside a data file names that file
-        throw InputError(file, path, raw_message(e) + " (case " + id + ")");
-      }
-      if (cb.fields.contains("mask")) {
-        const json& mk = cb.fields["mask"];
-        std::vector<json> entries;
-        if (mk.is_array()) entries.assign(mk.begin(), mk.end());
-        else if (mk.is_object()) entries.push_back(mk);
-        for (size_t i = 0; i < entries.size(); ++i) {
-          json kind = entries[i].is_object() ? entries[i].value("kind", json()) : json();
-          if (kind == "document" || kind == "padding")
-            throw InputError(file, cb.origin["mask"] + (mk.is_array() && !cb.mask_wrapped ? "/" + std::to_string(i) : ""),
-                             "a packed case builds its document mask from the packing; remove the mask's " +
-                                 show(kind) + " entry (case " + id + ")");
-        }
-      }
-      cb.set("batch", spec->num_packs, packing_path, false);
-      cb.set("seq_q", spec->max_seq_len, packing_path, false);
-      cb.set("seq_k", spec->max_seq_len, packing_path, false);
-    }
-
+    std::optional<PackingSpec> spec = packing_of_case(cb, packing, packing_path, packing_key_paths, id);
     Case c;
     c.id = id;
     c.part = part;
     c.model = model_name;
     c.axes = axes_json;
-    try {
-      c.problem = problem_from_json(cb.fields, file, "");
-    } catch (const BudgetError& e) {
-      // Too large for the budget: this case becomes an error row, the sweep goes on.
-      c.invalid = cb.mapped(e).what();
-      cases.push_back(std::move(c));
-      return;
-    } catch (const InputError& e) {
-      cb.fail_mapped(e);
-    }
-    if (seed_override) c.problem.seed = *seed_override;
-
-    if (spec) {
-      if (seed_override) spec->seed = *seed_override;
-      PackResult res;
-      try {
-        res = pack_documents(*spec, c.problem.seed);
-      } catch (const BudgetError& e) {
-        // Too many documents for the budget: this case becomes an error row.
-        c.invalid = InputError(file, packing_path, raw_message(e) + " (case " + id + ")").what();
-        cases.push_back(std::move(c));
-        return;
-      } catch (const std::invalid_argument& e) {
-        throw InputError(file, packing_path, std::string(e.what()) + " (case " + id + ")");
-      }
-      c.problem.batch = spec->num_packs;
-      c.problem.seq_q = c.problem.seq_k = res.seq_len;
-      c.problem.mask.push_back(res.document_term());
-      try {
-        validate(c.problem, file, "");
-      } catch (const BudgetError& e) {
-        c.invalid = cb.mapped(e).what();
-      } catch (const InputError& e) {
-        cb.fail_mapped(e);
-      }
-      c.packing = res.stats;
-    }
-    cases.push_back(std::move(c));
+    finish_case(std::move(c), cb, std::move(spec), packing_path);
   }
 };
 
