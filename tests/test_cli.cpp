@@ -13,51 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli_util.hpp"
+
 namespace {
 
 const std::string kDir = std::string(ATTNBENCH_SOURCE_DIR) + "/scenarios";
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-/// A temporary directory, removed at scope exit.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() / ("attnbench_cli_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string write(const std::string& name, const std::string& body) const {
-    std::ofstream((path / name).string()) << body;
-    return (path / name).string();
-  }
-};
-
-/// Run `attnbench ARGS` (shell-quoted by the caller), capturing stdout, stderr and
-/// the exit code.
-Result run(const std::string& args, const TempDir& t, const std::string& env = "") {
-  const std::string out = (t.path / "stdout.txt").string(), err = (t.path / "stderr.txt").string();
-  std::string cmd = env + (env.empty() ? "" : " ") + "'" + std::string(ATTNBENCH_BINARY) + "' " + args + " >'" + out +
-                    "' 2>'" + err + "'";
-  int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+using namespace attnbench::test::cli;
 
 const char* kGoodMatrix = R"({"name": "tiny", "description": "two tiny cases",
   "base": {"batch": 1, "heads_q": 4, "heads_kv": 2, "head_dim": 32, "seq": 200, "dtype": "fp16"},

@@ -16,51 +16,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli_util.hpp"
+
 namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-/// A temporary directory, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("attnbench_hostile_" + std::to_string(::getpid()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& body) const {
-    std::ofstream(path / name, std::ios::binary) << body;
-    return (path / name).string();
-  }
-};
-
-/// Run `attnbench ARGS` with a 60 s limit (coreutils timeout: a hang fails the
-/// test with code 124 instead of blocking it).
-Result run(const std::string& args, const TempDir& t) {
-  const std::string out = (t.path / "stdout.txt").string(), err = (t.path / "stderr.txt").string();
-  const std::string cmd = "timeout 60 '" + std::string(ATTNBENCH_BINARY) + "' " + args + " >'" + out + "' 2>'" + err + "'";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+using namespace attnbench::test::cli;
 
 }  // namespace
 
