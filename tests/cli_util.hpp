@@ -1,5 +1,5 @@
 // Helpers of the suites that run the attnbench binary itself (test_cli,
-// test_cli_hostile): a scratch directory, the run with captured output, file
+// test_cli_hostile, test_cli_reliability): a scratch directory, the run with captured output, file
 // reading. The binary is ATTNBENCH_BINARY (set by tests/CMakeLists.txt).
 #pragma once
 
@@ -49,9 +49,11 @@ struct TempDir {
 
 /// Run `attnbench ARGS` (shell-quoted by the caller) with environment assignments
 /// `env` in front, under a `timeout_s` limit (coreutils timeout: a hang fails the
-/// test with code 124 instead of blocking it), capturing stdout and stderr in t.
-inline Result run(const std::string& args, const TempDir& t, const std::string& env = "", int timeout_s = 120) {
-  const std::string out = (t.path / "stdout.txt").string(), err = (t.path / "stderr.txt").string();
+/// test with code 124 instead of blocking it), capturing stdout and stderr in
+/// files of directory `dir`.
+inline Result run_in(const std::filesystem::path& dir, const std::string& args, const std::string& env = "",
+                     int timeout_s = 120) {
+  const std::string out = (dir / "stdout.txt").string(), err = (dir / "stderr.txt").string();
   const std::string cmd = env + (env.empty() ? "" : " ") + "timeout " + std::to_string(timeout_s) + " '" +
                           std::string(ATTNBENCH_BINARY) + "' " + args + " >'" + out + "' 2>'" + err + "'";
   const int status = std::system(cmd.c_str());
@@ -60,6 +62,11 @@ inline Result run(const std::string& args, const TempDir& t, const std::string& 
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+/// run_in() the directory of `t`.
+inline Result run(const std::string& args, const TempDir& t, const std::string& env = "", int timeout_s = 120) {
+  return run_in(t.path, args, env, timeout_s);
 }
 
 /// Whether `s` contains `sub`.

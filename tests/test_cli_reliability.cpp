@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli_util.hpp"
+
 extern char** environ;
 
 namespace fs = std::filesystem;
@@ -31,14 +33,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+using namespace attnbench::test::cli;
 
 /// A scratch directory, removed at scope exit; the misbehaving backends on.
 struct Scratch {
@@ -59,22 +54,9 @@ struct Scratch {
   std::string dir(const std::string& n) const { return (path / n).string(); }
 };
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
 /// Run `attnbench ARGS` to completion (ARGS shell-quoted by the caller).
 Result run(const Scratch& s, const std::string& args, const std::string& env = "") {
-  const std::string out = s.dir("stdout.txt"), err = s.dir("stderr.txt");
-  const std::string cmd = env + (env.empty() ? "" : " ") + "'" + std::string(ATTNBENCH_BINARY) + "' " + args +
-                          " >'" + out + "' 2>'" + err + "'";
-  const int st = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  return run_in(s.path, args, env);
 }
 
 /// Start `attnbench ARGS...` in the background (stdout/stderr to files next to
