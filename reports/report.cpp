@@ -1,8 +1,6 @@
 // report.json: rows, the atomic writer, the reader's structural guard, merge and
 // mask thumbnails (docs/report-format.md).
 #include "reports/report.hpp"
-
-#include <iterator>
 #include "harness/model/version.hpp"
 
 #include <unistd.h>
@@ -37,13 +35,8 @@ const char* to_string(RowStatus s) {
   return "error";
 }
 
-const std::vector<RowStatus>& all_row_statuses() {
-  static const std::vector<RowStatus> all(std::begin(kRowStatuses), std::end(kRowStatuses));
-  return all;
-}
-
 std::optional<RowStatus> parse_row_status(const std::string& s) {
-  for (RowStatus r : all_row_statuses())
+  for (RowStatus r : kRowStatuses)
     if (s == to_string(r)) return r;
   return std::nullopt;
 }
@@ -185,7 +178,7 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
     const auto& st = jsonu::require(row, "status", file, rp);
     if (!st.is_string() || !parse_row_status(st.get<std::string>())) {
       std::string known;
-      for (RowStatus r : all_row_statuses()) known += (known.empty() ? "" : ", ") + std::string(to_string(r));
+      for (RowStatus r : kRowStatuses) known += (known.empty() ? "" : ", ") + std::string(to_string(r));
       throw InputError(file, child_path(rp, "status"), "unknown status " + jsonu::show(st) + " (expected " + known + ")");
     }
     if (row.contains("timing") && !row["timing"].is_null()) {

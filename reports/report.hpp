@@ -35,8 +35,6 @@ inline constexpr RowStatus kRowStatuses[] = {RowStatus::pass,  RowStatus::fail, 
                                              RowStatus::error, RowStatus::oom,     RowStatus::timeout,
                                              RowStatus::crashed, RowStatus::unchecked};
 const char* to_string(RowStatus s);
-/// Every status, in enum order (for messages and counts).
-const std::vector<RowStatus>& all_row_statuses();
 /// Inverse of to_string(RowStatus); std::nullopt for an unknown name.
 std::optional<RowStatus> parse_row_status(const std::string& s);
 
