@@ -160,6 +160,9 @@ TEST_CASE("tile plan: longest work first, executed pairs, packing") {
   CHECK(t4.tile_rows == 16);
   CHECK(t4.tile_keys == kFwdBlockN);
   CHECK(plan_tiles(m, lens, 2, 1, 1, 128).tile_keys == kFwdBlockN);
+  // The Hopper forward: 128-key steps on dense 128-row tiles, 64 on packed ones.
+  CHECK(plan_tiles(m, lens, 2, 1, 1, 128, FwdPath::sm90).tile_keys == 128);
+  CHECK(plan_tiles(m, lens, 8, 4, 4, 128, FwdPath::sm90).tile_keys == 64);
   CHECK(t4.q_items.size() == 8);
   CHECK(t4.q_items.front().start >= t4.q_items.back().start);
   CHECK_THROWS_AS(plan_tiles(m, lens, 6, 3, 2, 64), std::invalid_argument);

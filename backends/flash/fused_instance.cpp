@@ -35,6 +35,22 @@ constexpr int64_t kMaxPositions = int64_t{1} << 30;  // positions and token coun
 
 using kernels::Sequences;
 
+/// The forward kernel of a non-flex instance: ATTNBENCH_FWD_PATH = auto (the
+/// default: sm90 where kernels::fwd_sm90_usable(), else sm80), sm80 or sm90.
+/// Throws InputError for another value and std::invalid_argument (an error row
+/// naming why) when sm90 is asked for but cannot run here.
+kernels::FwdPath choose_fwd_path(const std::string& backend) {
+  const char* v = std::getenv("ATTNBENCH_FWD_PATH");
+  const std::string s = v ? v : "";
+  std::string why;
+  if (s.empty() || s == "auto") return kernels::fwd_sm90_usable() ? kernels::FwdPath::sm90 : kernels::FwdPath::sm80;
+  if (s == "sm80") return kernels::FwdPath::sm80;
+  if (s != "sm90")
+    throw InputError("environment variable ATTNBENCH_FWD_PATH", "", "value '" + s + "' is not auto, sm80 or sm90");
+  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(backend + ": ATTNBENCH_FWD_PATH=sm90: " + why);
+  return kernels::FwdPath::sm90;
+}
+
 /// Device copies of what the flex path reads besides the tensors: the BlockMask
 /// lists, the arrays mask_allowed() reads (document ids, padding lengths), the
 /// learnable bias with its offset table, dBias and its deterministic scratch.
@@ -142,7 +158,7 @@ class FusedInstance final : public BackendInstance {
       return;
     }
     kernels::launch_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()), plan_.pack,
-                            stream_.s);
+                            stream_.s, fwd_path_);
   }
   void backward() override {
     if (flex_) {
@@ -193,6 +209,7 @@ class FusedInstance final : public BackendInstance {
   Sequences seqs_;
   PhysicalLayout lq_, lk_, lv_, lo_;
   kernels::TilePlan plan_;
+  kernels::FwdPath fwd_path_ = kernels::FwdPath::sm80;
   AttnParams params_;
   double setup_ms_ = 0.0;
 
@@ -290,8 +307,9 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     flex_->host = build_block_mask(p, opt.block_size, opt.block_size);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim));
   } else {
+    fwd_path_ = choose_fwd_path(opt.name);
     plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
-                                static_cast<int>(p.head_dim));
+                                static_cast<int>(p.head_dim), fwd_path_);
   }
 
   // Inputs, outputs, workspaces.
@@ -407,7 +425,11 @@ nlohmann::json FusedInstance::extra() const {
                             : "not computed";
     return j;
   }
-  j["kernel"] = "attnbench fused (mma.sync m16n8k16, ldmatrix, cp.async double buffering; sm_80 path)";
+  j["kernel"] = fwd_path_ == kernels::FwdPath::sm90
+                    ? "attnbench fused: forward on the Hopper path (wgmma m64nNk16, 128-byte swizzled smem, "
+                      "cp.async double buffering; sm_90a), backward on mma.sync m16n8k16 (sm_80 path)"
+                    : "attnbench fused (mma.sync m16n8k16, ldmatrix, cp.async double buffering; sm_80 path)";
+  j["fwd_path"] = fwd_path_ == kernels::FwdPath::sm90 ? "sm90" : "sm80";
   j["placement"] = packed_ ? (opt_.placement == Placement::documents ? "documents as packed sequences (THD)"
                                                                       : "THD, one sequence per batch row")
                            : std::string(to_string(p_.layout)) + " padded batch";

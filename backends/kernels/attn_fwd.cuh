@@ -49,14 +49,16 @@ __device__ __forceinline__ void fwd_scores(const uint16_t* sQ, const uint16_t* t
   }
 }
 
-/// One m-tile's online-softmax step on the key tile at n0: score mod in the exp2
-/// domain, the mask on partial tiles (row interval; flex: mask_allowed bits for
-/// documents / block_sparse), the running max m and sum l, O rescaled, and S
-/// replaced by P. row0 / row1: this thread's two query rows.
-template <bool kFlex, int kNt, int kDt>
-__device__ __forceinline__ void fwd_softmax(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
-                                            bool full, int n0, int qd, int row0, int row1, Acc (&s)[kNt],
-                                            Acc (&o)[kDt], float (&m_run)[2], float (&l_run)[2]) {
+/// One m-tile's online-softmax step on the key tile at n0, up to O: score mod in
+/// the exp2 domain, the mask on partial tiles (row interval; flex: mask_allowed
+/// bits for documents / block_sparse), the running max m and sum l, and S
+/// replaced by P; `corr` receives the factor O must be rescaled by (rescale_o;
+/// the Hopper kernel applies it once the previous P V has retired). row0 / row1:
+/// this thread's two query rows.
+template <bool kFlex, int kNt>
+__device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
+                                              bool full, int n0, int qd, int row0, int row1, Acc (&s)[kNt],
+                                              float (&m_run)[2], float (&l_run)[2], float (&corr)[2]) {
   float mx[2] = {-INFINITY, -INFINITY};
   if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
 #pragma unroll
@@ -70,6 +72,7 @@ __device__ __forceinline__ void fwd_softmax(const AttnParams& p, const SeqInfo& 
     const RowBounds rb[2] = {RowBounds::of(p.mask, row0, si.lq, si.lk), RowBounds::of(p.mask, row1, si.lq, si.lk)};
     // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
     uint32_t bits = ~0u;
+    static_assert(!kFlex || kNt <= 8, "flex: one 32-bit word of mask bits per thread (4 kNt pairs)");
     if constexpr (kFlex) {
       if (!full && mask_needs_pairs(p.mask))
         bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
@@ -83,14 +86,14 @@ __device__ __forceinline__ void fwd_softmax(const AttnParams& p, const SeqInfo& 
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
         float x = mod.template apply<kFlex>(s[nt].c[e], r ? row1 : row0, j);
-        const bool ok = full || (rb[r].allows(j) && ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u));
+        const bool ok = full || (rb[r].allows(j) && (!kFlex || ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u)));
         if (!ok) x = -INFINITY;
         s[nt].c[e] = x;
         mx[r] = fmaxf(mx[r], x);
       }
     }
   }
-  float corr[2], base[2];
+  float base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m_new = fmaxf(m_run[r], quad_max(mx[r]));
@@ -108,6 +111,11 @@ __device__ __forceinline__ void fwd_softmax(const AttnParams& p, const SeqInfo& 
       l_run[e >> 1] += pe;
     }
   }
+}
+
+/// O *= corr per row (the online softmax's rescale of the accumulator).
+template <int kDt>
+__device__ __forceinline__ void rescale_o(Acc (&o)[kDt], const float (&corr)[2]) {
 #pragma unroll
   for (int dt = 0; dt < kDt; ++dt) {
     o[dt].c[0] *= corr[0];
@@ -115,6 +123,16 @@ __device__ __forceinline__ void fwd_softmax(const AttnParams& p, const SeqInfo& 
     o[dt].c[2] *= corr[1];
     o[dt].c[3] *= corr[1];
   }
+}
+
+/// One m-tile's full online-softmax step (fwd_softmax_p, then O rescaled).
+template <bool kFlex, int kNt, int kDt>
+__device__ __forceinline__ void fwd_softmax(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
+                                            bool full, int n0, int qd, int row0, int row1, Acc (&s)[kNt],
+                                            Acc (&o)[kDt], float (&m_run)[2], float (&l_run)[2]) {
+  float corr[2];
+  fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full, n0, qd, row0, row1, s, m_run, l_run, corr);
+  rescale_o<kDt>(o, corr);
 }
 
 /// O += P V with P from registers; each V fragment used kMT times.

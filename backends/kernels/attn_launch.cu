@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backends/kernels/attn_launch.hpp"
+#include "harness/device/check.hpp"
 
 namespace attnbench::kernels {
 
@@ -61,11 +62,29 @@ void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_d
   no_kernel(p.head_dim);
 }
 
-void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream) {
+bool fwd_sm90_usable(std::string* why) {
+#if defined(ATTNBENCH_BUILT_SM90A)
+  int dev = 0, major = 0, minor = 0;
+  ATTNBENCH_CHECK(cudaGetDevice(&dev));
+  ATTNBENCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  ATTNBENCH_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major == 9 && minor == 0) return true;
+  if (why)
+    *why = "the Hopper forward needs compute capability 9.0 (wgmma, sm_90a code); the device has " +
+           std::to_string(major) + "." + std::to_string(minor);
+  return false;
+#else
+  if (why) *why = "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
+  return false;
+#endif
+}
+
+void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
+                    FwdPath path) {
   check_launch(p, pack);
   switch (p.head_dim) {
-    case 64: return launch_forward_hdim<64>(p, q_items, n_q_items, pack, stream);
-    case 128: return launch_forward_hdim<128>(p, q_items, n_q_items, pack, stream);
+    case 64: return launch_forward_hdim<64>(p, q_items, n_q_items, pack, stream, path);
+    case 128: return launch_forward_hdim<128>(p, q_items, n_q_items, pack, stream, path);
     default: throw std::invalid_argument("fused attention: no kernel for head_dim " + std::to_string(p.head_dim));
   }
 }

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backends/kernels/attn_params.hpp"
 
@@ -22,8 +23,17 @@ inline bool head_dim_supported(int d) { return d == 64 || d == 128; }
 /// fwd_block_m(pack) / pack positions; `pack` query heads of one KV head share a CTA
 /// (1, 2 or 4, dividing p.group). Asynchronous on `stream`. Throws
 /// std::invalid_argument for a bad pack, a head_dim without kernels or more than
-/// kMaxSequences sequences, DeviceError when a launch fails.
-void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream);
+/// kMaxSequences sequences, DeviceError when a launch fails. `path` picks the
+/// kernel (FwdPath::sm90 only where fwd_sm90_usable(); its key steps are
+/// fwd_block_n(head_dim, pack, path), which the plan of q_items must have used).
+void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
+                    FwdPath path = FwdPath::sm80);
+
+/// Whether the Hopper forward can run on the current device: this build has
+/// sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a) and the device has compute
+/// capability 9.0. `why` (if given) says what is missing. Throws DeviceError when
+/// the device query fails.
+bool fwd_sm90_usable(std::string* why = nullptr);
 
 /// Backward: dQ, dK, dV from O, LSE, dO. `k_items` lists key tiles of kBwdBlockN
 /// positions; `q_items` lists query tiles of kDqBlockM / pack positions for the
@@ -49,7 +59,8 @@ void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_d
 
 /// Per-head-dimension implementations (attn_launch_impl.cuh, one file each).
 template <int D>
-void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream);
+void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
+                         FwdPath path);
 template <int D>
 void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
                           int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);

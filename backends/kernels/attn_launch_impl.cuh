@@ -8,6 +8,7 @@
 
 #include "backends/kernels/attn_bwd.cuh"
 #include "backends/kernels/attn_fwd.cuh"
+#include "backends/kernels/attn_fwd_sm90.cuh"
 #include "backends/kernels/attn_launch.hpp"
 #include "harness/device/check.hpp"
 
@@ -51,6 +52,28 @@ void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaSt
     forward_tiles<D, Bf16, 2, fwd_block_n(D, 1)>(p, items, n, pack, st);
   else
     forward_tiles<D, Bf16, 1, fwd_block_n(D, 2)>(p, items, n, pack, st);
+}
+
+/// The Hopper forward (attn_fwd_sm90.cuh): two warpgroups x 128 keys on dense
+/// tiles, one warpgroup x 64 keys on GQA-packed 64-row tiles.
+template <int D, bool Bf16, int kWG, int kBlockN>
+void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
+  constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN>;
+  constexpr size_t smem = fwd_sm90_smem_bytes<D, kWG, kBlockN>();
+  allow_smem<kernel>(smem);
+  const int64_t blocks = static_cast<int64_t>(n) * (p.heads_q / pack);
+  if (blocks == 0) return;
+  kernel<<<static_cast<unsigned>(blocks), kWG * 128, smem, st>>>(p, items, pack);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+template <int D, bool Bf16>
+void forward_sm90(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
+  static_assert(128 == kFwdBlockMWide && 64 == kFwdBlockM, "tile rows: 64 per warpgroup");
+  if (pack == 1)
+    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(D, 1, FwdPath::sm90)>(p, items, n, pack, st);
+  else
+    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(D, 2, FwdPath::sm90)>(p, items, n, pack, st);
 }
 
 /// Dsum = rowsum(dO * O) over the q_numel / (Hq * D) rows of the Q-shaped buffers.
@@ -162,7 +185,15 @@ void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const 
 }  // namespace detail
 
 template <int D>
-void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream) {
+void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
+                         FwdPath path) {
+  if (path == FwdPath::sm90) {
+    if (p.dtype == ElemType::bf16)
+      detail::forward_sm90<D, true>(p, q_items, n_q_items, pack, stream);
+    else
+      detail::forward_sm90<D, false>(p, q_items, n_q_items, pack, stream);
+    return;
+  }
   if (p.dtype == ElemType::bf16)
     detail::forward<D, true>(p, q_items, n_q_items, pack, stream);
   else

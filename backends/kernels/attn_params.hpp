@@ -140,15 +140,22 @@ constexpr int kFwdBlockM = 64;   ///< forward: query rows per CTA with GQA packi
 constexpr int kFwdBlockMWide = 128;  ///< forward: query rows per CTA without packing (32 rows per warp)
 /// Forward query rows per CTA for a GQA pack (1: the wide tile).
 constexpr int fwd_block_m(int pack) { return pack == 1 ? kFwdBlockMWide : kFwdBlockM; }
+/// Which forward kernel runs: the portable mma.sync kernel (attn_fwd.cuh, sm_80
+/// and up) or the Hopper wgmma kernel (attn_fwd_sm90.cuh, sm_90a builds on
+/// compute capability 9.0). The backward and the flex path are portable only.
+enum class FwdPath : int32_t { sm80 = 0, sm90 = 1 };
 constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step
 /// Forward keys per mainloop step. The wide (pack 1) tile at head_dim 128 holds
 /// 2 x 16 rows of O and S per warp and spills 68 bytes per thread (to L1) with 64
 /// keys; 32 keys spill nothing but measured slower on the H100 (causal S4096 B4
 /// H16 D128 forward: 236 TFLOP/s with 64 keys, 208 with 32), so 64 it is.
 /// The one definition of the forward tile shape: the launcher instantiates the
-/// kernel with it and plan_tiles() plans with it. (Arguments kept: the shape is a
-/// function of both; today every shape uses 64 keys.)
-constexpr int fwd_block_n(int /*head_dim*/, int /*pack*/) { return kFwdBlockN; }
+/// kernel with it and plan_tiles() plans with it.
+constexpr int fwd_block_n(int /*head_dim*/, int pack, FwdPath path = FwdPath::sm80) {
+  // Hopper, dense 128-row tiles: 128 keys per step (m64n128 wgmmas, FlashAttention-3's
+  // tile for head_dim 128); GQA-packed 64-row tiles of short documents keep 64.
+  return path == FwdPath::sm90 && pack == 1 ? 128 : kFwdBlockN;
+}
 constexpr int kBwdBlockN = 64;   ///< dK/dV: keys per CTA (4 warps)
 /// dK/dV: query rows per inner step (32 at head_dim 128, where 64 spills registers).
 constexpr int bwd_block_m(int head_dim) { return head_dim >= 128 ? 32 : 64; }

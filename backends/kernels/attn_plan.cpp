@@ -25,14 +25,15 @@ std::vector<WorkItem> longest_first(std::vector<WorkItem> items, const std::vect
 
 }  // namespace
 
-TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim) {
+TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim,
+                    FwdPath path) {
   if (pack < 1 || kFwdWarps % pack != 0 || group % pack != 0)
     throw std::invalid_argument("plan_tiles: pack " + std::to_string(pack) + " must divide " +
                                 std::to_string(kFwdWarps) + " and the GQA group " + std::to_string(group));
   TilePlan t;
   t.pack = pack;
   t.tile_rows = fwd_block_m(pack) / pack;
-  t.tile_keys = fwd_block_n(head_dim, pack);
+  t.tile_keys = fwd_block_n(head_dim, pack, path);
   t.dq_tile_rows = kDqBlockM / pack;
   const size_t n = s.lq.size();
   std::vector<WorkItem> q, dq, k;

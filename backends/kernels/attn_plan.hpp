@@ -40,14 +40,15 @@ struct TilePlan {
 };
 
 /// Plan `s` under mask `m` (its diagonal / prefix bounds; lengths come from `s`)
-/// for heads_q query heads of head_dim (which picks the forward key-tile width,
-/// fwd_block_n) with `pack` heads per forward CTA (1, 2 or 4;
+/// for heads_q query heads of head_dim (which, with the forward kernel `path`,
+/// picks the forward key-tile width, fwd_block_n) with `pack` heads per forward CTA (1, 2 or 4;
 /// must divide kFwdWarps and the GQA group). Query tiles cover [0, store_q) in
 /// steps of fwd_block_m(pack) / pack (kDqBlockM / pack for the dQ kernel); key
 /// tiles cover [0, store_k) in steps of kBwdBlockN, ordered by their query
 /// steps of bwd_block_m(head_dim) rows (the group multiplies every cost alike). Ties keep (sequence, start) order, so the plan is
 /// deterministic. Throws std::invalid_argument on a bad pack.
-TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim);
+TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim,
+                    FwdPath path = FwdPath::sm80);
 
 /// Work lists of the flex path for a BlockMask `bm` (block sizes 64 or 128) of a
 /// padded batch of `batch` rows with heads_q query heads: forward items are the

@@ -27,24 +27,25 @@ __device__ __forceinline__ void acc_to_a(const Acc& lo, const Acc& hi, uint32_t 
 }
 
 /// cp.async the K and V tiles of keys [n0, n0 + kBlockN) of one KV head
-/// (k_base / v_base point at its position 0; rows past lk zero-filled).
-template <int kBlockN, int D, int kThreads>
+/// (k_base / v_base point at its position 0; rows past lk zero-filled), in the
+/// tile layout `Layout` (load_tile_async).
+template <int kBlockN, int D, int kThreads, class Layout = SwizzledTile<D>>
 __device__ __forceinline__ void load_kv_tile(uint16_t* sK, uint16_t* sV, const uint16_t* k_base,
                                              const uint16_t* v_base, int64_t k_stride, int64_t v_stride, int n0,
                                              int lk, int tid) {
-  load_tile_async<kBlockN, D, kThreads>(
+  load_tile_async<kBlockN, D, kThreads, Layout>(
       sK, [&](int r) -> const uint16_t* { return n0 + r < lk ? k_base + (n0 + r) * k_stride : nullptr; }, tid);
-  load_tile_async<kBlockN, D, kThreads>(
+  load_tile_async<kBlockN, D, kThreads, Layout>(
       sV, [&](int r) -> const uint16_t* { return n0 + r < lk ? v_base + (n0 + r) * v_stride : nullptr; }, tid);
 }
 
 /// cp.async the query-side rows (Q or dO) of a CTA tile of kRows rows: row r is
 /// position m0 + r % Mq of query head h0 + r / Mq (GQA packing: Mq = kRows / pack),
-/// at X + off(t, h); positions past lq zero-filled.
-template <int kRows, int D, int kThreads, class Offset>
+/// at X + off(t, h); positions past lq zero-filled; tile layout `Layout`.
+template <int kRows, int D, int kThreads, class Layout = SwizzledTile<D>, class Offset>
 __device__ __forceinline__ void load_packed_rows(uint16_t* s, const uint16_t* X, int m0, int Mq, int lq, int h0,
                                                  Offset off, int tid) {
-  load_tile_async<kRows, D, kThreads>(
+  load_tile_async<kRows, D, kThreads, Layout>(
       s,
       [&](int r) -> const uint16_t* {
         const int t = m0 + r % Mq;

@@ -117,8 +117,9 @@ struct SwizzledTile {
 /// Copy a [Rows x D] tile from global memory into a SwizzledTile with cp.async,
 /// all `Threads` threads of the CTA taking 16-byte chunks in turn. Row r comes
 /// from `row_ptr(r)` (a const 16-bit element pointer, or nullptr for a row to
-/// zero-fill).
-template <int Rows, int D, int Threads, class RowPtr>
+/// zero-fill). `Layout::offset(r, c)` places 16-byte unit c of row r (default
+/// SwizzledTile; the Hopper path passes its 128-byte swizzled tile).
+template <int Rows, int D, int Threads, class Layout = SwizzledTile<D>, class RowPtr>
 __device__ __forceinline__ void load_tile_async(uint16_t* smem, RowPtr row_ptr, int tid) {
   constexpr int kChunksPerRow = D / 8;
   constexpr int kChunks = Rows * kChunksPerRow;
@@ -127,7 +128,7 @@ __device__ __forceinline__ void load_tile_async(uint16_t* smem, RowPtr row_ptr, 
   for (int idx = tid; idx < kChunks; idx += Threads) {
     const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
     const uint16_t* src = row_ptr(r);
-    const uint32_t dst = base + 2u * static_cast<uint32_t>(SwizzledTile<D>::offset(r, c));
+    const uint32_t dst = base + 2u * static_cast<uint32_t>(Layout::offset(r, c));
     cp_async_16(dst, src ? src + c * 8 : nullptr, src != nullptr);
   }
 }

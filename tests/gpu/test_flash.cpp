@@ -26,10 +26,15 @@ std::unique_ptr<Backend> flash(bool deterministic) {
   return be;
 }
 
-/// Both dQ modes on one problem.
+/// Both dQ modes and both forward kernels on one problem: the deterministic run
+/// with the default forward (the Hopper one on an sm_90a build on an H100), the
+/// atomic run with the portable forward (ATTNBENCH_FWD_PATH=sm80).
 void run_case(const Problem& p) {
+  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
   check_gpu_case(*flash(true), p, true);
+  setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
   check_gpu_case(*flash(false), p, false);
+  unsetenv("ATTNBENCH_FWD_PATH");
 }
 
 Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0) {

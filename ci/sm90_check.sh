@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The Hopper forward's GPU loop: build attnbench and the flash / varlen GPU suites
+# for sm_90a, show the HGMMA count and resources of the sm90 kernels, run the
+# suites (each case on both forward paths), then time the forward on both paths
+# through `attnbench run`. Logs under $OUT (default ./out-sm90).
+#
+#   ci/sm90_check.sh [test] [bench SCENARIO CASES_RE BACKENDS]...
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/out-sm90}
+mkdir -p "$OUT"
+BUILD=$ROOT/build-gpu
+START=$(date +%s)
+log() { printf '[sm90 %4ss] %s\n' "$(( $(date +%s) - START ))" "$*"; }
+source "$ROOT/ci/find_cudnn.sh"
+if [[ -n "${CUDNN_ROOT:-}" ]]; then export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+  ${CUDNN_ROOT:+-DCUDNN_ROOT=$CUDNN_ROOT} >"$OUT/configure.log" 2>&1 || { tail -n 30 "$OUT/configure.log"; exit 2; }
+log "build"
+cmake --build "$BUILD" -j "$(nproc)" --target attnbench gpu_test_flash gpu_test_varlen >"$OUT/build.log" 2>&1 ||
+  { grep -E "error" "$OUT/build.log" | head -n 30; exit 2; }
+log "build done"
+obj=$(find "$BUILD" -name 'attn_hdim128.cu.o' | head -n 1)
+cuobjdump -sass "$obj" >"$OUT/hdim128.sass" 2>&1 || true
+echo "  SASS of attn_hdim128 (sm_90a): $(grep -c HGMMA "$OUT/hdim128.sass") HGMMA, $(grep -c HMMA "$OUT/hdim128.sass") HMMA instructions"
+grep -o "HGMMA\.[A-Z0-9x.]*" "$OUT/hdim128.sass" | sort | uniq -c | head -n 8
+status=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    test)
+      if [[ -f tests/gpu/probe_wgmma.cu ]]; then
+        nvcc -std=c++20 -I. -gencode=arch=compute_90a,code=sm_90a tests/gpu/probe_wgmma.cu -o "$BUILD/probe_wgmma" \
+          >"$OUT/probe.log" 2>&1 && "$BUILD/probe_wgmma" | tail -n 5 || status=1
+      fi
+      for s in flash varlen; do
+        log "gpu_test_$s"
+        timeout 300 "$BUILD/tests/gpu_test_$s" ${TEST_ARGS:-} >"$OUT/test_$s.log" 2>&1 || status=1
+        grep -E "test cases|assertions|ERROR|FAILED|error" "$OUT/test_$s.log" | head -n 30
+      done
+      shift ;;
+    bench)
+      scen=$2 cases=$3 backends=$4; shift 4
+      for path in sm90 sm80; do
+        log "bench $scen '$cases' $backends ATTNBENCH_FWD_PATH=$path"
+        ATTNBENCH_FWD_PATH=$path timeout 300 "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$backends" \
+          --check off --no-determinism --max-seconds 0.5 --out "$OUT/bench_$path" >"$OUT/bench_$path.log" 2>&1 || status=1
+        python3 ci/timing_table.py "$OUT/bench_$path/report.json" 2>&1 | tail -n 20
+      done ;;
+    *) echo "unknown step $1" >&2; exit 2 ;;
+  esac
+done
+log "done, status $status"
+exit $status
