@@ -11,7 +11,8 @@
 //                   make_inputs() for two problems
 //   stopping.json   traces of the stopping rule (sample_until_stable of
 //                   harness/measure/measure.hpp) on fixed sample sequences, with a
-//                   fake clock that advances by each sample's own duration
+//                   fake clock that advances by each sample's own duration, and
+//                   next_hold_ms (the stream hold's length) on sample enqueue times
 //
 // This suite recomputes each file and requires it to equal the committed one, so a
 // change of the semantics must regenerate the files deliberately:
@@ -179,7 +180,8 @@ json generator_document() {
 }
 
 /// stopping.json: sample_until_stable on fixed sample sequences (repeated cyclically
-/// when the rule asks for more), the clock advancing by each sample's duration.
+/// when the rule asks for more), the clock advancing by each sample's duration;
+/// next_hold_ms as [hold_ms, host_ms, result] triples.
 json stopping_document() {
   struct Case {
     std::string name;
@@ -227,9 +229,14 @@ json stopping_document() {
                    {"stop_reason", st.stop_reason},
                    {"wall_seconds", st.wall_seconds}});
   }
+  json hold = json::array();  // next_hold_ms: the stream hold's length after an enqueue of host_ms
+  for (const auto& [h, host] : std::vector<std::pair<double, double>>{
+           {0.2, 0.0}, {0.2, 0.05}, {0.2, 0.3}, {1.0, 0.3}, {1.0, 0.7}, {30.0, 49.0}, {30.0, 51.0}, {100.0, 80.0}})
+    hold.push_back({h, host, next_hold_ms(h, host)});
   return {{"source", "tests/test_golden.cpp (ATTNBENCH_WRITE_GOLDEN=1 rewrites it)"},
           {"clock", "fake: starts at 0 s and advances by each sample's own duration (ms / 1000)"},
-          {"cases", out}};
+          {"cases", out},
+          {"next_hold_ms", hold}};
 }
 
 json load_golden(const std::string& name) {

@@ -40,7 +40,7 @@ Modules. Standard library only (the semantics, testable without torch):
   masks.py      the mask semantics (port of mask_allowed, splitmix64, block_sparse_keep)
   problems.py   the problem file; support.py the peers' static support rules
   rng.py        the seeded input generator (port of harness/model/tensors.hpp)
-  stopping.py   the timing policy and the stopping rule (port of harness/measure)
+  stopping.py   the timing policy, the stopping rule, the hold length (port of harness/measure)
   golden.py     checks of the above against the C++ golden vectors (tests/data/golden)
   cli.py        the command line; __main__.py the entry point
 Modules that use torch (imported when a request runs, through torch_env.TorchEnv):

@@ -5,7 +5,7 @@ the C++ side writes (tests/test_golden.cpp -> tests/data/golden/*.json):
                   block_sparse_keep
   generator.json  counter_uniform, counter_normal, round_to, make_inputs' first values
   stopping.json   the stopping rule's stop reason, sample count and wall time on
-                  fixed sample sequences with a fake clock
+                  fixed sample sequences with a fake clock; next_hold_ms
 
 Values are compared exactly (the same IEEE operations in the same order on both
 sides). Standard library only; used by tests/test_golden.py and --self-test.
@@ -17,7 +17,7 @@ import os
 from . import rng
 from .masks import block_sparse_keep, splitmix64
 from .problems import Problem
-from .stopping import Policy, sample_until_stable
+from .stopping import Policy, next_hold_ms, sample_until_stable
 
 GOLDEN_FILES = ("masks.json", "generator.json", "stopping.json")
 
@@ -94,7 +94,8 @@ def check_generator(doc):
 
 
 def check_stopping(doc):
-    """Failures (strings) of stopping.json: (n, stop reason, wall seconds) per trace."""
+    """Failures (strings) of stopping.json: (n, stop reason, wall seconds) per
+    trace, and next_hold_ms."""
     failures = []
     for c in doc["cases"]:
         samples = c["samples"]
@@ -111,6 +112,10 @@ def check_stopping(doc):
         want = (c["n"], c["stop_reason"], c["wall_seconds"])
         if mine != want:
             failures.append(f"stopping.json {c['name']!r}: (n, stop_reason, wall_seconds) = {mine}, C++ gives {want}")
+    for hold_ms, host_ms, want in doc["next_hold_ms"]:
+        if next_hold_ms(hold_ms, host_ms) != want:
+            failures.append(f"stopping.json next_hold_ms({hold_ms}, {host_ms}) = {next_hold_ms(hold_ms, host_ms)}, "
+                            f"C++ gives {want}")
     return failures
 
 

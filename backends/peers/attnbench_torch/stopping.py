@@ -1,6 +1,8 @@
-"""The timing policy of a request and the stopping rule, in plain Python.
+"""The timing policy of a request, the stopping rule and the stream hold's length,
+in plain Python.
 
-A port of harness/measure/measure.hpp (TimingPolicy, sample_until_stable).
+A port of harness/measure/measure.hpp (TimingPolicy, sample_until_stable,
+next_hold_ms).
 Standard library only; the traces of tests/data/golden/stopping.json, written by
 the C++ side, are asserted against sample_until_stable by tests/test_golden.py.
 """
@@ -60,3 +62,9 @@ def sample_until_stable(policy, take, now=time.perf_counter):
             reason = "time_cap"
             break
     return samples, reason, now() - t0
+
+
+def next_hold_ms(hold_ms, host_ms):
+    """max(hold_ms, 2 * host_ms) clamped to [0.2, 100] ms: the stream hold that
+    covers a host enqueue of host_ms twice over (harness/measure/measure.hpp)."""
+    return min(max(max(hold_ms, 2.0 * host_ms), 0.2), 100.0)

@@ -5,7 +5,7 @@ torch is reached through the TorchEnv `T` passed in.
 
 import time
 
-from .stopping import sample_until_stable
+from .stopping import next_hold_ms, sample_until_stable
 
 
 class StreamHold:
@@ -70,7 +70,7 @@ def time_pass(T, peer, pass_name, policy, flush, hold):
         host.append((time.perf_counter() - t0) * 1e3)
         del r
     T.sync()
-    hold_ms = max(0.2, 2.0 * host[-1]) if host else 5.0
+    hold_ms = next_hold_ms(0.2, host[-1]) if host else 5.0
     host.clear()
     gaps = 0
 
@@ -90,7 +90,7 @@ def time_pass(T, peer, pass_name, policy, flush, hold):
         host.append(h)
         if hold.ok and h > hold_ms:
             gaps += 1
-        hold_ms = min(max(hold_ms, 2.0 * h), 100.0)
+        hold_ms = next_hold_ms(hold_ms, h)
         return float(start.elapsed_time(end))
 
     samples, reason, wall = sample_until_stable(policy, take)
