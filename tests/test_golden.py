@@ -13,7 +13,9 @@ in a golden file is noticed, so this test can fail.
 import copy
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +53,30 @@ class GoldenVectors(unittest.TestCase):
     def test_default_dir_is_the_source_tree(self):
         self.assertEqual(os.path.normpath(golden.default_golden_dir()), os.path.normpath(GOLDEN_DIR))
         self.assertEqual(golden.check_golden(), [])
+
+    def test_entry_points_dump_the_golden_masks(self):
+        """The worker as attnbench runs it (attnbench_torch/__main__.py), as a folder
+        and as a module, without torch: --dump-mask gives the golden rows."""
+        entry = os.path.join(ROOT, "backends", "peers", "attnbench_torch")
+        doc = load("masks.json")
+        picks = [e for e in doc["problems"] if e["name"] in ("causal-tl-sq>sk", "document-lengths", "padding+causal")]
+        self.assertEqual(len(picks), 3)
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for n, e in enumerate(picks):
+                paths.append(os.path.join(d, f"p{n}.json"))
+                with open(paths[-1], "w", encoding="utf-8") as f:
+                    json.dump(e["problem"], f)
+            plain = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            with_path = dict(plain, PYTHONPATH=os.path.join(ROOT, "backends", "peers"))
+            for argv, env in (([sys.executable, os.path.join(entry, "__main__.py")], plain),
+                              ([sys.executable, entry], plain),
+                              ([sys.executable, "-m", "attnbench_torch"], with_path)):
+                out = subprocess.run(argv + ["--dump-mask"] + paths, capture_output=True, text=True, env=env,
+                                     cwd=d, timeout=120, check=False)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                lines = [json.loads(x) for x in out.stdout.splitlines()]
+                self.assertEqual([x["rows"] for x in lines], [e["rows"] for e in picks], argv)
 
     def test_detects_a_flipped_mask_bit(self):
         doc = copy.deepcopy(load("masks.json"))
