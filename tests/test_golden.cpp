@@ -246,9 +246,39 @@ json load_golden(const std::string& name) {
   return json::parse(f);
 }
 
+/// Differences between a committed golden file and the recomputed document, one
+/// line each ("key[n]: file <value> != computed <value>", or a missing / extra key
+/// or a length change); top-level arrays are compared element by element so a line
+/// names the entry. Empty when equal.
+std::vector<std::string> golden_differences(const json& file, const json& doc) {
+  std::vector<std::string> out;
+  auto short_text = [](const json& v) {
+    std::string t = v.dump();
+    return t.size() > 160 ? t.substr(0, 160) + "..." : t;
+  };
+  if (!file.is_object()) return {"the file is not a JSON object"};
+  for (const auto& [key, value] : doc.items()) {
+    if (!file.contains(key)) {
+      out.push_back(key + ": missing in the file");
+    } else if (!value.is_array() || !file[key].is_array()) {
+      if (file[key] != value) out.push_back(key + ": file " + short_text(file[key]) + " != computed " + short_text(value));
+    } else if (file[key].size() != value.size()) {
+      out.push_back(key + ": " + std::to_string(file[key].size()) + " entries in the file, " +
+                    std::to_string(value.size()) + " computed");
+    } else {
+      for (size_t n = 0; n < value.size(); ++n)
+        if (file[key][n] != value[n])
+          out.push_back(key + "[" + std::to_string(n) + "]: file " + short_text(file[key][n]) + " != computed " +
+                        short_text(value[n]));
+    }
+  }
+  for (const auto& [key, value] : file.items())
+    if (!doc.contains(key)) out.push_back(key + ": in the file, not computed");
+  return out;
+}
+
 /// Writes `doc` when ATTNBENCH_WRITE_GOLDEN=1, then requires the committed file to
-/// equal it entry by entry (each top-level array compared element by element, so
-/// a failure names the entry).
+/// equal it (golden_differences empty; each difference is reported).
 void check_golden(const std::string& name, const json& doc) {
   const char* w = std::getenv("ATTNBENCH_WRITE_GOLDEN");
   if (w && std::string(w) == "1") {
@@ -257,23 +287,9 @@ void check_golden(const std::string& name, const json& doc) {
     REQUIRE(f.good());
     MESSAGE("wrote " << kGoldenDir << "/" << name);
   }
-  const json file = load_golden(name);
-  REQUIRE(file.is_object());
-  for (const auto& [key, value] : doc.items()) {
-    CAPTURE(name);
-    CAPTURE(key);
-    REQUIRE(file.contains(key));
-    if (!value.is_array()) {
-      CHECK(file[key] == value);
-      continue;
-    }
-    REQUIRE(file[key].size() == value.size());
-    for (size_t n = 0; n < value.size(); ++n) {
-      CAPTURE(n);
-      CHECK(file[key][n] == value[n]);
-    }
-  }
-  CHECK(file.size() == doc.size());
+  const std::vector<std::string> diffs = golden_differences(load_golden(name), doc);
+  for (const auto& d : diffs) FAIL_CHECK(name << " " << d);
+  CHECK(diffs.empty());
 }
 
 }  // namespace
@@ -304,4 +320,25 @@ TEST_CASE("golden stopping.json equals the traces of the stopping rule") {
   for (const auto& c : doc["cases"]) reasons.insert(c["stop_reason"].get<std::string>());
   CHECK(reasons == std::set<std::string>{"converged", "max_samples", "time_cap"});
   check_golden("stopping.json", doc);
+}
+
+TEST_CASE("golden_differences notices a changed value, a missing entry and an extra key") {
+  const json doc = stopping_document();
+  CHECK(golden_differences(doc, doc).empty());
+  json changed = doc;
+  changed["cases"][2]["n"] = changed["cases"][2]["n"].get<int64_t>() + 1;
+  const auto d1 = golden_differences(changed, doc);
+  REQUIRE(d1.size() == 1);
+  CHECK(d1[0].rfind("cases[2]: ", 0) == 0);
+  json shorter = doc;
+  shorter["next_hold_ms"].erase(shorter["next_hold_ms"].size() - 1);
+  shorter["extra"] = 1;
+  shorter["clock"] = "real";
+  CHECK(golden_differences(shorter, doc).size() == 3);
+  json bit = masks_document();
+  std::string row = bit["problems"][3]["rows"][0];
+  row[0] = row[0] == '1' ? '0' : '1';
+  bit["problems"][3]["rows"][0] = row;
+  CHECK(golden_differences(bit, masks_document()).size() == 1);
+  CHECK(golden_differences(json::array(), doc).size() == 1);
 }
