@@ -63,7 +63,7 @@ def main(argv=None):
     try:
         if args.request:
             if not os.path.isdir(os.path.dirname(os.path.abspath(args.request))):
-                print(f"torch_worker: no such directory for {args.request}", file=sys.stderr)
+                print(f"attnbench_torch: no such directory for {args.request}", file=sys.stderr)
                 return 2
             from .request import run_request
             return run_request(args.request)
@@ -83,6 +83,6 @@ def main(argv=None):
         if args.support:
             return _support(ap, args.support)
     except RequestError as e:
-        print(f"torch_worker: {e}", file=sys.stderr)
+        print(f"attnbench_torch: {e}", file=sys.stderr)
         return 2
     return 2

@@ -296,7 +296,7 @@ def run_request(req_path):
     finally:
         code = _finish(T, result, result_path, t_start, code)
     if result["status"] == "error":
-        print(f"torch_worker: {result.get('message')}", file=sys.stderr)
+        print(f"attnbench_torch: {result.get('message')}", file=sys.stderr)
     return code
 
 
@@ -313,6 +313,6 @@ def _finish(T, result, result_path, t_start, code):
     try:
         write_json_atomic(result_path, result)
     except OSError as e:
-        print(f"torch_worker: cannot write {result_path}: {e}", file=sys.stderr)
+        print(f"attnbench_torch: cannot write {result_path}: {e}", file=sys.stderr)
         code = 3
     return code

@@ -47,7 +47,7 @@ def serve(stdin=None):
         try:
             code = run_request(path)
         except BaseException as e:  # noqa: BLE001 - run_request catches everything else
-            print(f"torch_worker --serve: {type(e).__name__}: {e}", file=sys.stderr)
+            print(f"attnbench_torch --serve: {type(e).__name__}: {e}", file=sys.stderr)
             code = 3
         served += 1
         status = LAST_STATUS["status"]
@@ -56,7 +56,7 @@ def serve(stdin=None):
             try:
                 _between_requests()
             except Exception as e:  # noqa: BLE001 - a broken CUDA context: start afresh
-                print(f"torch_worker --serve: cleanup failed ({type(e).__name__}: {e}); restarting",
+                print(f"attnbench_torch --serve: cleanup failed ({type(e).__name__}: {e}); restarting",
                       file=sys.stderr)
                 restart = True
         proto.write(json.dumps({"request": path, "exit_code": code, "status": status, "restart": restart,
