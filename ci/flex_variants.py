@@ -34,7 +34,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "backends", "peers"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch_worker as W  # noqa: E402
+from attnbench_torch import masks, protocol, problems, request, torch_env, torch_mask  # noqa: E402
 from two_ways import two_ways  # noqa: E402
 
 
@@ -43,14 +43,14 @@ def main():
     ap.add_argument("work_dir")
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args()
-    req = W._load_json(os.path.join(args.work_dir, "request.json"), "request")
-    p = W.Problem(W._load_json(os.path.join(args.work_dir, "problem.json"), "problem"))
-    T = W._Torch(0)
+    req = protocol.load_json(os.path.join(args.work_dir, "request.json"), "request")
+    p = problems.Problem(protocol.load_json(os.path.join(args.work_dir, "problem.json"), "problem"))
+    T = torch_env.TorchEnv(0)
     torch = T.torch
     from torch.nn.attention import flex_attention as fa
 
-    inp = W.load_inputs(T, args.work_dir, req, p)
-    generic = W.TorchMask(p, T).mask_mod
+    inp = request.load_inputs(T, args.work_dir, req, p)
+    generic = torch_mask.TorchMask(p, T).mask_mod
     doc = torch.tensor(p.doc_ids, dtype=torch.int32, device=T.dev) if p.doc_ids is not None else None
 
     def minimal(b, h, q_idx, kv_idx):
@@ -58,14 +58,14 @@ def main():
         return (d == doc[b, kv_idx]) & (d >= 0) & (q_idx >= kv_idx)
 
     variants = [("bshd-generic", False, generic), ("bhsd-generic", True, generic)]
-    if doc is not None and p.seq_q == p.seq_k and p.seq_q % W.BLOCK == 0:
+    if doc is not None and p.seq_q == p.seq_k and p.seq_q % masks.BLOCK == 0:
         variants += [("bshd-minimal", False, minimal), ("bhsd-minimal", True, minimal)]
     else:
         print(json.dumps({"note": "minimal mask_mod needs a document mask and S % 128 == 0: skipped"}))
     fn = torch.compile(fa.flex_attention, dynamic=False)
     for name, contiguous, mod in variants:
         t0 = time.perf_counter()
-        bm = fa.create_block_mask(mod, p.batch, None, p.seq_q, p.seq_k, device=T.dev, BLOCK_SIZE=W.BLOCK)
+        bm = fa.create_block_mask(mod, p.batch, None, p.seq_q, p.seq_k, device=T.dev, BLOCK_SIZE=masks.BLOCK)
         torch.cuda.synchronize()
         mask_ms = (time.perf_counter() - t0) * 1e3
 

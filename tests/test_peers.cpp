@@ -1,7 +1,7 @@
 // Out-of-process peers (backends/peers): the file protocol (request.json, the
 // work directory, result.json and output .npy files), process launching with
 // timeouts, availability detection, the static rules of the PyTorch peers (and
-// their agreement with torch_worker.py), and full round trips through a fake
+// their agreement with the worker package attnbench_torch), and full round trips through a fake
 // worker written by the test: directly, and through the runner.
 // Everything here runs without a GPU and without PyTorch; the tests that need a
 // python3 interpreter say so and skip themselves when there is none.
@@ -40,7 +40,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kWorker = std::string(ATTNBENCH_SOURCE_DIR) + "/backends/peers/torch_worker.py";
+const std::string kWorker = std::string(ATTNBENCH_SOURCE_DIR) + "/backends/peers/attnbench_torch/__main__.py";
 
 /// A fresh directory under /tmp, removed with its contents at scope exit.
 struct TempDir {
@@ -1095,7 +1095,7 @@ TEST_CASE("runner end to end: a peer selected by the environment becomes a repor
 
 // ------------------------------------------------------------------ the Python worker's stdlib parts
 
-TEST_CASE("torch_worker.py: its mask port equals the harness mask") {
+TEST_CASE("attnbench_torch: its mask port equals the harness mask") {
   if (!have_python()) {
     MESSAGE("python3 not found: skipped");
     return;
@@ -1147,7 +1147,7 @@ TEST_CASE("torch_worker.py: its mask port equals the harness mask") {
   CHECK(n == problems.size());
 }
 
-TEST_CASE("torch_worker.py: its static rules equal the C++ rules, reasons included") {
+TEST_CASE("attnbench_torch: its static rules equal the C++ rules, reasons included") {
   if (!have_python()) {
     MESSAGE("python3 not found: skipped");
     return;
@@ -1225,7 +1225,7 @@ std::string torch_python() {
 
 }  // namespace
 
-TEST_CASE("torch_worker.py end to end on the CPU (stand-in kernels): C++ -> worker -> C++ -> correctness rule") {
+TEST_CASE("attnbench_torch end to end on the CPU (stand-in kernels): C++ -> worker -> C++ -> correctness rule") {
   const std::string py = torch_python();
   if (py.empty()) {
     MESSAGE("no python3 with torch and numpy (set ATTNBENCH_TEST_TORCH_PYTHON): skipped");
@@ -1234,7 +1234,7 @@ TEST_CASE("torch_worker.py end to end on the CPU (stand-in kernels): C++ -> work
   TempDir d;
   LaunchConfig c;
   c.python = py;
-  c.worker = std::string(ATTNBENCH_SOURCE_DIR) + "/backends/peers/torch_worker_cpu_check.py";
+  c.worker = std::string(ATTNBENCH_SOURCE_DIR) + "/backends/peers/attnbench_torch/cpu_check.py";
   c.work_root = d.path;
   c.timeout_s = 600;
   RunContext ctx;

@@ -123,7 +123,7 @@ LaunchConfig resolve_launch_config(const LaunchConfig& in) {
   LaunchConfig c = in;
   if (c.python.empty()) c.python = env_or("ATTNBENCH_PYTHON", "python3");
   if (c.worker.empty())
-    c.worker = env_or("ATTNBENCH_TORCH_WORKER", std::string(ATTNBENCH_SOURCE_DIR) + "/backends/peers/torch_worker.py");
+    c.worker = env_or("ATTNBENCH_TORCH_WORKER", std::string(ATTNBENCH_SOURCE_DIR) + "/backends/peers/attnbench_torch/__main__.py");
   if (!(c.timeout_s > 0)) {
     c.timeout_s = 600;
     const std::string t = env_or("ATTNBENCH_PEER_TIMEOUT", "");
@@ -1025,7 +1025,7 @@ int64_t torch_peer_executed_pairs(TorchPeer k, const Problem& p) {
   const int64_t dense = p.batch * p.heads_q * p.seq_q * p.seq_k;
   try {
     if (k == TorchPeer::varlen) {
-      // Sequences as torch_worker.py builds them: documents, else rows of valid lengths.
+      // Sequences as the worker (attnbench_torch/peers/varlen.py) builds them: documents, else rows of valid lengths.
       std::vector<std::pair<int64_t, int64_t>> seqs;
       if (const auto* doc = p.find_mask<DocumentTerm>()) {
         for (const auto& row : doc->doc_ids) {

@@ -89,7 +89,7 @@ PeerErrorClass classify_peer_error(const std::string& message);
 /// the environment (resolve_launch_config()).
 struct LaunchConfig {
   std::string python;   ///< interpreter: $ATTNBENCH_PYTHON, else "python3" (PATH lookup)
-  std::string worker;   ///< script: $ATTNBENCH_TORCH_WORKER, else <source tree>/backends/peers/torch_worker.py
+  std::string worker;   ///< script: $ATTNBENCH_TORCH_WORKER, else <source tree>/backends/peers/attnbench_torch/__main__.py
   /// Extra or overriding environment variables of the child (e.g. PYTHONPATH).
   std::vector<std::pair<std::string, std::string>> env;
   double timeout_s = 0;        ///< per request: $ATTNBENCH_PEER_TIMEOUT, else 600 s
@@ -272,12 +272,12 @@ class PeerBackend : public Backend {
   std::optional<RunContext> context_;
 };
 
-/// PyTorch's attention paths (backends/peers/torch_worker.py).
+/// PyTorch's attention paths (the worker package backends/peers/attnbench_torch/).
 enum class TorchPeer { sdpa_flash, sdpa_cudnn, sdpa_efficient, flex, varlen };
 /// Backend and request name: "torch-sdpa-flash", "torch-sdpa-cudnn",
 /// "torch-sdpa-efficient", "torch-flex", "torch-varlen".
 const char* torch_peer_name(TorchPeer k);
-/// The static rules of torch_worker.py static_support() (kept identical; a test
+/// The static rules of the worker's static_support() (attnbench_torch/support.py) (kept identical; a test
 /// compares them): layouts, dtypes, score mods, head dims and masks per path.
 Support torch_peer_supports(TorchPeer k, const Problem& p);
 /// How the torch worker expresses the mask: "none", "is_causal", "dense" (a

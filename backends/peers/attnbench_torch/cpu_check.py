@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Run torch_worker.py on the CPU with stand-in kernels, to test the worker without a GPU.
+"""Run the worker (attnbench_torch) on the CPU with stand-in kernels, to test it without a GPU.
 
-torch_worker.py is PyTorch code that only runs for real on a CUDA machine. This
+The worker is PyTorch code that only runs for real on a CUDA machine. This
 script imports it unchanged and swaps out what needs the GPU or a recent PyTorch:
 
   - the CUDA surface the worker touches (device, events, memory statistics,
@@ -22,10 +22,10 @@ determinism, the timing loop and the self-test's float64 comparison. The kernels
 are stand-ins, so this checks plumbing, never PyTorch's numbers.
 
 Usage (needs torch >= 1.13 and numpy; any CPU build):
-  python3 torch_worker_cpu_check.py --self-test --quick
-  ATTNBENCH_PYTHON=python3 ATTNBENCH_TORCH_WORKER=backends/peers/torch_worker_cpu_check.py \\
+  python3 backends/peers/attnbench_torch/cpu_check.py --self-test --quick
+  ATTNBENCH_PYTHON=python3 ATTNBENCH_TORCH_WORKER=backends/peers/attnbench_torch/cpu_check.py \\
       attnbench run SCENARIO --backends torch-sdpa-efficient,torch-varlen
-It accepts every argument of torch_worker.py. --probe reports torch-flex
+It accepts every argument of the worker. --probe reports torch-flex
 unavailable without triton and torch-sdpa-cudnn without cuDNN, as the real worker
 would; requests themselves do not need either.
 """
@@ -37,12 +37,16 @@ import sys
 import time
 import types
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):
+    # Run as a file: import the package by its name, never its modules as top-level ones.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [x for x in sys.path if os.path.abspath(x or ".") != _here]
+    sys.path.insert(0, os.path.dirname(_here))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import torch_worker as W  # noqa: E402
+from attnbench_torch import cli, torch_env  # noqa: E402
 
 
 class _Event:
@@ -62,7 +66,7 @@ class _Event:
 
 
 class _CpuTorch:
-    """W._Torch on the CPU."""
+    """torch_env.TorchEnv on the CPU."""
 
     def __init__(self, device_index=0):
         import numpy as np
@@ -175,7 +179,7 @@ def _no_sleep(cycles):
 
 
 def install():
-    """Patch torch and torch_worker (this process only)."""
+    """Patch torch and the worker's TorchEnv (this process only)."""
     cuda = torch.cuda
     cuda.Event = _Event
     cuda._sleep = _no_sleep
@@ -201,9 +205,9 @@ def install():
     sys.modules["torch.nn.attention.flex_attention"] = fx
     sys.modules["torch.nn.attention.varlen"] = vl
     torch.nn.attention = att
-    W._Torch = _CpuTorch
+    torch_env.TorchEnv = _CpuTorch
 
 
 if __name__ == "__main__":
     install()
-    sys.exit(W.main(sys.argv[1:]))
+    sys.exit(cli.main(sys.argv[1:]))
