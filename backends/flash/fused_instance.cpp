@@ -35,15 +35,20 @@ constexpr int64_t kMaxPositions = int64_t{1} << 30;  // positions and token coun
 
 using kernels::Sequences;
 
-/// The forward kernel of a non-flex instance: ATTNBENCH_FWD_PATH = auto (the
-/// default: sm90 where kernels::fwd_sm90_usable(), else sm80), sm80 or sm90.
+/// The forward kernel of a non-flex instance with GQA pack `pack` at head_dim:
+/// ATTNBENCH_FWD_PATH = auto (the default: sm90 where kernels::fwd_sm90_usable(),
+/// except the GQA-packed 64-row tile at head_dim 64, which measured slower there
+/// than the portable kernel on the H100: packed CodeAlpaca Llama-3.2-1B forward
+/// 0.444 vs 0.397 ms, docs/results/2026-11-24-h100-session8.md), sm80 or sm90.
 /// Throws InputError for another value and std::invalid_argument (an error row
 /// naming why) when sm90 is asked for but cannot run here.
-kernels::FwdPath choose_fwd_path(const std::string& backend) {
+kernels::FwdPath choose_fwd_path(const std::string& backend, int pack, int64_t head_dim) {
   const char* v = std::getenv("ATTNBENCH_FWD_PATH");
   const std::string s = v ? v : "";
   std::string why;
-  if (s.empty() || s == "auto") return kernels::fwd_sm90_usable() ? kernels::FwdPath::sm90 : kernels::FwdPath::sm80;
+  if (s.empty() || s == "auto")
+    return kernels::fwd_sm90_usable() && !(pack > 1 && head_dim == 64) ? kernels::FwdPath::sm90
+                                                                         : kernels::FwdPath::sm80;
   if (s == "sm80") return kernels::FwdPath::sm80;
   if (s != "sm90")
     throw InputError("environment variable ATTNBENCH_FWD_PATH", "", "value '" + s + "' is not auto, sm80 or sm90");
@@ -158,7 +163,7 @@ class FusedInstance final : public BackendInstance {
       return;
     }
     kernels::launch_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()), plan_.pack,
-                            stream_.s, fwd_path_);
+                            stream_.s, fwd_path_, &kv_maps_);
   }
   void backward() override {
     if (flex_) {
@@ -210,6 +215,7 @@ class FusedInstance final : public BackendInstance {
   PhysicalLayout lq_, lk_, lv_, lo_;
   kernels::TilePlan plan_;
   kernels::FwdPath fwd_path_ = kernels::FwdPath::sm80;
+  kernels::KvTensorMaps kv_maps_{};  // the Hopper forward's TMA descriptors
   AttnParams params_;
   double setup_ms_ = 0.0;
 
@@ -307,7 +313,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     flex_->host = build_block_mask(p, opt.block_size, opt.block_size);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim));
   } else {
-    fwd_path_ = choose_fwd_path(opt.name);
+    fwd_path_ = choose_fwd_path(opt.name, pack, p.head_dim);
     plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
                                 static_cast<int>(p.head_dim), fwd_path_);
   }
@@ -372,6 +378,9 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   a.softcap = static_cast<float>(p.score_mod.cap);
   a.dtype = p.dtype == DType::bf16 ? kernels::ElemType::bf16 : kernels::ElemType::fp16;
   if (flex_) setup_flex(p, in, opt, arrays, flex_.get(), &a, st);
+  if (fwd_path_ == kernels::FwdPath::sm90)
+    kv_maps_ = kernels::make_kv_tensor_maps(a, packed_ ? seqs_.cu_k.back() : p.seq_k, packed_ ? 1 : p.batch,
+                                            plan_.tile_keys);
   ATTNBENCH_CHECK(cudaStreamSynchronize(st));
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

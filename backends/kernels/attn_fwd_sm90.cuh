@@ -10,12 +10,12 @@
 // O are those of the portable kernel with one 16-row m-tile per warp, so the
 // online softmax (fwd_softmax), the score mods, the mask policy (KeySteps /
 // RowBounds) and the epilogue (fwd_store_row) are the portable kernel's own
-// functions. K / V tiles of kBlockN keys come through three cp.async stages;
-// each stage is made visible to the tensor cores with fence.proxy.async before
-// the barrier that publishes it.
+// functions. A producer warp streams the K / V tiles of kBlockN keys through
+// three cp.async stages with full / empty barriers (see the kernel).
 #pragma once
 
 #include "backends/kernels/attn_fwd.cuh"
+#include "backends/kernels/attn_launch.hpp"
 #include "backends/kernels/wgmma_sm90.cuh"
 
 namespace attnbench::kernels {
@@ -25,12 +25,15 @@ namespace attnbench::kernels {
 constexpr int kFwdSm90Stages = 3;
 
 /// Shared memory of attn_fwd_sm90_kernel: the Q tile and kFwdSm90Stages stages of
-/// K and V tiles (16-bit elements), plus 1 KB to align the tiles to 1024 bytes
-/// (the 128-byte swizzle repeats every 8 rows of 128 bytes). 225 KB at head_dim
-/// 128 with 128-row, 128-key tiles (the H100 allows 227 KB per CTA).
+/// K and V tiles (16-bit elements; the kernel checks that they start 1024-byte
+/// aligned, as the 128-byte swizzle repeats every 8 rows of 128 bytes), and the
+/// stages' full / empty barriers. 224 KB at head_dim 128 with 128-row, 128-key
+/// tiles (the H100 allows 227 KB per CTA); 112 KB with 64-row, 64-key tiles (two
+/// CTAs per SM).
 template <int D, int kWG, int kBlockN>
 constexpr size_t fwd_sm90_smem_bytes() {
-  return 1024u + 2u * (static_cast<size_t>(64 * kWG) * D + 2u * kFwdSm90Stages * kBlockN * D);
+  return 2u * (static_cast<size_t>(64 * kWG) * D + 2u * kFwdSm90Stages * kBlockN * D) +
+         2u * kFwdSm90Stages * sizeof(uint64_t);
 }
 
 namespace sm90 {
@@ -78,29 +81,55 @@ __device__ __forceinline__ void pv(const uint32_t (&pa)[kNp][4], uint32_t v_addr
 
 }  // namespace sm90
 
-/// kWG: warpgroups per CTA (2: 128 rows, the dense tile; 1: 64 rows, the
-/// GQA-packed tile of short documents). kBlockN: keys per mainloop step (64 or
-/// 128). Same arguments and work lists as attn_fwd_kernel (non-flex).
+/// Threads of attn_fwd_sm90_kernel: kWG consumer warpgroups and one producer
+/// warpgroup (registers are allocated per warpgroup: a lone producer warp would
+/// cost as much; setmaxnreg moves its registers to the consumers).
+template <int kWG>
+constexpr int fwd_sm90_threads() {
+  return (kWG + 1) * 128;
+}
+/// Registers per thread after setmaxnreg: producer 40; consumers take the rest
+/// of the 64 K of the SM (kWG = 2, one CTA per SM: 2 x 128 x 232 + 128 x 40) or of
+/// half of it (kWG = 1, two CTAs per SM: 128 x 216 + 128 x 40).
+constexpr int kFwdSm90ProducerRegs = 40;
+template <int kWG>
+constexpr int fwd_sm90_consumer_regs() {
+  return kWG == 2 ? 232 : 216;
+}
+
+/// kWG: consumer warpgroups per CTA (2: 128 rows, the dense tile; 1: 64 rows,
+/// the GQA-packed tile of short documents). kBlockN: keys per mainloop step (64
+/// or 128). Same arguments and work lists as attn_fwd_kernel (non-flex).
 ///
-/// Mainloop, per key tile t (FlashAttention-3's overlap of the softmax of one
-/// tile with the P V of the one before, section 3.2): wait for tile t's loads and
-/// start tile t + 1's; issue S_t = Q K_t^T, then O += P_{t-1} V_{t-1}; wait for S_t
-/// only; the softmax of S_t (P_t kept in float until O is free) runs while the
-/// tensor cores finish P_{t-1} V_{t-1}; then wait, rescale O and turn P_t into
-/// the A operands of the next step.
+/// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
+/// the producer (its registers handed to the consumers with setmaxnreg); one of
+/// its threads streams the K / V tiles through kFwdSm90Stages stages with TMA
+/// bulk tensor copies (`maps`, 128-byte swizzled boxes that land in the
+/// Sw128Tile layout), each stage completing its `full` barrier by transaction
+/// bytes. The consumer warpgroups never wait for each other: per key tile t they
+/// wait for `full`, issue S_t = Q K_t^T and then O += P_{t-1} V_{t-1}, wait for
+/// S_t only, run the softmax of S_t while the tensor cores finish P_{t-1} V_{t-1}
+/// (section 3.2), then wait, release stage t - 1 on its `empty` barrier, rescale
+/// O and turn P_t into the A operands of the next step. Rows past a sequence's
+/// keys that a box reads (the next sequence's tokens in THD, padding rows, or
+/// zeros past the tensor) are masked like any key past lk.
 template <int D, bool Bf16, int kWG, int kBlockN>
-__global__ void __launch_bounds__(kWG * 128, kWG == 1 ? 2 : 1)
-    attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack) {
+__global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
+    attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack,
+                         const __grid_constant__ KvTensorMaps maps) {
 #if ATTNBENCH_SM90A
-  constexpr int kThreads = kWG * 128, kBlockM = 64 * kWG, kStages = kFwdSm90Stages;
+  constexpr int kConsumers = kWG * 128, kBlockM = 64 * kWG, kStages = kFwdSm90Stages;
   constexpr int kNt = kBlockN / 8, kDt = D / 8;
   static_assert((kNt == 8 || kNt == 16) && (kDt == 8 || kDt == 16), "wgmma n64 / n128 shapes");
   using QTile = sm90::Sw128Tile<kBlockM, D>;
   using KVTile = sm90::Sw128Tile<kBlockN, D>;
-  extern __shared__ uint8_t smem_raw[];
-  uint16_t* sQ = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzle needs 1024-byte aligned tiles
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
   uint16_t* sK = sQ + kBlockM * D;
   uint16_t* sV = sK + kStages * kBlockN * D;
+  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kStages * kBlockN * D);
+  uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
   const int head_chunks = p.heads_q / pack;
@@ -110,74 +139,90 @@ __global__ void __launch_bounds__(kWG * 128, kWG == 1 ? 2 : 1)
   const int b = item.seq, m0 = item.start;
   const int Mq = kBlockM / pack;
   const SeqInfo si = seq_info(p, b);
-
-  load_packed_rows<kBlockM, D, kThreads, QTile>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
-                                                [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
   const KeySteps<false> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
-  const uint16_t* k_base = static_cast<const uint16_t*>(p.k) + k_off(p, si, b, 0, kvh);
-  const uint16_t* v_base = static_cast<const uint16_t*>(p.v) + v_off(p, si, b, 0, kvh);
-  auto load_kv = [&](int tile) {
-    int n0;
-    bool full_unused;
-    steps.at(p, si, tile, &n0, &full_unused);
-    const int stage = tile % kStages;
-    load_kv_tile<kBlockN, D, kThreads, KVTile>(sK + stage * kBlockN * D, sV + stage * kBlockN * D, k_base, v_base,
-                                               p.k_row_stride, p.v_row_stride, n0, si.lk, tid);
-  };
-  if (n_tiles > 0) load_kv(0);
-  cp_async_commit();
-
-  const int wh = h0 + (warp * 16) / Mq;
-  const int wt0 = m0 + (warp * 16) % Mq;
-  const int g = lane / 4, qd = lane % 4;
-  const int row0 = wt0 + g, row1 = wt0 + g + 8;
-  const ScoreMod2 mod = ScoreMod2::of(p, wh);
-  const uint32_t q_addr = smem_u32(sQ), k_addr = smem_u32(sK), v_addr = smem_u32(sV);
   constexpr uint32_t kStageBytes = 2u * kBlockN * D;
+  if (tid == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      sm90::mbar_init(&full[st], 1);
+      sm90::mbar_init(&empty[st], kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit too
+  }
+  __syncthreads();  // the only CTA-wide barrier
 
-  Acc o[kDt];
-  zero_acc(o);
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  uint32_t pa[kNt / 2][4];
-
-  for (int tile = 0; tile < n_tiles; ++tile) {
-    // Tile t is in shared memory for every thread; the stage tile t + 1 refills
-    // held tile t - 2, whose P V every warpgroup waited for in the last step.
+  if (wg == kWG) {  // producer warpgroup: one thread issues the bulk tensor copies
+    sm90::regs_dec<kFwdSm90ProducerRegs>();
+    if (tid == kConsumers) {
+      const int row_base = static_cast<int>(si.tok0_k);
+      const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
+      for (int tile = 0; tile < n_tiles; ++tile) {
+        const int stage = tile % kStages;
+        if (tile >= kStages) sm90::mbar_wait(&empty[stage], (tile / kStages - 1) & 1);
+        int n0;
+        bool full_unused;
+        steps.at(p, si, tile, &n0, &full_unused);
+        sm90::mbar_arrive_expect_tx(&full[stage], 2 * kStageBytes);  // K and V
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          sm90::tma_load_4d(sK + stage * kBlockN * D + c * kBlockN * 64, &maps.k, c * 64, row_base + n0, kvh, kb,
+                            &full[stage]);
+          sm90::tma_load_4d(sV + stage * kBlockN * D + c * kBlockN * 64, &maps.v, c * 64, row_base + n0, kvh, vb,
+                            &full[stage]);
+        }
+      }
+    }
+  } else {  // consumer warpgroups
+    sm90::regs_inc<fwd_sm90_consumer_regs<kWG>()>();
+    load_packed_rows<kBlockM, D, kConsumers, QTile>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
+                                                    [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
+    cp_async_commit();
     cp_async_wait<0>();
     sm90::fence_proxy_async();
-    __syncthreads();
-    if (tile + 1 < n_tiles) load_kv(tile + 1);
-    cp_async_commit();
-    int n0;
-    bool full;
-    steps.at(p, si, tile, &n0, &full);
-    Acc s[kNt];
-    sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + (tile % kStages) * kStageBytes, wg, s);
-    if (tile > 0) {
-      sm90::pv<D, Bf16, kBlockN>(pa, v_addr + ((tile - 1) % kStages) * kStageBytes, o);
-      sm90::wgmma_wait<1>();  // S_t retired; P_{t-1} V_{t-1} may still run
-    } else {
-      sm90::wgmma_wait<0>();
-    }
-    sm90::fence_acc(s);
-    float corr[2];
-    fwd_softmax_p<false, kNt>(p, si, b, mod, full, n0, qd, row0, row1, s, m_run, l_run, corr);
-    sm90::wgmma_wait<0>();
-    sm90::fence_acc(o);
-    rescale_o<kDt>(o, corr);
-    sm90::p_operand<Bf16>(s, pa);
-  }
-  if (n_tiles > 0) {
-    sm90::pv<D, Bf16, kBlockN>(pa, v_addr + ((n_tiles - 1) % kStages) * kStageBytes, o);
-    sm90::wgmma_wait<0>();
-    sm90::fence_acc(o);
-  } else {
-    cp_async_wait<0>();
-  }
+    sm90::named_barrier(1, kConsumers);
 
-  fwd_store_row<Bf16, kDt>(p, si, b, row0, wh, qd, o, 0, m_run[0], l_run[0]);
-  fwd_store_row<Bf16, kDt>(p, si, b, row1, wh, qd, o, 1, m_run[1], l_run[1]);
+    const int wh = h0 + (warp * 16) / Mq;
+    const int wt0 = m0 + (warp * 16) % Mq;
+    const int g = lane / 4, qd = lane % 4;
+    const int row0 = wt0 + g, row1 = wt0 + g + 8;
+    const ScoreMod2 mod = ScoreMod2::of(p, wh);
+    const uint32_t q_addr = smem_u32(sQ), k_addr = smem_u32(sK), v_addr = smem_u32(sV);
+
+    Acc o[kDt];
+    zero_acc(o);
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    uint32_t pa[kNt / 2][4];
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+      sm90::mbar_wait(&full[tile % kStages], (tile / kStages) & 1);
+      int n0;
+      bool full_tile;
+      steps.at(p, si, tile, &n0, &full_tile);
+      Acc s[kNt];
+      sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + (tile % kStages) * kStageBytes, wg, s);
+      if (tile > 0) {
+        sm90::pv<D, Bf16, kBlockN>(pa, v_addr + ((tile - 1) % kStages) * kStageBytes, o);
+        sm90::wgmma_wait<1>();  // S_t retired; P_{t-1} V_{t-1} may still run
+      } else {
+        sm90::wgmma_wait<0>();
+      }
+      sm90::fence_acc(s);
+      float corr[2];
+      fwd_softmax_p<false, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr);
+      sm90::wgmma_wait<0>();
+      sm90::fence_acc(o);
+      if (tile > 0) sm90::mbar_arrive(&empty[(tile - 1) % kStages]);  // K / V of tile t - 1 are read
+      rescale_o<kDt>(o, corr);
+      sm90::p_operand<Bf16>(s, pa);
+    }
+    if (n_tiles > 0) {
+      sm90::pv<D, Bf16, kBlockN>(pa, v_addr + ((n_tiles - 1) % kStages) * kStageBytes, o);
+      sm90::wgmma_wait<0>();
+      sm90::fence_acc(o);
+    }
+    fwd_store_row<Bf16, kDt>(p, si, b, row0, wh, qd, o, 0, m_run[0], l_run[0]);
+    fwd_store_row<Bf16, kDt>(p, si, b, row1, wh, qd, o, 1, m_run[1], l_run[1]);
+  }
 #else
   (void)p;
   (void)items;

@@ -4,7 +4,8 @@
 #include "backends/kernels/attn_launch_impl.cuh"
 
 namespace attnbench::kernels {
-template void launch_forward_hdim<128>(const AttnParams&, const WorkItem*, int, int, cudaStream_t, FwdPath);
+template void launch_forward_hdim<128>(const AttnParams&, const WorkItem*, int, int, cudaStream_t, FwdPath,
+                                        const KvTensorMaps*);
 template void launch_backward_hdim<128>(const AttnParams&, const WorkItem*, int, const WorkItem*, int, int, bool,
                                         int64_t, cudaStream_t);
 template void launch_flex_forward_hdim<128>(const AttnParams&, const WorkItem*, int, cudaStream_t);

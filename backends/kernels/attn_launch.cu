@@ -5,6 +5,8 @@
 #include "backends/kernels/attn_launch.hpp"
 #include "harness/device/check.hpp"
 
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
 namespace attnbench::kernels {
 
 namespace {
@@ -79,12 +81,52 @@ bool fwd_sm90_usable(std::string* why) {
 #endif
 }
 
+KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batch, int box_rows) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    ATTNBENCH_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !fn)
+      throw device::DeviceError("the driver has no cuTensorMapEncodeTiled (TMA descriptors need CUDA 12 drivers)");
+    return reinterpret_cast<Encode>(fn);
+  }();
+  auto one = [&](const char* name, const void* base, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+    CUtensorMap m{};
+    const cuuint64_t e = 2;  // bytes per element
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(rows),
+                                static_cast<cuuint64_t>(p.heads_kv), static_cast<cuuint64_t>(batch)};
+    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride) * e, static_cast<cuuint64_t>(head_stride) * e,
+                                   batch_stride > 0 ? static_cast<cuuint64_t>(batch_stride) * e
+                                                    : static_cast<cuuint64_t>(rows * row_stride) * e};
+    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+    const cuuint32_t unit[4] = {1, 1, 1, 1};
+    const CUresult r = encode(&m, p.dtype == ElemType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                              4, const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+      throw device::DeviceError(std::string("cuTensorMapEncodeTiled rejected ") + name + " [" +
+                                std::to_string(batch) + ", " + std::to_string(p.heads_kv) + ", " +
+                                std::to_string(rows) + ", " + std::to_string(p.head_dim) + "] (CUresult " +
+                                std::to_string(static_cast<int>(r)) + ")");
+    return m;
+  };
+  KvTensorMaps maps;
+  maps.k = one("K", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  maps.v = one("V", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  return maps;
+}
+
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                    FwdPath path) {
+                    FwdPath path, const KvTensorMaps* maps) {
   check_launch(p, pack);
+  if (path == FwdPath::sm90 && !maps)
+    throw std::invalid_argument("fused attention: the Hopper forward needs the K / V tensor maps");
   switch (p.head_dim) {
-    case 64: return launch_forward_hdim<64>(p, q_items, n_q_items, pack, stream, path);
-    case 128: return launch_forward_hdim<128>(p, q_items, n_q_items, pack, stream, path);
+    case 64: return launch_forward_hdim<64>(p, q_items, n_q_items, pack, stream, path, maps);
+    case 128: return launch_forward_hdim<128>(p, q_items, n_q_items, pack, stream, path, maps);
     default: throw std::invalid_argument("fused attention: no kernel for head_dim " + std::to_string(p.head_dim));
   }
 }

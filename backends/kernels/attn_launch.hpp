@@ -4,6 +4,7 @@
 // attnbench::device::DeviceError naming the call.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the type only: the encoder comes from the driver at run time)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -25,9 +26,27 @@ inline bool head_dim_supported(int d) { return d == 64 || d == 128; }
 /// std::invalid_argument for a bad pack, a head_dim without kernels or more than
 /// kMaxSequences sequences, DeviceError when a launch fails. `path` picks the
 /// kernel (FwdPath::sm90 only where fwd_sm90_usable(); its key steps are
-/// fwd_block_n(head_dim, pack, path), which the plan of q_items must have used).
+/// fwd_block_n(head_dim, pack, path), which the plan of q_items must have used;
+/// FwdPath::sm90 needs `maps`, from make_kv_tensor_maps with that key tile).
+/// TMA descriptors (PTX "tensor map") of K and V for the Hopper forward: 4-D
+/// tensors (head_dim, rows, heads_kv, batch) of 16-bit elements with AttnParams'
+/// strides, boxes of 64 elements x box_rows with the 128-byte swizzle (one
+/// Sw128Tile chunk per copy), rows past the tensor zero-filled.
+struct KvTensorMaps {
+  CUtensorMap k;
+  CUtensorMap v;
+};
+
+/// Encode the maps of p.k and p.v: `rows` positions per (batch, head) (seq_k in
+/// the padded layouts, all K tokens in THD), `batch` rows of the batch dimension
+/// (1 in THD, where k_batch_stride is 0), box_rows = the forward's key tile
+/// (fwd_block_n). The encoder (cuTensorMapEncodeTiled) is taken from the driver
+/// through cudaGetDriverEntryPointByVersion. Throws DeviceError when it is
+/// missing or rejects the tensor (the message names the tensor and its shape).
+KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batch, int box_rows);
+
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                    FwdPath path = FwdPath::sm80);
+                    FwdPath path = FwdPath::sm80, const KvTensorMaps* maps = nullptr);
 
 /// Whether the Hopper forward can run on the current device: this build has
 /// sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a) and the device has compute
@@ -60,7 +79,7 @@ void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_d
 /// Per-head-dimension implementations (attn_launch_impl.cuh, one file each).
 template <int D>
 void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                         FwdPath path);
+                         FwdPath path, const KvTensorMaps* maps);
 template <int D>
 void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
                           int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);

@@ -54,26 +54,28 @@ void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaSt
     forward_tiles<D, Bf16, 1, fwd_block_n(D, 2)>(p, items, n, pack, st);
 }
 
-/// The Hopper forward (attn_fwd_sm90.cuh): two warpgroups x 128 keys on dense
-/// tiles, one warpgroup x 64 keys on GQA-packed 64-row tiles.
+/// The Hopper forward (attn_fwd_sm90.cuh): two consumer warpgroups x 128 keys on
+/// dense tiles, one x 64 keys on GQA-packed 64-row tiles; plus a producer warp.
 template <int D, bool Bf16, int kWG, int kBlockN>
-void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
+void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, const KvTensorMaps& maps,
+                        cudaStream_t st) {
   constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN>;
   constexpr size_t smem = fwd_sm90_smem_bytes<D, kWG, kBlockN>();
   allow_smem<kernel>(smem);
   const int64_t blocks = static_cast<int64_t>(n) * (p.heads_q / pack);
   if (blocks == 0) return;
-  kernel<<<static_cast<unsigned>(blocks), kWG * 128, smem, st>>>(p, items, pack);
+  kernel<<<static_cast<unsigned>(blocks), fwd_sm90_threads<kWG>(), smem, st>>>(p, items, pack, maps);
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
 template <int D, bool Bf16>
-void forward_sm90(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
+void forward_sm90(const AttnParams& p, const WorkItem* items, int n, int pack, const KvTensorMaps& maps,
+                  cudaStream_t st) {
   static_assert(128 == kFwdBlockMWide && 64 == kFwdBlockM, "tile rows: 64 per warpgroup");
   if (pack == 1)
-    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(D, 1, FwdPath::sm90)>(p, items, n, pack, st);
+    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(D, 1, FwdPath::sm90)>(p, items, n, pack, maps, st);
   else
-    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(D, 2, FwdPath::sm90)>(p, items, n, pack, st);
+    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(D, 2, FwdPath::sm90)>(p, items, n, pack, maps, st);
 }
 
 /// Dsum = rowsum(dO * O) over the q_numel / (Hq * D) rows of the Q-shaped buffers.
@@ -186,12 +188,12 @@ void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const 
 
 template <int D>
 void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                         FwdPath path) {
+                         FwdPath path, const KvTensorMaps* maps) {
   if (path == FwdPath::sm90) {
     if (p.dtype == ElemType::bf16)
-      detail::forward_sm90<D, true>(p, q_items, n_q_items, pack, stream);
+      detail::forward_sm90<D, true>(p, q_items, n_q_items, pack, *maps, stream);
     else
-      detail::forward_sm90<D, false>(p, q_items, n_q_items, pack, stream);
+      detail::forward_sm90<D, false>(p, q_items, n_q_items, pack, *maps, stream);
     return;
   }
   if (p.dtype == ElemType::bf16)

@@ -27,6 +27,8 @@
 // shape, operand mode and element type).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <cstdint>
 
 #include "backends/kernels/mma_sm80.cuh"
@@ -101,6 +103,79 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+/// Shared-memory barriers (PTX "mbarrier"), for producer / consumer stages:
+/// init by one thread (then a CTA barrier), arrive, and wait for the completion
+/// of the phase of parity `parity` (the i-th completion has parity i & 1).
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+#if ATTNBENCH_SM90A
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#if ATTNBENCH_SM90A
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+#if ATTNBENCH_SM90A
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+/// setmaxnreg: this warpgroup's register budget moves to N per thread (inc: grow
+/// into the registers others released; dec: release). Needs a register cap at
+/// kernel entry (__launch_bounds__(threads, blocks)); N a multiple of 8 in [24, 256].
+template <int N>
+__device__ __forceinline__ void regs_inc() {
+#if ATTNBENCH_SM90A
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void regs_dec() {
+#if ATTNBENCH_SM90A
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+/// Arrive on `bar` and add `bytes` to the transaction count its phase waits for
+/// (the bulk tensor copies that complete on it).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if ATTNBENCH_SM90A
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+/// TMA: copy the box at coordinates (c0, c1, c2, c3) of the 4-D tensor map `map`
+/// (a __grid_constant__ kernel parameter) into shared memory at `dst`; the bytes
+/// complete_tx on `bar`.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            uint64_t* bar) {
+#if ATTNBENCH_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
+      : "memory");
+#endif
+}
+/// Arrive on `bar` when every cp.async this thread issued so far has landed
+/// (cp.async.mbarrier.arrive.noinc: the arrival counts toward the barrier's
+/// expected count; the thread does not wait).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
+#if ATTNBENCH_SM90A
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+/// Named barrier `id` (1..15) over the first `threads` threads of the CTA.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /// Keep the compiler from moving accesses of accumulator registers across an
 /// asynchronous wgmma (they are written when wgmma_wait returns, not at issue).
 template <int N>
