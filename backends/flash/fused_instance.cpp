@@ -159,7 +159,7 @@ class FusedInstance final : public BackendInstance {
   void forward() override {
     if (flex_) {
       kernels::launch_flex_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()),
-                                   stream_.s);
+                                   stream_.s, fwd_path_ == kernels::FwdPath::sm90 ? &kv_maps_ : nullptr);
       return;
     }
     kernels::launch_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()), plan_.pack,
@@ -312,6 +312,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     flex_ = std::make_unique<FlexBuffers>();
     flex_->host = build_block_mask(p, opt.block_size, opt.block_size);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim));
+    fwd_path_ = choose_fwd_path(opt.name, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
   } else {
     fwd_path_ = choose_fwd_path(opt.name, pack, p.head_dim);
     plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
@@ -420,7 +421,11 @@ nlohmann::json FusedInstance::extra() const {
   nlohmann::json j;
   if (flex_) {
     const BlockMask& bm = flex_->host;
-    j["kernel"] = "attnbench fused, BlockMask walk (mma.sync m16n8k16, ldmatrix, cp.async; sm_80 path)";
+    j["kernel"] = fwd_path_ == kernels::FwdPath::sm90
+                      ? "attnbench fused, BlockMask walk: forward on the Hopper path (TMA, wgmma), backward on "
+                        "mma.sync m16n8k16 (sm_80 path)"
+                      : "attnbench fused, BlockMask walk (mma.sync m16n8k16, ldmatrix, cp.async; sm_80 path)";
+    j["fwd_path"] = fwd_path_ == kernels::FwdPath::sm90 ? "sm90" : "sm80";
     j["path"] = "BlockMask tiles (partial tiles evaluate mask_allowed, full tiles skip it)";
     j["block_size"] = std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block);
     j["block_mask"] = {{"partial_tiles", bm.num_partial()}, {"full_tiles", bm.num_full()},

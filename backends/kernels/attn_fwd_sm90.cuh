@@ -99,7 +99,9 @@ constexpr int fwd_sm90_consumer_regs() {
 
 /// kWG: consumer warpgroups per CTA (2: 128 rows, the dense tile; 1: 64 rows,
 /// the GQA-packed tile of short documents). kBlockN: keys per mainloop step (64
-/// or 128). Same arguments and work lists as attn_fwd_kernel (non-flex).
+/// or 128). kFlex: the key steps come from the BlockMask (64 keys, one query
+/// block of 64 * kWG rows per CTA) and partial tiles evaluate mask_allowed(), as
+/// in attn_fwd_kernel. Same arguments and work lists as attn_fwd_kernel.
 ///
 /// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
 /// the producer (its registers handed to the consumers with setmaxnreg); one of
@@ -113,7 +115,7 @@ constexpr int fwd_sm90_consumer_regs() {
 /// O and turn P_t into the A operands of the next step. Rows past a sequence's
 /// keys that a box reads (the next sequence's tokens in THD, padding rows, or
 /// zeros past the tensor) are masked like any key past lk.
-template <int D, bool Bf16, int kWG, int kBlockN>
+template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack,
                          const __grid_constant__ KvTensorMaps maps) {
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   const int b = item.seq, m0 = item.start;
   const int Mq = kBlockM / pack;
   const SeqInfo si = seq_info(p, b);
-  const KeySteps<false> steps(p, si, b, m0, Mq, kBlockN);
+  const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
   constexpr uint32_t kStageBytes = 2u * kBlockN * D;
   if (tid == 0) {
@@ -208,7 +210,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       }
       sm90::fence_acc(s);
       float corr[2];
-      fwd_softmax_p<false, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr);
+      fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(o);
       if (tile > 0) sm90::mbar_arrive(&empty[(tile - 1) % kStages]);  // K / V of tile t - 1 are read

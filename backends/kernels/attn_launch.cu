@@ -46,10 +46,11 @@ void no_kernel(int head_dim) {
 
 }  // namespace
 
-void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream) {
+void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
+                         const KvTensorMaps* maps) {
   check_flex(p);
-  if (p.head_dim == 64) return launch_flex_forward_hdim<64>(p, q_items, n_q_items, stream);
-  if (p.head_dim == 128) return launch_flex_forward_hdim<128>(p, q_items, n_q_items, stream);
+  if (p.head_dim == 64) return launch_flex_forward_hdim<64>(p, q_items, n_q_items, stream, maps);
+  if (p.head_dim == 128) return launch_flex_forward_hdim<128>(p, q_items, n_q_items, stream, maps);
   no_kernel(p.head_dim);
 }
 

@@ -66,7 +66,10 @@ void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items
 /// 64 or 128): `q_items` lists one item per query block (start = qb * q_block).
 /// Throws std::invalid_argument for block sizes other than 64 / 128, a missing
 /// BlockMask or a head_dim without kernels; DeviceError when a launch fails.
-void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream);
+/// `maps` (from make_kv_tensor_maps with box_rows kFwdBlockN) selects the Hopper
+/// kernel (only where fwd_sm90_usable()); nullptr the portable one.
+void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
+                         const KvTensorMaps* maps = nullptr);
 
 /// Flex backward: dQ, dK, dV and, per p.dbias_mode, dBias of p.bias. `dq_items`
 /// lists query tiles of kDqBlockM rows, `k_items` key tiles of kBwdBlockN keys;
@@ -84,7 +87,8 @@ template <int D>
 void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
                           int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);
 template <int D>
-void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream);
+void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
+                              const KvTensorMaps* maps);
 template <int D>
 void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
                                int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream);

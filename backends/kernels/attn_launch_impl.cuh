@@ -56,10 +56,10 @@ void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaSt
 
 /// The Hopper forward (attn_fwd_sm90.cuh): two consumer warpgroups x 128 keys on
 /// dense tiles, one x 64 keys on GQA-packed 64-row tiles; plus a producer warp.
-template <int D, bool Bf16, int kWG, int kBlockN>
+template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, const KvTensorMaps& maps,
                         cudaStream_t st) {
-  constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN>;
+  constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN, kFlex>;
   constexpr size_t smem = fwd_sm90_smem_bytes<D, kWG, kBlockN>();
   allow_smem<kernel>(smem);
   const int64_t blocks = static_cast<int64_t>(n) * (p.heads_q / pack);
@@ -135,7 +135,14 @@ void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkI
 /// Flex forward: one CTA per (query block, head); 128-row blocks on the wide
 /// tile, 64-row blocks on the 16-row-per-warp tile.
 template <int D, bool Bf16>
-void flex_forward(const AttnParams& p, const WorkItem* items, int n, cudaStream_t st) {
+void flex_forward(const AttnParams& p, const WorkItem* items, int n, cudaStream_t st, const KvTensorMaps* maps) {
+  if (maps) {  // the Hopper kernel, 64-key steps of the BlockMask's blocks
+    if (p.bm.q_block == kFwdBlockMWide)
+      forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, items, n, 1, *maps, st);
+    else
+      forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, items, n, 1, *maps, st);
+    return;
+  }
   if (p.bm.q_block == kFwdBlockMWide)
     forward_tiles<D, Bf16, 2, kFwdBlockN, true>(p, items, n, 1, st);
   else
@@ -216,11 +223,12 @@ void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_
 namespace attnbench::kernels {
 
 template <int D>
-void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream) {
+void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
+                              const KvTensorMaps* maps) {
   if (p.dtype == ElemType::bf16)
-    detail::flex_forward<D, true>(p, q_items, n_q_items, stream);
+    detail::flex_forward<D, true>(p, q_items, n_q_items, stream, maps);
   else
-    detail::flex_forward<D, false>(p, q_items, n_q_items, stream);
+    detail::flex_forward<D, false>(p, q_items, n_q_items, stream, maps);
 }
 
 template <int D>

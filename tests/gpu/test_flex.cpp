@@ -31,10 +31,18 @@ std::unique_ptr<Backend> flex(int block, const char* dbias) {
   return be;
 }
 
-/// Deterministic dBias at `block`, bitwise checked; atomic dBias too when asked.
+/// Deterministic dBias at `block`, bitwise checked, with the default forward (the
+/// Hopper kernel on an sm_90a build on an H100); then with the portable forward
+/// (ATTNBENCH_FWD_PATH=sm80): atomic dBias when asked, else deterministic again.
 void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
+  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
   check_gpu_case(*flex(block, "deterministic"), p, true);
-  if (atomic_too) check_gpu_case(*flex(block, "atomic"), p, false);
+  setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
+  if (atomic_too)
+    check_gpu_case(*flex(block, "atomic"), p, false);
+  else
+    check_gpu_case(*flex(block, "deterministic"), p, true);
+  unsetenv("ATTNBENCH_FWD_PATH");
 }
 
 Problem with_mod(Problem p, ScoreMod::Kind k, int64_t param = 0) {
