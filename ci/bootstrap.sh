@@ -2,10 +2,12 @@
 # Install the Debian packages attnbench builds against, idempotently: nothing is
 # downloaded when everything is already present. CUDA (nvcc, cuBLAS, cuDNN) is
 # expected from the CUDA install under /usr/local/cuda and is optional: without it
-# the CPU parts build and the GPU backends are left out.
+# the CPU parts build and the GPU backends are left out. libvalijson-dev (report
+# schema validation on load) is optional for the build: without it reports are
+# read unvalidated, with a note.
 set -euo pipefail
 
-packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev)
+packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev libvalijson-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,11 +7,17 @@ For every case of the reports that matches a workload of the peers file (dense
 rows by kind, S, B, H and D; packed CodeAlpaca rows by model), prints each
 backend's forward and forward+backward medians (ms), the peers file's value for
 the same PyTorch path where there is one (and our/their ratio), and the speed-up
-of each of our backends over the fastest path the peers file lists.
+of each of our backends over the fastest path the peers file lists, and our
+row's useful fwd+bwd TFLOP/s and its time as a multiple of the roofline floor
+(the report's stored figures, ci/report_figures.py).
 """
 import json
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_figures import figure  # noqa: E402
 
 # attnbench peer backend -> the peers file's backend names for the same path
 SAME_PATH = {
@@ -58,16 +64,19 @@ def main(argv):
             t = row.get("timing") or {}
             if "fwd" not in t:
                 continue
+            tf, xf = figure(row, "fwd_bwd", "useful_tflops"), figure(row, "fwd_bwd", "x_floor")
+            roof = (f"{tf:.0f}" if tf else "-") + (f" ({xf:.2f}x)" if xf else "")
             ours.setdefault(case, {})[row["backend"]] = (t["fwd"]["median_ms"],
-                                                         t.get("fwd_bwd", {}).get("median_ms"), row["case_id"])
-    print("| workload | backend | fwd ms | fwd+bwd ms | peers file fwd / fwd+bwd (same path) | ours / file |")
-    print("|---|---|---|---|---|---|")
+                                                         t.get("fwd_bwd", {}).get("median_ms"), row["case_id"], roof)
+    print("| workload | backend | fwd ms | fwd+bwd ms | peers file fwd / fwd+bwd (same path) | ours / file | "
+          "fwd+bwd TFLOP/s (x floor) |")
+    print("|---|---|---|---|---|---|---|")
     for case in sorted(ours):
         best_f = min(r["fwd_ms"] for r in peers[case].values())
         best_fb = min(r["fwdbwd_ms"] for r in peers[case].values())
         best_f_name = min(peers[case].values(), key=lambda r: r["fwd_ms"])["backend"]
         best_fb_name = min(peers[case].values(), key=lambda r: r["fwdbwd_ms"])["backend"]
-        for backend, (f, fb, cid) in sorted(ours[case].items(), key=lambda kv: kv[1][0]):
+        for backend, (f, fb, cid, roof) in sorted(ours[case].items(), key=lambda kv: kv[1][0]):
             same = next((peers[case][n] for n in SAME_PATH.get(backend, []) if n in peers[case]), None)
             if same:
                 ref = f"{same['fwd_ms']:.4f} / {same['fwdbwd_ms']:.4f} ({same['backend']})"
@@ -78,7 +87,7 @@ def main(argv):
             else:
                 ref, ratio = "-", "-"
             fbs = f"{fb:.4f}" if fb else "-"
-            print(f"| {cid} | {backend} | {f:.4f} | {fbs} | {ref} | {ratio} |")
+            print(f"| {cid} | {backend} | {f:.4f} | {fbs} | {ref} | {ratio} | {roof} |")
     return 0
 
 

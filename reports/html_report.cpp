@@ -76,18 +76,13 @@ std::string mask_label(const json& problem) {
   return out;
 }
 
-int dtype_bytes_of(const std::string& d) { return d == "fp32" ? 4 : 2; }
-
-/// Fewest bytes a pass must move (each input read once, each output written once).
-double min_bytes(const json& p, bool backward) {
-  if (!p.is_object()) return NAN;
-  const double b = num(p, "batch"), hq = num(p, "heads_q"), hkv = num(p, "heads_kv"), sq = num(p, "seq_q"),
-               sk = num(p, "seq_k"), d = num(p, "head_dim"), dv = num(p, "head_dim_v", num(p, "head_dim"));
-  if (!std::isfinite(b * hq * hkv * sq * sk * d * dv)) return NAN;
-  const double e = dtype_bytes_of(str(p, "dtype", "bf16"));
-  const double q = b * hq * sq * d, k = b * hkv * sk * d, v = b * hkv * sk * dv, o = b * hq * sq * dv, lse = b * hq * sq;
-  if (!backward) return e * (q + k + v + o) + 4 * lse;
-  return e * 2 * (q + k + v + o) + 4 * lse;  // read q k v o dO, write dq dk dv; read lse
+/// A stored derived figure of a row: derived.<pass>.<key>, or null (json).
+json figure(const json& row, const char* pass, const char* key) {
+  if (!row.contains("derived") || !row["derived"].is_object()) return nullptr;
+  const json& d = row["derived"];
+  if (!d.contains(pass) || !d[pass].is_object() || !d[pass].contains(key)) return nullptr;
+  const json& v = d[pass][key];
+  return v.is_number() || v.is_string() ? v : json(nullptr);
 }
 
 double median_of(const json& row, const char* pass) {
@@ -244,8 +239,6 @@ std::string find_chart_assets(std::string* why) {
 // ------------------------------------------------------------------ figures
 
 nlohmann::json derive_rows(const json& report, const std::string& baseline) {
-  const json ceilings = report.value("ceilings", json());
-  const double gemm = num(ceilings, "gemm_bf16_tflops"), copy = num(ceilings, "copy_gbps");
   std::map<std::string, const json*> base_rows;
   if (!baseline.empty())
     for (const auto& r : report.at("results"))
@@ -269,19 +262,18 @@ nlohmann::json derive_rows(const json& report, const std::string& baseline) {
     d["fwd_ms"] = finite_or_null(fwd);
     d["bwd_ms"] = finite_or_null(bwd);
     d["fwd_bwd_ms"] = finite_or_null(fb);
-    const double uf = num(work, "useful_flops_fwd"), ef = num(work, "executed_flops_fwd");
-    const double ub = num(work, "useful_flops_bwd", 2.5 * uf), eb = num(work, "executed_flops_bwd", 2.5 * ef);
-    auto tflops = [](double flops, double ms) { return (ms > 0) ? flops / (ms * 1e-3) / 1e12 : NAN; };
-    d["useful_tflops_fwd"] = finite_or_null(tflops(uf, fwd));
-    d["executed_tflops_fwd"] = finite_or_null(tflops(ef, fwd));
-    d["useful_tflops_bwd"] = finite_or_null(tflops(ub, bwd));
-    d["executed_tflops_bwd"] = finite_or_null(tflops(eb, bwd));
-    d["useful_tflops_fwd_bwd"] = finite_or_null(tflops(uf + ub, fb));
-    d["executed_tflops_fwd_bwd"] = finite_or_null(tflops(ef + eb, fb));
-    d["pct_gemm_fwd"] = finite_or_null(100.0 * tflops(uf, fwd) / gemm);
-    d["pct_gemm_fwd_bwd"] = finite_or_null(100.0 * tflops(uf + ub, fb) / gemm);
-    const double bytes_fwd = num(work, "min_bytes_fwd", min_bytes(problem, false));
-    d["pct_bw_fwd"] = finite_or_null(100.0 * (fwd > 0 ? bytes_fwd / (fwd * 1e-3) / 1e9 : NAN) / copy);
+    // Throughput and roofline figures as the derive step stored them (reports/derive.hpp).
+    for (const char* pass : {"fwd", "bwd", "fwd_bwd"}) {
+      const std::string p = pass;
+      d["useful_tflops_" + p] = figure(r, pass, "useful_tflops");
+      d["executed_tflops_" + p] = figure(r, pass, "executed_tflops");
+      d["pct_gemm_" + p] = figure(r, pass, "pct_gemm");
+      d["pct_bw_" + p] = figure(r, pass, "pct_copy");
+      d["floor_ms_" + p] = figure(r, pass, "floor_ms");
+      d["x_floor_" + p] = figure(r, pass, "x_floor");
+      const json bound = figure(r, pass, "bound");
+      d["bound_" + p] = bound.is_string() ? bound.get<std::string>() : std::string();
+    }
     d["tile_efficiency"] = finite_or_null(num(work, "tile_efficiency"));
     d["packing_ratio"] = (r.contains("packing") && r["packing"].is_object())
                              ? finite_or_null(num(r["packing"], "packing_ratio"))
@@ -450,6 +442,13 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
         << "<th title=\"useful fwd+bwd FLOPs / fwd+bwd time\">useful TFLOP/s fwd+bwd</th>"
         << "<th title=\"useful fwd TFLOP/s / measured bf16 GEMM ceiling\">% GEMM peak fwd</th>"
         << "<th title=\"fewest fwd bytes / fwd time / measured copy bandwidth\">% copy BW fwd</th>"
+        << "<th title=\"roofline floor of the fwd pass: max(fewest bytes / measured copy bandwidth, useful FLOPs / "
+           "measured GEMM rate), ms\">floor ms fwd</th>"
+        << "<th title=\"fwd median / fwd roofline floor\">x floor fwd</th>"
+        << "<th title=\"which term sets the fwd floor\">bound fwd</th>"
+        << "<th title=\"roofline floor of fwd + bwd (bytes and FLOPs of both passes), ms\">floor ms fwd+bwd</th>"
+        << "<th title=\"fwd+bwd median / its roofline floor\">x floor fwd+bwd</th>"
+        << "<th title=\"which term sets the fwd+bwd floor\">bound fwd+bwd</th>"
         << "<th title=\"useful pairs / executed pairs\">tile eff.</th>";
   if (have_baseline)
     table << "<th title=\"baseline time / this time\">speed-up fwd vs " << escape_html(opt.baseline_backend)
@@ -468,6 +467,10 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
           << cell_num(r["useful_tflops_fwd"], "%.3g") << cell_num(r["executed_tflops_fwd"], "%.3g")
           << cell_num(r["useful_tflops_bwd"], "%.3g") << cell_num(r["useful_tflops_fwd_bwd"], "%.3g")
           << cell_num(r["pct_gemm_fwd"], "%.1f%%") << cell_num(r["pct_bw_fwd"], "%.1f%%")
+          << cell_num(r["floor_ms_fwd"], "%.4g") << cell_num(r["x_floor_fwd"], "%.2fx")
+          << "<td>" << escape_html(r["bound_fwd"].get<std::string>()) << "</td>"
+          << cell_num(r["floor_ms_fwd_bwd"], "%.4g") << cell_num(r["x_floor_fwd_bwd"], "%.2fx")
+          << "<td>" << escape_html(r["bound_fwd_bwd"].get<std::string>()) << "</td>"
           << cell_num(r["tile_efficiency"], "%.3f");
     if (have_baseline) table << cell_num(r["speedup_fwd"], "%.2fx") << cell_num(r["speedup_fwd_bwd"], "%.2fx");
     table << cell_num(r["worst_ratio"], "%.3g") << "<td class=\"note\" title=\"" << escape_html(note) << "\">"

@@ -1,8 +1,9 @@
 // The self-contained HTML report behind `attnbench report report.json -o report.html`.
 //
 // One file that opens offline: a summary table (status, times, useful and
-// executed TFLOP/s, fraction of the measured ceilings, speed-up against a
-// baseline backend, worst error ratio), Vega-Lite charts (throughput against
+// executed TFLOP/s, fraction of the measured ceilings, the roofline floor with
+// the time as a multiple of it and its bound, speed-up against a baseline
+// backend, worst error ratio; the rates are the rows' stored "derived" figures), Vega-Lite charts (throughput against
 // sequence length per backend and mask, the forward/backward split, packing ratio
 // against throughput, error ratios per tensor), a thumbnail of each case's
 // BlockMask, and the environment.
@@ -55,9 +56,11 @@ std::string script_safe(std::string js);
 
 /// Per-row figures the table and charts show (one object per report row):
 /// case_id, backend, status, mask, seq_q, seq_k, config, {fwd,bwd,fwd_bwd}_ms,
-/// useful_/executed_tflops_{fwd,bwd,fwd_bwd}, pct_gemm_fwd, pct_bw_fwd,
-/// speedup_{fwd,fwd_bwd} (vs the baseline), worst_ratio, tile_efficiency,
-/// packing_ratio; absent figures are null.
+/// and per pass P in {fwd, bwd, fwd_bwd}: useful_/executed_tflops_P, pct_gemm_P,
+/// pct_bw_P (% of the copy ceiling), floor_ms_P, x_floor_P, bound_P ("" when
+/// none) read from the row's stored "derived" figures (reports/derive.hpp; never
+/// recomputed here), speedup_{fwd,fwd_bwd} (vs the baseline), worst_ratio,
+/// tile_efficiency, packing_ratio; absent figures are null.
 nlohmann::json derive_rows(const nlohmann::json& report, const std::string& baseline_backend);
 
 /// Inline SVG of a mask thumbnail (report row "mask_thumbnail"): full cells dark,

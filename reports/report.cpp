@@ -18,6 +18,7 @@
 #include "harness/model/json_util.hpp"
 #include "reports/journal.hpp"
 #include "harness/measure/measure.hpp"
+#include "reports/schema.hpp"
 
 namespace attnbench {
 
@@ -41,6 +42,8 @@ std::optional<RowStatus> parse_row_status(const std::string& s) {
   return std::nullopt;
 }
 
+void ReportRow::derive(const CeilingRates& ceilings) { derived = derive_row(work, timing, problem, ceilings); }
+
 nlohmann::json ReportRow::to_json() const {
   nlohmann::json j;
   j["case_id"] = case_id;
@@ -54,10 +57,33 @@ nlohmann::json ReportRow::to_json() const {
   j["check"] = check;
   j["timing"] = timing;
   j["memory"] = memory;
+  j["derived"] = derived;
   j["extra"] = extra;
   if (!clocks.is_null()) j["clocks"] = clocks;
   if (!mask_thumbnail.is_null()) j["mask_thumbnail"] = mask_thumbnail;
   return j;
+}
+
+ReportRow ReportRow::from_json(const nlohmann::json& j) {
+  ReportRow r;
+  r.case_id = j.at("case_id").get<std::string>();
+  r.backend = j.at("backend").get<std::string>();
+  const auto st = parse_row_status(j.value("status", ""));
+  if (!st) throw InputError("", "/status", "unknown status " + jsonu::show(j.value("status", nlohmann::json())));
+  r.status = *st;
+  r.reason = j.value("reason", "");
+  r.message = j.value("message", "");
+  r.problem = j.value("problem", nlohmann::json());
+  r.work = j.value("work", std::optional<WorkFigures>());
+  r.packing = j.value("packing", nlohmann::json());
+  r.check = j.value("check", std::optional<CheckFigures>());
+  r.timing = j.value("timing", PassTimings());
+  r.memory = j.value("memory", std::optional<MemoryFigures>());
+  r.derived = j.value("derived", std::optional<DerivedFigures>());
+  r.extra = j.value("extra", nlohmann::json());
+  r.clocks = j.value("clocks", nlohmann::json());
+  r.mask_thumbnail = j.value("mask_thumbnail", nlohmann::json());
+  return r;
 }
 
 // ------------------------------------------------------------------ writing
@@ -149,14 +175,44 @@ std::string row_key(const nlohmann::json& row) {
 
 nlohmann::json load_report(const std::string& file) { return report_from_json(jsonu::load_file(file), file); }
 
+namespace {
+
+/// Derive the figures of every row that lacks "derived" (all rows of a version 1
+/// report; rows a resumed run took from an older journal), against the report's ceilings.
+void derive_missing(nlohmann::json& doc, const std::string& file) {
+  const CeilingRates ceilings = ceiling_rates(doc.value("ceilings", nlohmann::json()));
+  auto& rows = doc["results"];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto& row = rows[i];
+    if (row.contains("derived")) continue;
+    try {
+      const auto work = row.value("work", std::optional<WorkFigures>());
+      const auto timing = row.value("timing", PassTimings());
+      row["derived"] = derive_row(work, timing, row.value("problem", nlohmann::json()), ceilings);
+    } catch (const InputError& e) {
+      throw InputError(file, jsonu::child_path("/results", i) + e.json_path(), e.what());
+    } catch (const std::exception& e) {  // only without schema validation (a malformed field)
+      throw InputError(file, jsonu::child_path("/results", i), std::string("malformed row: ") + e.what());
+    }
+  }
+}
+
+}  // namespace
+
 nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
   using jsonu::child_path;
   jsonu::require_object(doc, file, "");
+  // The version first: it says which schema applies (and how to upgrade).
   const auto& ver = jsonu::require(doc, "schema_version", file, "");
-  if (!ver.is_number_integer() || ver.get<int64_t>() != kReportSchemaVersion)
+  if (!ver.is_number_integer() || ver.get<int64_t>() < kOldestReportSchemaVersion ||
+      ver.get<int64_t>() > kReportSchemaVersion)
     throw InputError(file, "/schema_version",
                      "unsupported report schema version " + jsonu::show(ver) + " (this attnbench reads " +
-                         std::to_string(kReportSchemaVersion) + ")");
+                         std::to_string(kOldestReportSchemaVersion) + " to " + std::to_string(kReportSchemaVersion) +
+                         ")");
+  const int version = ver.get<int>();
+  validate_report_schema(doc, file);
+  // Beyond the schema: one row per (case_id, backend).
   const auto& results = jsonu::require(doc, "results", file, "");
   if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
   std::map<std::pair<std::string, std::string>, size_t> first_row;  // (case_id, backend) -> index
@@ -164,36 +220,17 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
     const std::string rp = child_path("/results", i);
     const auto& row = results[i];
     jsonu::require_object(row, file, rp);
-    for (const char* k : {"case_id", "backend"}) {
-      const auto& v = jsonu::require(row, k, file, rp);
-      if (!v.is_string() || v.get<std::string>().empty())
-        throw InputError(file, child_path(rp, k), "expected a non-empty string, got " + jsonu::show(v));
-    }
-    const std::string case_id = row["case_id"].get<std::string>(), backend = row["backend"].get<std::string>();
+    const std::string case_id = row.value("case_id", ""), backend = row.value("backend", "");
     const auto [at, fresh] = first_row.emplace(std::make_pair(case_id, backend), i);
     if (!fresh)
       throw InputError(file, rp,
                        "duplicate row (case_id \"" + case_id + "\", backend \"" + backend + "\"), already at " +
                            child_path("/results", at->second) + " (a report holds one row per case and backend)");
-    const auto& st = jsonu::require(row, "status", file, rp);
-    if (!st.is_string() || !parse_row_status(st.get<std::string>())) {
-      std::string known;
-      for (RowStatus r : kRowStatuses) known += (known.empty() ? "" : ", ") + std::string(to_string(r));
-      throw InputError(file, child_path(rp, "status"), "unknown status " + jsonu::show(st) + " (expected " + known + ")");
-    }
-    if (row.contains("timing") && !row["timing"].is_null()) {
-      const auto& t = row["timing"];
-      const std::string tp = child_path(rp, "timing");
-      jsonu::require_object(t, file, tp);
-      for (const auto& [pass, stats] : t.items()) {
-        try {
-          (void)parse_pass(pass);
-        } catch (const std::invalid_argument&) {
-          throw InputError(file, child_path(tp, pass), "unknown pass \"" + pass + "\" (expected fwd, bwd or fwd_bwd)");
-        }
-        (void)TimingStats::from_json(stats, file, child_path(tp, pass));
-      }
-    }
+  }
+  derive_missing(doc, file);
+  if (version == 1) {
+    doc["schema_version"] = kReportSchemaVersion;
+    doc["upgraded_from"] = 1;
   }
   return doc;
 }

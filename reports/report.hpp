@@ -14,11 +14,17 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/model/problem.hpp"
+#include "reports/derive.hpp"
+#include "reports/row_types.hpp"
 
 namespace attnbench {
 
-/// The schema version this build writes and reads (report.json "schema_version").
-constexpr int kReportSchemaVersion = 1;
+/// The schema version this build writes (report.json "schema_version"). Version 2
+/// added each row's "derived" figures (reports/derive.hpp); load_report() reads
+/// version 1 too and derives them on load.
+constexpr int kReportSchemaVersion = 2;
+/// The oldest schema version load_report() reads.
+constexpr int kOldestReportSchemaVersion = 1;
 
 /// Status of one (case, backend) row. THE list of statuses: a new one goes here,
 /// in kRowStatuses, to_string() and the schema (reports/report.schema.json).
@@ -38,7 +44,9 @@ const char* to_string(RowStatus s);
 /// Inverse of to_string(RowStatus); std::nullopt for an unknown name.
 std::optional<RowStatus> parse_row_status(const std::string& s);
 
-/// One result row. Optional parts are null in the JSON when absent.
+/// One result row. Optional parts are null in the JSON when absent. The typed
+/// parts (work, check, timing, memory, derived) are written by their to_json
+/// (reports/row_types.hpp, reports/derive.hpp).
 struct ReportRow {
   std::string case_id;
   std::string backend;
@@ -46,18 +54,26 @@ struct ReportRow {
   std::string reason;    ///< unsupported: why
   std::string message;   ///< error/oom/timeout/crashed: what happened
   nlohmann::json problem;     ///< compact problem (to_json(p, true))
-  nlohmann::json work;        ///< useful/executed pairs and FLOPs, tile efficiency
+  std::optional<WorkFigures> work;      ///< useful/executed pairs, FLOPs and bytes
   nlohmann::json packing;     ///< packing stats, if any
-  nlohmann::json check;       ///< CheckResult::to_json()
-  nlohmann::json timing;      ///< {"fwd": TimingStats, "bwd": ..., "fwd_bwd": ...}
-  nlohmann::json memory;      ///< {"peak_bytes", "workspace_bytes", "allocated_bytes"}
+  std::optional<CheckFigures> check;    ///< the correctness verdict
+  PassTimings timing;                   ///< per pass: TimingStats (null when nothing timed)
+  std::optional<MemoryFigures> memory;  ///< bytes held, workspace, peak
+  /// Throughput and roofline figures per timed pass (derive(); schema version 2).
+  std::optional<DerivedFigures> derived;
   nlohmann::json extra;       ///< backend-specific: setup_ms, determinism, ...
   /// GPU clocks around the case: {"start": env::ClockSample, "end": ...}; written
   /// only when set.
   nlohmann::json clocks;
   /// Small mask rendering for the HTML report (mask_thumbnail()); written only when set.
   nlohmann::json mask_thumbnail;
+  /// Set `derived` from work, timing and problem against the run's ceilings
+  /// (derive_row()); what the runner does before a row is written.
+  void derive(const CeilingRates& ceilings);
   nlohmann::json to_json() const;
+  /// Parse a row that to_json() wrote (or a version 1 row). Throws
+  /// nlohmann::json::exception or InputError (without a file) on a malformed one.
+  static ReportRow from_json(const nlohmann::json& j);
 };
 
 /// Accumulates rows and the run header and writes DIR/report.json atomically
@@ -111,17 +127,19 @@ nlohmann::json make_report_header(const std::string& command_line, nlohmann::jso
 /// Throws std::runtime_error naming the file on failure.
 void write_json_atomic(const std::string& path, const nlohmann::json& doc, bool sync = true);
 
-/// Read and structurally check a report: valid JSON, schema_version ==
-/// kReportSchemaVersion, "results" an array of rows, each with string case_id and
-/// backend, no two rows with the same (case_id, backend), a known status, and
-/// timing entries (when present) that TimingStats::from_json accepts. The file is
-/// parsed by jsonu::load_file (depth limit, no infinite numbers, no duplicate
-/// keys). Throws InputError naming the file, the JSON pointer and the value
-/// (exit code 2); compare, merge and report all read through here. This is the reader's guard, not the full
-/// schema (tests validate against reports/report.schema.json).
+/// Read a report: parsed by jsonu::load_file (depth limit, no infinite numbers,
+/// no duplicate keys), then report_from_json(). Throws InputError naming the
+/// file, the JSON pointer and the value (exit code 2); compare, merge and report
+/// all read through here.
 nlohmann::json load_report(const std::string& file);
 /// The checks of load_report() on an already-parsed document (parse it with
-/// jsonu::parse_text); `file` labels errors. Returns `doc`. Throws InputError.
+/// jsonu::parse_text); `file` labels errors: schema_version between
+/// kOldestReportSchemaVersion and kReportSchemaVersion, the schema
+/// (validate_report_schema(), reports/schema.hpp: valijson, when built with it),
+/// and at most one row per (case_id, backend). Rows without "derived" (every row
+/// of a version 1 report) get their figures on load (derive_row() against the
+/// report's ceilings); a version 1 report then reads as version 2, with
+/// "upgraded_from": 1. Returns the document. Throws InputError.
 nlohmann::json report_from_json(nlohmann::json doc, const std::string& file);
 
 /// "<case_id>|<backend>", the identity of a row across runs.

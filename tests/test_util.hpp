@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,12 @@ inline std::filesystem::path scratch_path(const std::string& suite, const std::s
       std::filesystem::temp_directory_path() / ("attnbench_test_" + suite + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(d);
   return d / name;
+}
+
+/// Write `text` to `path` (binary, replacing the file).
+inline void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
 }
 
 /// Run a shell command; returns (exit status, or -1 when it did not exit normally;

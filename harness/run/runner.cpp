@@ -59,20 +59,6 @@ void compute_gold(const Problem& p, const ProblemData& in, CheckMode mode, bool 
   g.ready = true;
 }
 
-nlohmann::json work_json(const Problem& p, int64_t useful_pairs, int64_t executed_pairs) {
-  const double per_pair = 2.0 * static_cast<double>(p.head_dim + p.head_dim_v);
-  nlohmann::json w;
-  w["useful_pairs"] = useful_pairs;
-  w["executed_pairs"] = executed_pairs;
-  w["useful_flops_fwd"] = per_pair * static_cast<double>(useful_pairs);
-  w["executed_flops_fwd"] = per_pair * static_cast<double>(executed_pairs);
-  w["useful_flops_bwd"] = 2.5 * per_pair * static_cast<double>(useful_pairs);
-  w["executed_flops_bwd"] = 2.5 * per_pair * static_cast<double>(executed_pairs);
-  w["tile_efficiency"] = executed_pairs > 0 ? static_cast<double>(useful_pairs) / static_cast<double>(executed_pairs) : 0.0;
-  w["flop_convention"] = "fwd = 2 * pairs * (Dqk + Dv) summed over batch and query heads; bwd = 2.5 * fwd (FlashAttention)";
-  return w;
-}
-
 nlohmann::json packing_json(const std::optional<PackingStats>& s) {
   if (!s) return nullptr;
   nlohmann::json j;
@@ -152,7 +138,7 @@ ReportRow skeleton_row(const Case& c, const Backend& b, int64_t useful_pairs) {
   row.backend = b.name();
   row.problem = to_json(c.problem, true);
   row.packing = packing_json(c.packing);
-  row.work = work_json(c.problem, useful_pairs, 0);
+  row.work = count_work(c.problem, useful_pairs, 0);
   row.mask_thumbnail = mask_thumbnail_for(c.problem);
   return row;
 }
@@ -184,7 +170,7 @@ void time_unit(Backend& backend, BackendInstance& inst, const RunOptions& opts, 
     } else {
       st = time_pass(backend, inst, pass, opts.policy);
     }
-    row.timing[to_string(pass)] = st.to_json();
+    row.timing.set(pass, std::move(st));
   }
 }
 
@@ -198,7 +184,7 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
     auto t0 = Clock::now();
     auto inst = backend.prepare(p, *cache.inputs);
     const double prepare_ms = ms_since(t0);
-    row.work = work_json(p, useful_pairs, inst->executed_pairs());
+    row.work = count_work(p, useful_pairs, inst->executed_pairs());
     inst->poison_outputs();
     inst->forward();
     if (opts.backward) inst->backward();
@@ -208,13 +194,18 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
       GoldCache& gold = cache.gold;
       if (!gold.ready) compute_gold(p, *cache.inputs, opts.check, opts.backward, gold);
       CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend.rule(), gold.plan.slices);
-      row.check = cr.to_json();
-      row.check["plan"] = gold.plan.description;
-      row.check["reference_ms"] = gold.ms;
+      CheckFigures check = cr.to_json().get<CheckFigures>();
+      check.plan = gold.plan.description;
+      check.reference_ms = gold.ms;
+      row.check = std::move(check);
       row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
       if (!cr.pass) row.message = cr.failure_detail;  // convention vs wrong numbers (check.hpp)
     } else {
-      row.check = {{"mode", "off"}, {"scope", "nothing checked (--check off)"}, {"nonfinite", count_nonfinite(got)}};
+      CheckFigures off;
+      off.mode = "off";
+      off.scope = "nothing checked (--check off)";
+      off.nonfinite = count_nonfinite(got).get<std::map<std::string, int64_t>>();
+      row.check = std::move(off);
       row.status = RowStatus::unchecked;  // never an unearned pass
     }
     if (opts.determinism) {
@@ -233,7 +224,10 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
     if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
     row.extra["prepare_ms"] = prepare_ms;
     row.extra["setup_ms"] = inst->setup_ms();
-    row.memory = {{"allocated_bytes", inst->allocated_bytes()}, {"workspace_bytes", backend.workspace_bytes(p)}};
+    MemoryFigures mem;
+    mem.allocated_bytes = static_cast<int64_t>(inst->allocated_bytes());
+    mem.workspace_bytes = static_cast<int64_t>(backend.workspace_bytes(p));
+    row.memory = mem;
   } catch (const Unsupported& e) {
     // A backend may only learn in prepare() that it cannot run the case (e.g. a
     // peer's worker, or cuDNN rejecting the graph): that is a reason, not an error.
@@ -305,17 +299,16 @@ bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& op
   bool have_row = false;
   if (std::filesystem::exists(res)) {
     try {
-      nlohmann::json j = jsonu::load_file(res);
-      const auto status = parse_row_status(j.value("status", ""));
-      if (status && j.value("case_id", "") == row.case_id && j.value("backend", "") == row.backend) {
-        row.status = *status;
-        row.reason = j.value("reason", "");
-        row.message = j.value("message", "");
-        row.work = j.value("work", row.work);
-        row.check = j.value("check", nlohmann::json());
-        row.timing = j.value("timing", nlohmann::json());
-        row.memory = j.value("memory", nlohmann::json());
-        row.extra = j.value("extra", nlohmann::json());
+      const ReportRow child = ReportRow::from_json(jsonu::load_file(res));
+      if (child.case_id == row.case_id && child.backend == row.backend) {
+        row.status = child.status;
+        row.reason = child.reason;
+        row.message = child.message;
+        if (child.work) row.work = child.work;
+        row.check = child.check;
+        row.timing = child.timing;
+        row.memory = child.memory;
+        row.extra = child.extra;
         have_row = true;
       }
     } catch (const std::exception&) {
@@ -406,12 +399,14 @@ void require_same_identity(const nlohmann::json& was, const nlohmann::json& now,
 
 /// Record a finished row: first the journal (fsync'd), then the report, the
 /// summary (fully-masked-row-only failures counted apart) and the terminal line.
-void finish_row(const ReportRow& row, JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
+/// Derives the row's throughput and roofline figures against the run's ceilings first.
+void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
+  row.derive(ceiling_rates(writer.header().value("ceilings", nlohmann::json())));
   const nlohmann::json rj = row.to_json();
   journal.append({{"row", rj}});
   writer.add_row_json(rj);
   summary.add(to_string(row.status));
-  if (row.status == RowStatus::fail && row.check.is_object() && row.check.value("failure_class", "") == "fully_masked_rows")
+  if (row.status == RowStatus::fail && row.check && row.check->failure_class == "fully_masked_rows")
     ++summary.fail_masked_rows_only;
   std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
                printable(!row.reason.empty() ? row.reason : row.message).c_str());
@@ -698,13 +693,13 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
   const nlohmann::json req = jsonu::load_file(request_path);
   const Problem p = problem_from_json(req.at("problem"), request_path, "/problem");
   const RunOptions opts = options_from_json(req.at("options"));
-  const nlohmann::json& sk = req.at("row");
+  const ReportRow skeleton = ReportRow::from_json(req.at("row"));
   ReportRow row;
-  row.case_id = sk.at("case_id").get<std::string>();
-  row.backend = sk.at("backend").get<std::string>();
-  row.problem = sk.value("problem", nlohmann::json());
-  row.packing = sk.value("packing", nlohmann::json());
-  row.work = sk.value("work", nlohmann::json());
+  row.case_id = skeleton.case_id;
+  row.backend = skeleton.backend;
+  row.problem = skeleton.problem;
+  row.packing = skeleton.packing;
+  row.work = skeleton.work;
   auto backend = BackendRegistry::create(row.backend);
   if (!backend) throw InputError(request_path, "/row/backend", "unknown backend \"" + row.backend + "\"");
   backend->configure(opts.policy, opts.backward, opts.timing, opts.determinism, opts.device);
@@ -712,7 +707,7 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
   if (device::cuda_device_available()) device::select_device(opts.device);
 #endif
   UnitCache cache;
-  const int64_t useful_pairs = row.work.is_object() ? row.work.value("useful_pairs", int64_t{0}) : 0;
+  const int64_t useful_pairs = row.work ? row.work->useful_pairs : 0;
   run_unit(p, *backend, opts, cache, useful_pairs, row);
   write_json_atomic(result_path, row.to_json(), /*sync=*/false);  // the parent journals it
   return kExitOk;

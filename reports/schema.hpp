@@ -1,0 +1,30 @@
+// Validation of report.json against reports/report.schema.json (JSON Schema,
+// docs/report-format.md) with valijson (Debian libvalijson-dev), when attnbench
+// was built with it. The schema text is compiled into the binary (CMake embeds
+// the file), so an installed attnbench validates without the source tree.
+//
+// Sharp edges: valijson implements draft 7; the schema uses only keywords whose
+// meaning is the same in draft 7 and 2020-12 ($defs is reached through plain
+// JSON-pointer $refs), so Ajv (tests/html/validate_report.mjs) and valijson agree.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace attnbench {
+
+/// True when this build validates reports (valijson was found at configure time).
+bool schema_validation_available();
+
+/// The text of reports/report.schema.json as built into the binary.
+const std::string& report_schema_text();
+
+/// Validate `doc` against the report schema. On the first violation (the deepest
+/// one valijson reports) throws InputError naming `file`, the JSON pointer of the
+/// offending field, its value and what the schema expected (exit code 2). Without
+/// valijson prints, once per process, a note to stderr that schema validation is
+/// unavailable and returns.
+void validate_report_schema(const nlohmann::json& doc, const std::string& file);
+
+}  // namespace attnbench
