@@ -4,14 +4,10 @@
 #include "reference/reference.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -19,6 +15,7 @@
 #include "harness/model/block_mask.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/mask_desc.hpp"
+#include "harness/model/thread_pool.hpp"
 
 namespace attnbench::reference {
 
@@ -57,44 +54,14 @@ using Col = Eigen::Array<T, Eigen::Dynamic, 1>;
 /// that the summation order, and hence the result, is too).
 constexpr int64_t kBiasLanes = 64;
 
-int resolve_threads(int requested) {
-  if (requested > 0) return requested;
-  const unsigned h = std::thread::hardware_concurrency();
-  return h ? static_cast<int>(h) : 1;
-}
-
-/// Run fn(unit, state) for every unit in [0, n) on up to `threads` std::threads
-/// (the caller's thread included). Units are handed out in increasing order from an
-/// atomic counter; each thread owns one default-constructed State (its scratch
-/// buffers). The first exception thrown by any unit is rethrown after all threads
-/// have stopped.
+/// Run fn(unit, state) for every unit in [0, n) on up to `threads` threads of the
+/// shared pool (harness/model/thread_pool.hpp); each worker owns one
+/// default-constructed State (its scratch buffers).
 template <class State, class Fn>
-void parallel_for(int64_t n, int threads, const Fn& fn) {
+void for_units(int64_t n, int threads, const Fn& fn) {
   if (n <= 0) return;
-  const int64_t t = std::min<int64_t>(threads, n);
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto worker = [&] {
-    try {
-      State state;
-      for (int64_t u; (u = next.fetch_add(1)) < n;) fn(u, state);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-      next.store(n);
-    }
-  };
-  if (t <= 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    pool.reserve(static_cast<size_t>(t - 1));
-    for (int64_t i = 1; i < t; ++i) pool.emplace_back(worker);
-    worker();
-    for (auto& th : pool) th.join();
-  }
-  if (error) std::rethrow_exception(error);
+  std::vector<State> states(static_cast<size_t>(std::min<int64_t>({threads, n, ThreadPool::shared().size()})));
+  parallel_for(n, static_cast<int>(states.size()), [&](int64_t u, int w) { fn(u, states[static_cast<size_t>(w)]); });
 }
 
 /// One computed tile of a q-block row (block = kv-block) or kv-block column
@@ -103,19 +70,6 @@ struct Tile {
   int64_t block;
   bool full;
 };
-
-/// Merge the ascending partial and full lists of one BlockMask row or column.
-void merge_tiles(const std::vector<int32_t>& part, int32_t n_part, const std::vector<int32_t>& full,
-                 int32_t n_full, int64_t base, std::vector<Tile>& out) {
-  out.clear();
-  int32_t a = 0, f = 0;
-  while (a < n_part || f < n_full) {
-    const bool take_full =
-        a >= n_part || (f < n_full && full[static_cast<size_t>(base + f)] < part[static_cast<size_t>(base + a)]);
-    if (take_full) out.push_back({full[static_cast<size_t>(base + f++)], true});
-    else out.push_back({part[static_cast<size_t>(base + a++)], false});
-  }
-}
 
 /// Per-thread scratch: score, probability and gradient tiles and accumulators.
 template <class T>
@@ -180,7 +134,7 @@ class Engine {
     const size_t nrows = static_cast<size_t>(B_ * Hq_ * Sq_);
     row_m_.assign(nrows, kNegInf);
     row_l_.assign(nrows, T(0));
-    parallel_for<Scratch<T>>(static_cast<int64_t>(q_units_.size()), threads_,
+    for_units<Scratch<T>>(static_cast<int64_t>(q_units_.size()), threads_,
                              [this](int64_t u, Scratch<T>& s) { forward_unit(q_units_[static_cast<size_t>(u)], s); });
     if (grads_) backward();
     if (stats) fill_stats(*stats);
@@ -239,15 +193,15 @@ class Engine {
   }
   void rnd(Mat<T>& m) const { rnd(m.data(), m.size()); }
 
+  /// The tiles of q-block qb of batch row b (for_each_tile: partial, then full).
   void row_tiles(int64_t b, int64_t qb, std::vector<Tile>& out) const {
-    const int64_t r = bm_.row(b, 0, qb);
-    merge_tiles(bm_.kv_indices, bm_.kv_num_blocks[static_cast<size_t>(r)], bm_.full_kv_indices,
-                bm_.full_kv_num_blocks[static_cast<size_t>(r)], r * nk_, out);
+    out.clear();
+    for_each_tile(bm_, b, 0, qb, [&](int64_t kb, bool full) { out.push_back({kb, full}); });
   }
+  /// The tiles of kv-block kb of batch row b (for_each_tile_of_col).
   void col_tiles(int64_t b, int64_t kb, std::vector<Tile>& out) const {
-    const int64_t c = bm_.col(b, 0, kb);
-    merge_tiles(bm_.q_indices, bm_.q_num_blocks[static_cast<size_t>(c)], bm_.full_q_indices,
-                bm_.full_q_num_blocks[static_cast<size_t>(c)], c * nq_, out);
+    out.clear();
+    for_each_tile_of_col(bm_, b, 0, kb, [&](int64_t qb, bool full) { out.push_back({qb, full}); });
   }
 
   /// score_mod(x, b, h, i, j): learnable biases are added from the float64 bias
@@ -406,11 +360,11 @@ class Engine {
     const int64_t nbias = p_.bias_numel();
     const int64_t lanes = with_bias ? std::min(nunits, kBiasLanes) : nunits;
     std::vector<T> lane_bias(with_bias ? static_cast<size_t>(lanes * nbias) : 0, T(0));
-    parallel_for<Scratch<T>>(lanes, threads_, [&](int64_t lane, Scratch<T>& s) {
+    for_units<Scratch<T>>(lanes, threads_, [&](int64_t lane, Scratch<T>& s) {
       T* db = with_bias ? lane_bias.data() + lane * nbias : nullptr;
       for (int64_t u = lane; u < nunits; u += lanes) dq_unit(q_units_[static_cast<size_t>(u)], s, db);
     });
-    parallel_for<Scratch<T>>(static_cast<int64_t>(kv_units_.size()), threads_,
+    for_units<Scratch<T>>(static_cast<int64_t>(kv_units_.size()), threads_,
                              [this](int64_t u, Scratch<T>& s) { dkdv_unit(kv_units_[static_cast<size_t>(u)], s); });
     if (with_bias) {
       out_.dbias.assign(static_cast<size_t>(nbias), 0.0);

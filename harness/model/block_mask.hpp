@@ -66,6 +66,33 @@ struct BlockMask {
   int64_t num_full() const;
 };
 
+/// The one BlockMask tile walk (host side; the GPU kernels' device-side walk is
+/// BlockWalk in backends/kernels/attn_common.cuh, in the same order). Visits the
+/// computed kv-blocks of query block `qb` of (b, h) as fn(kb, full): first the
+/// partial tiles (kv_indices, mask evaluated), then the full ones (full_kv_indices,
+/// mask skipped), each list in its stored ascending order: FlexAttention's order.
+/// b and h are reduced modulo the broadcast dimensions (BlockMask::row).
+template <class Fn>
+void for_each_tile(const BlockMask& bm, int64_t b, int64_t h, int64_t qb, Fn&& fn) {
+  const int64_t r = bm.row(b, h, qb), base = r * bm.num_kv_blocks;
+  const int32_t* part = bm.kv_indices.data() + base;
+  const int32_t* full = bm.full_kv_indices.data() + base;
+  for (int32_t t = 0, n = bm.kv_num_blocks[static_cast<size_t>(r)]; t < n; ++t) fn(static_cast<int64_t>(part[t]), false);
+  for (int32_t t = 0, n = bm.full_kv_num_blocks[static_cast<size_t>(r)]; t < n; ++t) fn(static_cast<int64_t>(full[t]), true);
+}
+
+/// The transposed walk for the backward pass (dK, dV): the query blocks that touch
+/// kv-block `kb` of (b, h), as fn(qb, full), partial tiles (q_indices) first, then
+/// full ones (full_q_indices), each ascending.
+template <class Fn>
+void for_each_tile_of_col(const BlockMask& bm, int64_t b, int64_t h, int64_t kb, Fn&& fn) {
+  const int64_t c = bm.col(b, h, kb), base = c * bm.num_q_blocks;
+  const int32_t* part = bm.q_indices.data() + base;
+  const int32_t* full = bm.full_q_indices.data() + base;
+  for (int32_t t = 0, n = bm.q_num_blocks[static_cast<size_t>(c)]; t < n; ++t) fn(static_cast<int64_t>(part[t]), false);
+  for (int32_t t = 0, n = bm.full_q_num_blocks[static_cast<size_t>(c)]; t < n; ++t) fn(static_cast<int64_t>(full[t]), true);
+}
+
 /// Build the BlockMask of problem `p` with tile size (q_block, kv_block).
 /// Exact: a tile is full iff every (i, j) in it (and inside Sq x Sk) is allowed and
 /// it is not a tail tile; empty iff none is allowed. Broadcasts over B when the mask
