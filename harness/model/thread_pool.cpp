@@ -2,6 +2,9 @@
 #include "harness/model/thread_pool.hpp"
 
 #include <algorithm>
+#ifdef __linux__
+#include <sched.h>
+#endif
 #include <stdexcept>
 #include <string>
 
@@ -14,8 +17,13 @@ thread_local const ThreadPool* t_in_pool = nullptr;
 }  // namespace
 
 int hardware_threads() {
-  const unsigned h = std::thread::hardware_concurrency();
-  return h ? static_cast<int>(h) : 1;
+  int n = static_cast<int>(std::thread::hardware_concurrency());
+#ifdef __linux__
+  // The CPUs this process may run on (a container's cpuset), when fewer.
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) n = n > 0 ? std::min(n, CPU_COUNT(&set)) : CPU_COUNT(&set);
+#endif
+  return n > 0 ? n : 1;
 }
 
 int resolve_threads(int requested) { return requested > 0 ? requested : hardware_threads(); }

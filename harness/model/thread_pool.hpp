@@ -25,7 +25,8 @@
 
 namespace attnbench {
 
-/// std::thread::hardware_concurrency(), at least 1.
+/// std::thread::hardware_concurrency(), limited on Linux to the CPUs of the process's
+/// affinity mask (a container's cpuset); at least 1.
 int hardware_threads();
 
 /// `requested` when > 0, else hardware_threads().
