@@ -2,12 +2,19 @@
 // docs/semantics.md section 7, with exactly the semantics of its sections 1-5.
 //
 // Both run the same tiled algorithm over the problem's BlockMask
-// (harness/model/block_mask.hpp): empty tiles are never computed, partial tiles evaluate
-// mask_allowed() per element, full tiles skip the mask; score mods go through
-// score_mod_apply() / score_mod_grad() of harness/model/mask_desc.hpp. Per tile the work
-// is Eigen GEMMs on [q_block x kv_block] score tiles, so the cost is proportional to
-// the pairs inside computed tiles and memory is O(threads * q_block * kv_block) on
-// top of the inputs and outputs; Sq x Sk is never materialised.
+// (harness/model/block_mask.hpp), walked with for_each_tile / for_each_tile_of_col:
+// empty tiles are never computed, partial tiles evaluate mask_allowed() (FlexAttention's
+// mask_mod) per element, full tiles skip the mask; score mods go through
+// score_mod_apply() / score_mod_grad() (score_mod) of harness/model/mask_desc.hpp, the
+// one definition the cpu backend and the GPU kernels use too. The work is shaped as
+// GEMMs (Eigen matrix products) on panels: a forward / dQ unit stacks the query heads
+// of one kv head (GQA) over consecutive q-blocks up to 128 rows, a dK / dV unit takes
+// 128 consecutive keys, and runs of consecutive computed tiles (up to 256 keys or
+// queries) are multiplied at once. A panel computes the union of its lines' tiles (a
+// tile is mask-free only when full on every line), so the cost is proportional to
+// the pairs inside computed tiles plus these panel edges, and memory is
+// O(threads * 128 * 256) on top of the inputs and outputs; Sq x Sk is never
+// materialised. Units run on the shared pool (harness/model/thread_pool.hpp).
 //
 // Passes (FlashAttention-2, Dao 2023, "FlashAttention-2: Faster Attention with
 // Better Parallelism and Work Partitioning", algorithms 1 and 2):
@@ -57,18 +64,19 @@ struct SliceSet {
 /// Tuning knobs of gold() / lp(); the defaults suit every problem. Results do not
 /// depend on `threads`; they depend on the tile sizes only through the summation
 /// order (float64 rounding, ~1e-16 relative for gold).
-/// Tile size: 32 x 32 keeps the masked part of partial tiles small (the packed
-/// document case of reference/bench_reference.cpp executes 1.16x its allowed pairs
-/// at 32, 1.33x at 64, 1.79x at 128), so a document pack runs at the dense rate per
-/// allowed pair. Dense causal work runs ~1.4x faster at 64 (larger GEMMs); 32 is
-/// the default because packed documents are the common case.
+/// Tile size: 32 x 32 keeps the masked part of partial tiles small (a pack of 7
+/// short documents in 2048 tokens executes 1.16x its allowed pairs at 32, 1.33x at
+/// 64, 1.79x at 128), so a document pack runs at the dense rate per allowed pair;
+/// the GEMMs are made large by the panels and runs above, not by the tiles.
 struct Options {
   int threads = 0;         ///< worker threads; 0 = std::thread::hardware_concurrency()
   int64_t q_block = 32;    ///< rows of a score tile (BlockMask Q_BLOCK)
   int64_t kv_block = 32;   ///< columns of a score tile (BlockMask KV_BLOCK)
 };
 
-/// What a call computed (forward pass; the backward passes visit the same tiles).
+/// What a call computed, counted on the BlockMask tiles of the forward pass (the
+/// panels add the union of their lines' tiles, and the backward passes visit the
+/// same tiles).
 struct Stats {
   int64_t partial_tiles = 0;   ///< tiles with the mask evaluated, summed over computed (b, h)
   int64_t full_tiles = 0;      ///< tiles with the mask skipped, summed over computed (b, h)

@@ -340,3 +340,46 @@ TEST_CASE("property: BlockMask equals brute force on random problems and tile si
     check_block_mask(p, t[0], t[1]);
   }
 }
+
+TEST_CASE("for_each_tile: partial tiles first, then full ones, as the lists hold them") {
+  Problem p = base_problem(1, 512, 512);
+  p.mask = {CausalTerm{}};
+  const BlockMask bm = build_block_mask(p, 128, 128);  // row 3: full 0, 1, 2; partial 3
+  std::vector<std::pair<int64_t, bool>> seen;
+  for_each_tile(bm, 0, 0, 3, [&](int64_t kb, bool full) { seen.emplace_back(kb, full); });
+  CHECK(seen == std::vector<std::pair<int64_t, bool>>{{3, false}, {0, true}, {1, true}, {2, true}});
+  seen.clear();
+  for_each_tile_of_col(bm, 0, 0, 1, [&](int64_t qb, bool full) { seen.emplace_back(qb, full); });
+  CHECK(seen == std::vector<std::pair<int64_t, bool>>{{1, false}, {2, true}, {3, true}});
+  seen.clear();
+  for_each_tile(bm, 5, 7, 0, [&](int64_t kb, bool full) { seen.emplace_back(kb, full); });  // broadcast b, h
+  CHECK(seen == std::vector<std::pair<int64_t, bool>>{{0, false}});
+}
+
+TEST_CASE("property: for_each_tile visits exactly the partial and full tiles of kind()") {
+  Rng rng{11};
+  for (int trial = 0; trial < 40; ++trial) {
+    Problem p = base_problem(2, 40 + static_cast<int64_t>(rng.next() % 300), 40 + static_cast<int64_t>(rng.next() % 300));
+    p.mask = {CausalTerm{trial % 2 ? CausalAlign::bottom_right : CausalAlign::top_left},
+              SlidingWindowTerm{static_cast<int64_t>(rng.next() % 100), 0}};
+    const int64_t qbk = 16 << (rng.next() % 3), kbk = 16 << (rng.next() % 3);
+    const BlockMask bm = build_block_mask(p, qbk, kbk);
+    for (int64_t qb = 0; qb < bm.num_q_blocks; ++qb) {
+      std::vector<int> visits(static_cast<size_t>(bm.num_kv_blocks), 0);
+      for_each_tile(bm, 1, 0, qb, [&](int64_t kb, bool full) {
+        ++visits[static_cast<size_t>(kb)];
+        CHECK(bm.kind(1, 0, qb, kb) == (full ? BlockKind::full : BlockKind::partial));
+      });
+      for (int64_t kb = 0; kb < bm.num_kv_blocks; ++kb) {
+        CHECK(visits[static_cast<size_t>(kb)] == (bm.kind(1, 0, qb, kb) == BlockKind::empty ? 0 : 1));
+        int col_visits = 0;
+        for_each_tile_of_col(bm, 1, 0, kb, [&](int64_t q, bool full) {
+          if (q != qb) return;
+          ++col_visits;
+          CHECK(bm.kind(1, 0, qb, kb) == (full ? BlockKind::full : BlockKind::partial));
+        });
+        CHECK(col_visits == visits[static_cast<size_t>(kb)]);
+      }
+    }
+  }
+}

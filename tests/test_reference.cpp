@@ -398,6 +398,25 @@ TEST_CASE("gold equals a plain float64 implementation for every mask and score m
   }
 }
 
+TEST_CASE("panels and runs: gold equals the plain implementation across many q-groups, runs and dK/dV groups") {
+  // S = 600 at the default 32 x 32 tiles: forward / dQ units of 128 rows (4 q-blocks
+  // for MHA, 2 for GQA 2:1, the last one short), runs of 256 keys cut at document
+  // gaps, dK / dV groups of 128 keys; lines whose tiles differ make partial unions.
+  for (int64_t hkv : {4, 2}) {
+    Problem p = base_problem(1, 4, hkv, 600, 600, 16, 8);
+    p.mask = {documents({doc_ids_from_lengths({70, 300, 5, 225}, 600)}), causal(CausalAlign::top_left),
+              SlidingWindowTerm{290, -1}};
+    p.score_mod = mod_of(ScoreMod::Kind::alibi);
+    CAPTURE(hkv);
+    const ProblemData in = make_inputs(p);
+    const AttentionOutputs want = plain(p, in);
+    check_against(ref::gold(p, in, true), want, 1e-10);
+    ref::Options one;
+    one.threads = 1;
+    CHECK(bitwise_equal(ref::gold(p, in, true), ref::gold(p, in, true, ref::SliceSet::every(), one)));
+  }
+}
+
 // ------------------------------------------------------------------ identities
 
 TEST_CASE("GQA equals explicit head repetition with group sums") {

@@ -4,16 +4,13 @@
 #include "backends/cpu/cpu_attention.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "harness/model/tensors.hpp"
+#include "harness/model/thread_pool.hpp"
 
 namespace attnbench::cpu_kernels {
 namespace {
@@ -21,48 +18,6 @@ namespace {
 constexpr int64_t kQ = kCpuQBlock;
 constexpr int64_t kKV = kCpuKVBlock;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-/// Run fn(task, worker) for task in [0, n) on up to `workers` threads.
-/// Tasks are handed out dynamically; callers make every task's result independent
-/// of the worker that runs it (determinism). The first exception is rethrown.
-template <class Fn>
-void parallel_for(int64_t n, int workers, Fn&& fn) {
-  if (n <= 0) return;
-  workers = static_cast<int>(std::min<int64_t>(workers, n));
-  if (workers <= 1) {
-    for (int64_t t = 0; t < n; ++t) fn(t, 0);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto body = [&](int w) {
-    try {
-      for (int64_t t = next.fetch_add(1); t < n; t = next.fetch_add(1)) fn(t, w);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
-      next.store(n);
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(workers - 1));
-  for (int w = 1; w < workers; ++w) threads.emplace_back(body, w);
-  body(0);
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
-}
-
-/// Visit the union of two ascending block lists in ascending order:
-/// fn(block, is_full). A block appears in at most one list.
-template <class Fn>
-void merged_walk(const int32_t* partial, int32_t n_partial, const int32_t* full, int32_t n_full, Fn&& fn) {
-  int32_t a = 0, f = 0;
-  while (a < n_partial || f < n_full) {
-    if (f >= n_full || (a < n_partial && partial[a] < full[f])) fn(static_cast<int64_t>(partial[a++]), false);
-    else fn(static_cast<int64_t>(full[f++]), true);
-  }
-}
 
 /// S[r][c] = sum_d A[r][d] * Bt[d][c] for r < nr and all c < kKV, with A row-major
 /// [nr][D] and Bt row-major [D][kKV] (columns past the tile's width are zero), all
@@ -121,12 +76,131 @@ void check_block_mask(const AttentionArgs& a) {
 /// rounded once (the same value in the forward and the backward pass).
 float scaled_score(double dot, double scale) { return static_cast<float>(scale * dot); }
 
+/// Per-worker scratch of backward(): tile copies and products, the sums of one
+/// kv-block and the dQ / D of one task.
+struct BwdScratch {
+  std::vector<double> q, d_o, kt, k, vt;  // tile copies
+  std::vector<double> dots, dp, ds;       // Q K^T, dO V^T, dS
+  std::vector<float> s_raw;               // scaled scores (float32)
+  std::vector<double> p;                  // P recomputed from the float64 LSE
+  std::vector<double> dk, dv;             // [KV_BLOCK, D] sums of the kv-block
+  std::vector<double> dq, delta;          // [group, Sq, Dqk] and D [group, Sq] of the task
+  void resize(const AttentionArgs& a, int64_t group) {
+    const auto n = [](int64_t v) { return static_cast<size_t>(v); };
+    q.resize(n(kQ * a.Dqk));
+    d_o.resize(n(kQ * a.Dv));
+    kt.resize(n(a.Dqk * kKV));
+    k.resize(n(kKV * a.Dqk));
+    vt.resize(n(a.Dv * kKV));
+    dots.resize(n(kQ * kKV));
+    dp.resize(n(kQ * kKV));
+    ds.resize(n(kQ * kKV));
+    s_raw.resize(n(kQ * kKV));
+    p.resize(n(kQ * kKV));
+    dk.resize(n(kKV * a.Dqk));
+    dv.resize(n(kKV * a.Dv));
+    dq.resize(n(group * a.Sq * a.Dqk));
+    delta.resize(n(group * a.Sq));
+  }
+};
+
+/// One backward task (b, kv head g) of backward(): what its tiles share.
+struct BwdTask {
+  const AttentionArgs& a;
+  int64_t b, g, group, q_limit;
+  double* dbias;  ///< the task's float64 dBias partial sums, or null
+};
+
+/// The backward work of tile (query block qb, kv block kb) of query head h, whose
+/// K, K^T and V^T copies are in sc.k / sc.kt / sc.vt (Algorithm 2, lines 8-14):
+/// recompute P, dV += P^T dO, dS, dBias, dQ += dS K, dK += dS^T Q (unscaled).
+void backward_tile(const BwdTask& t, BwdScratch& sc, int64_t h, int64_t kb, int64_t qb, bool is_full) {
+  const AttentionArgs& a = t.a;
+  const int64_t b = t.b, hl = h - t.g * t.group, q_limit = t.q_limit;
+  const int64_t j0 = kb * kKV, nc = clamp_len(std::min(a.Sk, a.stored_k[b]), j0, kKV);
+  const bool has_mod = a.mod.kind != ScoreModKind::none;
+  const bool has_grad_factor = a.mod.kind == ScoreModKind::softcap;
+  const bool learnable = t.dbias != nullptr;
+  double* dbias = t.dbias;
+  const double scale = a.scale;
+  if (b == 0 && h == 0 && qb == 0 && kb == a.skip_kb) return;
+  const int64_t i0 = qb * kQ;
+  const int64_t nr = clamp_len(q_limit, i0, kQ);
+  if (nr == 0) return;
+  gather_rows(nr, a.Dqk, sc.q.data(), [&](int64_t r) { return a.q + a.lq.offset(b, h, i0 + r, 0); });
+  gather_rows(nr, a.Dv, sc.d_o.data(), [&](int64_t r) { return a.d_o + a.lo.offset(b, h, i0 + r, 0); });
+  const bool evaluate_mask = !is_full && a.apply_mask;
+
+  // Recompute P = exp(score_mod(scale * Q K^T) - LSE) (Algorithm 2, lines 8-9).
+  tile_matmul_nt(sc.q.data(), sc.kt.data(), nr, a.Dqk, sc.dots.data());
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t i = i0 + r;
+    const double lse = a.lse_f64[(b * a.Hq + h) * a.Sq + i];
+    const double* dots = sc.dots.data() + r * kKV;
+    float* s_raw = sc.s_raw.data() + r * kKV;
+    double* p = sc.p.data() + r * kKV;
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t j = j0 + c;
+      const float x = scaled_score(dots[c], scale);
+      s_raw[c] = x;
+      if (std::isinf(lse) || (evaluate_mask && !mask_allowed(a.mask, b, h, i, j))) {
+        p[c] = 0.0;
+        continue;
+      }
+      const float x_mod = has_mod ? score_mod_apply<float>(a.mod, x, h, i, j) : x;
+      p[c] = std::exp(static_cast<double>(x_mod) - lse);
+    }
+  }
+  // dV += P^T dO (line 10).
+  for (int64_t r = 0; r < nr; ++r) {
+    const double* p = sc.p.data() + r * kKV;
+    const double* d_o = sc.d_o.data() + r * a.Dv;
+    for (int64_t c = 0; c < nc; ++c) {
+      if (p[c] == 0.0) continue;
+      const double pc = p[c];
+      double* dv = sc.dv.data() + c * a.Dv;
+      for (int64_t d = 0; d < a.Dv; ++d) dv[d] += pc * d_o[d];
+    }
+  }
+  // dP = dO V^T (line 11); dS_mod = P * (dP - D) (line 12); dBias; chain factor.
+  tile_matmul_nt(sc.d_o.data(), sc.vt.data(), nr, a.Dv, sc.dp.data());
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t i = i0 + r;
+    const double delta = sc.delta[static_cast<size_t>(hl * a.Sq + i)];
+    const double* p = sc.p.data() + r * kKV;
+    const float* s_raw = sc.s_raw.data() + r * kKV;
+    const double* dp = sc.dp.data() + r * kKV;
+    double* ds = sc.ds.data() + r * kKV;
+    for (int64_t c = 0; c < nc; ++c) {
+      if (p[c] == 0.0) {
+        ds[c] = 0.0;
+        continue;
+      }
+      double x = p[c] * (dp[c] - delta);
+      if (learnable) dbias[score_mod_bias_index(a.mod, h, i, j0 + c)] += x;
+      if (has_grad_factor) x *= score_mod_grad<float>(a.mod, s_raw[c]);
+      ds[c] = x;
+    }
+  }
+  // dQ += dS K (line 13), dK += dS^T Q (line 14); the scale is applied on write.
+  for (int64_t r = 0; r < nr; ++r) {
+    const double* ds = sc.ds.data() + r * kKV;
+    const double* q = sc.q.data() + r * a.Dqk;
+    double* dq = sc.dq.data() + (hl * a.Sq + i0 + r) * a.Dqk;
+    for (int64_t c = 0; c < nc; ++c) {
+      const double x = ds[c];
+      if (x == 0.0) continue;
+      const double* krow = sc.k.data() + c * a.Dqk;
+      double* dk = sc.dk.data() + c * a.Dqk;
+      for (int64_t d = 0; d < a.Dqk; ++d) dq[d] += x * krow[d];
+      for (int64_t d = 0; d < a.Dqk; ++d) dk[d] += x * q[d];
+    }
+  }
+}
+
 }  // namespace
 
-int worker_count() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
+int worker_count() { return hardware_threads(); }
 
 size_t scratch_bytes(const Problem& p) {
   const auto n = [](int64_t v) { return static_cast<size_t>(v); };
@@ -144,7 +218,7 @@ size_t scratch_bytes(const Problem& p) {
 void forward(const AttentionArgs& a) {
   check_block_mask(a);
   const BlockMask& bm = *a.bm;
-  const int64_t nQ = bm.num_q_blocks, nKV = bm.num_kv_blocks;
+  const int64_t nQ = bm.num_q_blocks;
   const int64_t group = a.Hq / a.Hkv;
   const bool has_mod = a.mod.kind != ScoreModKind::none;
   const double scale = a.scale;
@@ -184,11 +258,8 @@ void forward(const AttentionArgs& a) {
     std::fill(sc.l.begin(), sc.l.end(), 0.0);
     std::fill(sc.acc.begin(), sc.acc.end(), 0.0);
 
-    const int64_t row = bm.row(b, h, qb);
-    const int32_t* partial = bm.kv_indices.data() + row * nKV;
-    const int32_t* full = bm.full_kv_indices.data() + row * nKV;
     if (nr > 0)
-      merged_walk(partial, bm.kv_num_blocks[row], full, bm.full_kv_num_blocks[row], [&](int64_t kb, bool is_full) {
+      for_each_tile(bm, b, h, qb, [&](int64_t kb, bool is_full) {
         if (b == 0 && h == 0 && qb == 0 && kb == a.skip_kb) return;
         const int64_t j0 = kb * kKV;
         const int64_t nc = clamp_len(k_limit, j0, kKV);
@@ -262,50 +333,25 @@ void forward(const AttentionArgs& a) {
 void backward(const AttentionArgs& a) {
   check_block_mask(a);
   const BlockMask& bm = *a.bm;
-  const int64_t nQ = bm.num_q_blocks, nKV = bm.num_kv_blocks;
+  const int64_t nKV = bm.num_kv_blocks;
   const int64_t group = a.Hq / a.Hkv;
-  const bool has_mod = a.mod.kind != ScoreModKind::none;
-  const bool has_grad_factor = a.mod.kind == ScoreModKind::softcap;
   const bool learnable = a.dbias != nullptr && a.bias_numel > 0;
   const double scale = a.scale;
   const int workers = worker_count();
   const int64_t n_tasks = a.B * a.Hkv;
 
-  struct Scratch {
-    std::vector<double> q, d_o, kt, k, vt;  // tile copies
-    std::vector<double> dots, dp, ds;       // Q K^T, dO V^T, dS
-    std::vector<float> s_raw;               // scaled scores (float32)
-    std::vector<double> p;                  // P recomputed from the float64 LSE
-    std::vector<double> dk, dv;             // [KV_BLOCK, D] sums of the kv-block
-    std::vector<double> dq, delta;          // [group, Sq, Dqk] and D [group, Sq] of the task
-  };
-  std::vector<Scratch> scratch(static_cast<size_t>(workers));
-  for (auto& sc : scratch) {
-    sc.q.resize(static_cast<size_t>(kQ * a.Dqk));
-    sc.d_o.resize(static_cast<size_t>(kQ * a.Dv));
-    sc.kt.resize(static_cast<size_t>(a.Dqk * kKV));
-    sc.k.resize(static_cast<size_t>(kKV * a.Dqk));
-    sc.vt.resize(static_cast<size_t>(a.Dv * kKV));
-    sc.dots.resize(static_cast<size_t>(kQ * kKV));
-    sc.dp.resize(static_cast<size_t>(kQ * kKV));
-    sc.ds.resize(static_cast<size_t>(kQ * kKV));
-    sc.s_raw.resize(static_cast<size_t>(kQ * kKV));
-    sc.p.resize(static_cast<size_t>(kQ * kKV));
-    sc.dk.resize(static_cast<size_t>(kKV * a.Dqk));
-    sc.dv.resize(static_cast<size_t>(kKV * a.Dv));
-    sc.dq.resize(static_cast<size_t>(group * a.Sq * a.Dqk));
-    sc.delta.resize(static_cast<size_t>(group * a.Sq));
-  }
+  std::vector<BwdScratch> scratch(static_cast<size_t>(workers));
+  for (auto& sc : scratch) sc.resize(a, group);
   // dBias partial sums, one float64 vector per task, reduced in task order.
   std::vector<double> dbias_parts(learnable ? static_cast<size_t>(n_tasks * a.bias_numel) : 0, 0.0);
 
   parallel_for(n_tasks, workers, [&](int64_t task, int w) {
-    Scratch& sc = scratch[static_cast<size_t>(w)];
+    BwdScratch& sc = scratch[static_cast<size_t>(w)];
     const int64_t b = task / a.Hkv;
     const int64_t g = task % a.Hkv;
     const int64_t q_limit = std::min(a.Sq, a.stored_q[b]);
     const int64_t k_limit = std::min(a.Sk, a.stored_k[b]);
-    double* dbias = learnable ? dbias_parts.data() + task * a.bias_numel : nullptr;
+    const BwdTask t{a, b, g, group, q_limit, learnable ? dbias_parts.data() + task * a.bias_numel : nullptr};
 
     // D_i = rowsum(dO_i * O_i) (Algorithm 2, line 4), from the float64 O of the
     // forward (before rounding to the dtype).
@@ -335,84 +381,7 @@ void backward(const AttentionArgs& a) {
 
       for (int64_t hl = 0; hl < group; ++hl) {
         const int64_t h = g * group + hl;
-        const int64_t col = bm.col(b, h, kb);
-        const int32_t* partial = bm.q_indices.data() + col * nQ;
-        const int32_t* full = bm.full_q_indices.data() + col * nQ;
-        merged_walk(partial, bm.q_num_blocks[col], full, bm.full_q_num_blocks[col], [&](int64_t qb, bool is_full) {
-          if (b == 0 && h == 0 && qb == 0 && kb == a.skip_kb) return;
-          const int64_t i0 = qb * kQ;
-          const int64_t nr = clamp_len(q_limit, i0, kQ);
-          if (nr == 0) return;
-          gather_rows(nr, a.Dqk, sc.q.data(), [&](int64_t r) { return a.q + a.lq.offset(b, h, i0 + r, 0); });
-          gather_rows(nr, a.Dv, sc.d_o.data(), [&](int64_t r) { return a.d_o + a.lo.offset(b, h, i0 + r, 0); });
-          const bool evaluate_mask = !is_full && a.apply_mask;
-
-          // Recompute P = exp(score_mod(scale * Q K^T) - LSE) (Algorithm 2, lines 8-9).
-          tile_matmul_nt(sc.q.data(), sc.kt.data(), nr, a.Dqk, sc.dots.data());
-          for (int64_t r = 0; r < nr; ++r) {
-            const int64_t i = i0 + r;
-            const double lse = a.lse_f64[(b * a.Hq + h) * a.Sq + i];
-            const double* dots = sc.dots.data() + r * kKV;
-            float* s_raw = sc.s_raw.data() + r * kKV;
-            double* p = sc.p.data() + r * kKV;
-            for (int64_t c = 0; c < nc; ++c) {
-              const int64_t j = j0 + c;
-              const float x = scaled_score(dots[c], scale);
-              s_raw[c] = x;
-              if (std::isinf(lse) || (evaluate_mask && !mask_allowed(a.mask, b, h, i, j))) {
-                p[c] = 0.0;
-                continue;
-              }
-              const float x_mod = has_mod ? score_mod_apply<float>(a.mod, x, h, i, j) : x;
-              p[c] = std::exp(static_cast<double>(x_mod) - lse);
-            }
-          }
-          // dV += P^T dO (line 10).
-          for (int64_t r = 0; r < nr; ++r) {
-            const double* p = sc.p.data() + r * kKV;
-            const double* d_o = sc.d_o.data() + r * a.Dv;
-            for (int64_t c = 0; c < nc; ++c) {
-              if (p[c] == 0.0) continue;
-              const double pc = p[c];
-              double* dv = sc.dv.data() + c * a.Dv;
-              for (int64_t d = 0; d < a.Dv; ++d) dv[d] += pc * d_o[d];
-            }
-          }
-          // dP = dO V^T (line 11); dS_mod = P * (dP - D) (line 12); dBias; chain factor.
-          tile_matmul_nt(sc.d_o.data(), sc.vt.data(), nr, a.Dv, sc.dp.data());
-          for (int64_t r = 0; r < nr; ++r) {
-            const int64_t i = i0 + r;
-            const double delta = sc.delta[static_cast<size_t>(hl * a.Sq + i)];
-            const double* p = sc.p.data() + r * kKV;
-            const float* s_raw = sc.s_raw.data() + r * kKV;
-            const double* dp = sc.dp.data() + r * kKV;
-            double* ds = sc.ds.data() + r * kKV;
-            for (int64_t c = 0; c < nc; ++c) {
-              if (p[c] == 0.0) {
-                ds[c] = 0.0;
-                continue;
-              }
-              double x = p[c] * (dp[c] - delta);
-              if (learnable) dbias[score_mod_bias_index(a.mod, h, i, j0 + c)] += x;
-              if (has_grad_factor) x *= score_mod_grad<float>(a.mod, s_raw[c]);
-              ds[c] = x;
-            }
-          }
-          // dQ += dS K (line 13), dK += dS^T Q (line 14); the scale is applied on write.
-          for (int64_t r = 0; r < nr; ++r) {
-            const double* ds = sc.ds.data() + r * kKV;
-            const double* q = sc.q.data() + r * a.Dqk;
-            double* dq = sc.dq.data() + (hl * a.Sq + i0 + r) * a.Dqk;
-            for (int64_t c = 0; c < nc; ++c) {
-              const double x = ds[c];
-              if (x == 0.0) continue;
-              const double* krow = sc.k.data() + c * a.Dqk;
-              double* dk = sc.dk.data() + c * a.Dqk;
-              for (int64_t d = 0; d < a.Dqk; ++d) dq[d] += x * krow[d];
-              for (int64_t d = 0; d < a.Dqk; ++d) dk[d] += x * q[d];
-            }
-          }
-        });
+        for_each_tile_of_col(bm, b, h, kb, [&](int64_t qb, bool is_full) { backward_tile(t, sc, h, kb, qb, is_full); });
       }
       // dK, dV of this kv-block, summed over the group (line 16).
       for (int64_t c = 0; c < nc; ++c) {

@@ -83,7 +83,8 @@ struct AttentionArgs {
   int64_t skip_kb = -1;
 };
 
-/// Number of worker threads the passes use (std::thread::hardware_concurrency, >= 1).
+/// Number of worker threads the passes use: hardware_threads() (thread_pool.hpp), the
+/// threads of the shared pool (harness/model/thread_pool.hpp) that runs them.
 int worker_count();
 
 /// Bytes of scratch forward() plus backward() allocate for problem `p` with
@@ -93,7 +94,7 @@ int worker_count();
 size_t scratch_bytes(const Problem& p);
 
 /// Forward pass (FlashAttention-2 Algorithm 1). For each (b, h, q-block) it walks
-/// the union of the partial and full kv-block lists in ascending kv-block order,
+/// its kv-blocks with for_each_tile (block_mask.hpp: partial tiles, then full ones),
 /// computes S = scale * Q K^T for the tile, applies score_mod_apply to every
 /// pair, masks (-inf) pairs with !mask_allowed in partial tiles only, and updates
 /// the running max m, sum l and unnormalised output acc with the online softmax:
@@ -109,7 +110,7 @@ void forward(const AttentionArgs& a);
 /// last forward. Tasks (b, kv head g) run in parallel. Per task, D_i =
 /// rowsum(dO_i * O_i) for the group's query heads; then for each kv-block and each
 /// query head h of the group, it walks the transposed lists (partial and full
-/// q-blocks touching that kv-block, ascending) and recomputes for the tile
+/// q-blocks touching that kv-block: for_each_tile_of_col, partial then full) and recomputes for the tile
 ///   s = scale * q.k, s_mod = score_mod(s), P = exp(s_mod - LSE) (0 if masked or
 ///   the row is fully masked),
 ///   dV += P^T dO, dP = dO V^T, dS_mod = P * (dP - D),

@@ -108,13 +108,9 @@ class CpuInstance final : public BackendInstance {
     a.apply_mask = !opt.drop_mask;
     if (opt.skip_one_block && bm_.num_q_blocks > 0) {
       // The first tile of the forward walk of (b = 0, h = 0, q-block 0).
-      const int64_t row = bm_.row(0, 0, 0);
-      const int64_t n_partial = bm_.kv_num_blocks[row], n_full = bm_.full_kv_num_blocks[row];
-      const int64_t nkv = bm_.num_kv_blocks;
-      int64_t first = std::numeric_limits<int64_t>::max();
-      if (n_partial > 0) first = std::min<int64_t>(first, bm_.kv_indices[row * nkv]);
-      if (n_full > 0) first = std::min<int64_t>(first, bm_.full_kv_indices[row * nkv]);
-      if (first != std::numeric_limits<int64_t>::max()) a.skip_kb = first;
+      for_each_tile(bm_, 0, 0, 0, [&](int64_t kb, bool) {
+        if (a.skip_kb < 0) a.skip_kb = kb;
+      });
     }
   }
   CpuInstance(const CpuInstance&) = delete;

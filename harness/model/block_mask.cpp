@@ -74,18 +74,10 @@ int64_t BlockMask::executed_pairs_per_head(int64_t batch) const {
   int64_t total = 0;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t qb = 0; qb < num_q_blocks; ++qb) {
-      const int64_t r = row(b, 0, qb);
       const int64_t rows = std::min(seq_q, (qb + 1) * q_block) - qb * q_block;
-      const int64_t base = r * num_kv_blocks;
       int64_t cols = 0;
-      auto add = [&](const std::vector<int32_t>& idx, int32_t n) {
-        for (int32_t t = 0; t < n; ++t) {
-          const int64_t kb = idx[static_cast<size_t>(base + t)];
-          cols += std::min(seq_k, (kb + 1) * kv_block) - kb * kv_block;
-        }
-      };
-      add(kv_indices, kv_num_blocks[static_cast<size_t>(r)]);
-      add(full_kv_indices, full_kv_num_blocks[static_cast<size_t>(r)]);
+      for_each_tile(*this, b, 0, qb,
+                    [&](int64_t kb, bool) { cols += std::min(seq_k, (kb + 1) * kv_block) - kb * kv_block; });
       total += rows * cols;
     }
   return B == 1 ? total * batch : total;

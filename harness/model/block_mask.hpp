@@ -66,6 +66,42 @@ struct BlockMask {
   int64_t num_full() const;
 };
 
+namespace detail {
+/// Line `line` of a pair of BlockMask lists (`num` / `idx`: partial, `full_num` /
+/// `full_idx`: full; `len` index entries per line) as fn(block, full): the partial
+/// entries, then the full ones, each in stored (ascending) order.
+template <class Fn>
+void walk_line(const std::vector<int32_t>& num, const std::vector<int32_t>& idx, const std::vector<int32_t>& full_num,
+               const std::vector<int32_t>& full_idx, int64_t line, int64_t len, Fn&& fn) {
+  const auto l = static_cast<size_t>(line);
+  const int32_t* part = idx.data() + line * len;
+  const int32_t* full = full_idx.data() + line * len;
+  for (int32_t t = 0; t < num[l]; ++t) fn(static_cast<int64_t>(part[t]), false);
+  for (int32_t t = 0; t < full_num[l]; ++t) fn(static_cast<int64_t>(full[t]), true);
+}
+}  // namespace detail
+
+/// The one BlockMask tile walk (host side; the GPU kernels' device-side walk is
+/// BlockWalk in backends/kernels/attn_common.cuh, in the same order). Visits the
+/// computed kv-blocks of query block `qb` of (b, h) as fn(kb, full): first the
+/// partial tiles (kv_indices, mask evaluated), then the full ones (full_kv_indices,
+/// mask skipped), each list in its stored ascending order: FlexAttention's order.
+/// b and h are reduced modulo the broadcast dimensions (BlockMask::row).
+template <class Fn>
+void for_each_tile(const BlockMask& bm, int64_t b, int64_t h, int64_t qb, Fn&& fn) {
+  detail::walk_line(bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices, bm.row(b, h, qb),
+                    bm.num_kv_blocks, fn);
+}
+
+/// The transposed walk for the backward pass (dK, dV): the query blocks that touch
+/// kv-block `kb` of (b, h), as fn(qb, full), partial tiles (q_indices) first, then
+/// full ones (full_q_indices), each ascending.
+template <class Fn>
+void for_each_tile_of_col(const BlockMask& bm, int64_t b, int64_t h, int64_t kb, Fn&& fn) {
+  detail::walk_line(bm.q_num_blocks, bm.q_indices, bm.full_q_num_blocks, bm.full_q_indices, bm.col(b, h, kb),
+                    bm.num_q_blocks, fn);
+}
+
 /// Build the BlockMask of problem `p` with tile size (q_block, kv_block).
 /// Exact: a tile is full iff every (i, j) in it (and inside Sq x Sk) is allowed and
 /// it is not a tail tile; empty iff none is allowed. Broadcasts over B when the mask

@@ -339,15 +339,16 @@ struct Expander {
       throw InputError(file, child_path(bpath, "seq"), "give either seq or seq_q/seq_k, not both");
   }
 
-  /// Expand one matrix (the whole file, or one part). `outer_base` holds base
-  /// fields inherited from the file (for parts), with their paths in `outer_paths`.
-  void expand(const json& m, const std::string& mpath, const json& outer_base,
-              const std::map<std::string, std::string>& outer_paths, const std::string& part,
-              const std::string& fallback_id) {
-    // ---- base
+  /// The base fields of one matrix: `outer_base` (inherited from the file, for
+  /// parts, with their paths in `outer_paths`) overlaid with the matrix's own "base"
+  /// (seq replaces seq_q / seq_k and vice versa). Sets `base_paths` and the JSON
+  /// pointer prefix of fields the matrix does not set.
+  json merged_base(const json& m, const std::string& mpath, const json& outer_base,
+                   const std::map<std::string, std::string>& outer_paths,
+                   std::map<std::string, std::string>& base_paths, std::string& default_prefix) {
     json base = outer_base.is_object() ? outer_base : json::object();
-    std::map<std::string, std::string> base_paths = outer_paths;
-    std::string default_prefix = outer_paths.empty() ? child_path(mpath, "base") : "/base";
+    base_paths = outer_paths;
+    default_prefix = outer_paths.empty() ? child_path(mpath, "base") : "/base";
     if (m.contains("base")) {
       const std::string bpath = child_path(mpath, "base");
       check_base_keys(m["base"], bpath);
@@ -362,8 +363,11 @@ struct Expander {
         base_paths[it.key()] = child_path(bpath, it.key());
       }
     }
+    return base;
+  }
 
-    // ---- axes
+  /// The matrix's "axes", in file order, each value with its label and path.
+  std::vector<Axis> parse_axes(const json& m, const std::string& mpath) {
     std::vector<Axis> axes;
     if (m.contains("axes")) {
       const std::string apath = child_path(mpath, "axes");
@@ -393,13 +397,18 @@ struct Expander {
       if (has("seq") && (has("seq_q") || has("seq_k")))
         throw InputError(file, child_path(apath, "seq"), "give either a seq axis or seq_q/seq_k axes, not both");
     }
+    return axes;
+  }
+
+  /// The groups the odometer turns: each "zip" list as one group, every other axis
+  /// alone; members and groups in canonical order, labels made unique.
+  std::vector<Group> zip_groups(const json& m, const std::string& mpath, const std::vector<Axis>& axes) {
     auto axis_index = [&](const std::string& n) -> int {
       for (size_t i = 0; i < axes.size(); ++i)
         if (axes[i].name == n) return static_cast<int>(i);
       return -1;
     };
 
-    // ---- zip groups
     std::vector<Group> groups;
     std::vector<bool> grouped(axes.size(), false);
     if (m.contains("zip")) {
@@ -457,15 +466,11 @@ struct Expander {
       disambiguate(g.labels);
     }
     std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.rank < b.rank; });
+    return groups;
+  }
 
-    size_t total = 1;
-    for (const auto& g : groups) {
-      total *= g.size;
-      if (total > 100000)
-        throw InputError(file, child_path(mpath, "axes"), "the matrix expands to more than 100000 cases");
-    }
-
-    // ---- exclusion rules
+  /// The matrix's "exclude" rules, every key checked.
+  std::vector<Rule> parse_rules(const json& m, const std::string& mpath) {
     std::vector<Rule> rules;
     if (m.contains("exclude")) {
       const std::string epath = child_path(mpath, "exclude");
@@ -483,6 +488,29 @@ struct Expander {
         rules.push_back({ex[r], rp, false});
       }
     }
+    return rules;
+  }
+
+  /// Expand one matrix (the whole file, or one part). `outer_base` holds base
+  /// fields inherited from the file (for parts), with their paths in `outer_paths`.
+  /// Steps: merged_base, parse_axes, zip_groups, parse_rules, then the odometer
+  /// over the groups (build_case per combination).
+  void expand(const json& m, const std::string& mpath, const json& outer_base,
+              const std::map<std::string, std::string>& outer_paths, const std::string& part,
+              const std::string& fallback_id) {
+    std::map<std::string, std::string> base_paths;
+    std::string default_prefix;
+    const json base = merged_base(m, mpath, outer_base, outer_paths, base_paths, default_prefix);
+    const std::vector<Axis> axes = parse_axes(m, mpath);
+    std::vector<Group> groups = zip_groups(m, mpath, axes);
+    size_t total = 1;
+    for (const auto& g : groups) {
+      total *= g.size;
+      if (total > 100000)
+        throw InputError(file, child_path(mpath, "axes"), "the matrix expands to more than 100000 cases");
+    }
+
+    std::vector<Rule> rules = parse_rules(m, mpath);
 
     // ---- odometer over the groups, the last fastest
     std::vector<size_t> idx(groups.size(), 0);

@@ -1,0 +1,71 @@
+// The one thread pool (harness/model/thread_pool.hpp): every task once, worker ids
+// in range and never shared at once, exceptions rethrown in the caller, nested
+// loops inline, the pool reusable after an error.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "harness/model/thread_pool.hpp"
+
+using namespace attnbench;
+
+TEST_CASE("parallel_for runs every task exactly once, on workers in range") {
+  ThreadPool pool(4);
+  CHECK(pool.size() == 4);
+  for (int workers : {0, 1, 2, 4, 9}) {
+    std::vector<std::atomic<int>> runs(1000);
+    std::vector<std::atomic<int>> busy(4);
+    std::atomic<int> bad{0};
+    pool.parallel_for(1000, workers, [&](int64_t t, int w) {
+      if (w < 0 || w >= 4 || (workers == 1 && w != 0)) ++bad;
+      if (busy[static_cast<size_t>(w)].fetch_add(1) != 0) ++bad;  // one task per worker at a time
+      runs[static_cast<size_t>(t)].fetch_add(1);
+      busy[static_cast<size_t>(w)].fetch_sub(1);
+    });
+    CHECK(bad.load() == 0);
+    int once = 0;
+    for (auto& r : runs) once += r.load() == 1;
+    CHECK(once == 1000);
+  }
+  int calls = 0;
+  pool.parallel_for(0, 4, [&](int64_t, int) { ++calls; });
+  CHECK(calls == 0);
+}
+
+TEST_CASE("parallel_for rethrows the first exception and the pool stays usable") {
+  ThreadPool pool(3);
+  std::atomic<int> after{0};
+  CHECK_THROWS_WITH_AS(pool.parallel_for(100, 3,
+                                         [&](int64_t t, int) {
+                                           if (t == 17) throw std::runtime_error("task 17");
+                                         }),
+                       "task 17", std::runtime_error);
+  pool.parallel_for(50, 3, [&](int64_t, int) { after.fetch_add(1); });
+  CHECK(after.load() == 50);
+}
+
+TEST_CASE("a loop started inside a task runs inline on that thread") {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> cells(8 * 8);
+  std::atomic<int> bad{0};
+  pool.parallel_for(8, 3, [&](int64_t outer, int) {
+    pool.parallel_for(8, 3, [&](int64_t inner, int w) {
+      if (w != 0) ++bad;
+      cells[static_cast<size_t>(outer * 8 + inner)].fetch_add(1);
+    });
+  });
+  int once = 0;
+  for (auto& c : cells) once += c.load() == 1;
+  CHECK(once == 64);
+  CHECK(bad.load() == 0);
+}
+
+TEST_CASE("pool sizes: resolve_threads and bad sizes") {
+  CHECK(hardware_threads() >= 1);
+  CHECK(resolve_threads(0) == hardware_threads());
+  CHECK(resolve_threads(5) == 5);
+  CHECK(ThreadPool::shared().size() == hardware_threads());
+  CHECK_THROWS_AS(ThreadPool(0), std::invalid_argument);
+}
