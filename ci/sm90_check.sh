@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The Hopper forward's GPU loop: build attnbench and the flash / varlen GPU suites
+# The Hopper forward's GPU loop: build attnbench and the flash / varlen / flex GPU suites
 # for sm_90a, show the HGMMA count and resources of the sm90 kernels, run the
 # suites (each case on both forward paths), then time the forward on both paths
 # through `attnbench run`. Logs under $OUT (default ./out-sm90).
 #
-#   ci/sm90_check.sh [test] [bench SCENARIO CASES_RE BACKENDS]...
+#   ci/sm90_check.sh [test] [bench SCENARIO CASES_RE BACKENDS]... [table SCENARIO CASES_RE BACKENDS]...
+#
+# bench times the backends with ATTNBENCH_FWD_PATH=sm90 and =sm80; table once
+# with the default path (for comparisons with cudnn and the PyTorch peers).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
@@ -18,7 +21,7 @@ if [[ -n "${CUDNN_ROOT:-}" ]]; then export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   ${CUDNN_ROOT:+-DCUDNN_ROOT=$CUDNN_ROOT} >"$OUT/configure.log" 2>&1 || { tail -n 30 "$OUT/configure.log"; exit 2; }
 log "build"
-cmake --build "$BUILD" -j "$(nproc)" --target attnbench gpu_test_flash gpu_test_varlen >"$OUT/build.log" 2>&1 ||
+cmake --build "$BUILD" -j "$(nproc)" --target attnbench gpu_test_flash gpu_test_varlen gpu_test_flex >"$OUT/build.log" 2>&1 ||
   { grep -E "error" "$OUT/build.log" | head -n 30; exit 2; }
 log "build done"
 obj=$(find "$BUILD" -name 'attn_hdim128.cu.o' | head -n 1)
@@ -33,7 +36,7 @@ while [[ $# -gt 0 ]]; do
         nvcc -std=c++20 -I. -gencode=arch=compute_90a,code=sm_90a tests/gpu/probe_wgmma.cu -o "$BUILD/probe_wgmma" \
           >"$OUT/probe.log" 2>&1 && "$BUILD/probe_wgmma" | tail -n 5 || status=1
       fi
-      for s in flash varlen; do
+      for s in flash varlen flex; do
         log "gpu_test_$s"
         timeout 300 "$BUILD/tests/gpu_test_$s" ${TEST_ARGS:-} >"$OUT/test_$s.log" 2>&1 || status=1
         grep -E "test cases|assertions|ERROR|FAILED|error" "$OUT/test_$s.log" | head -n 30
@@ -47,6 +50,13 @@ while [[ $# -gt 0 ]]; do
           --check off --no-determinism --max-seconds 0.5 --out "$OUT/bench_$path" >"$OUT/bench_$path.log" 2>&1 || status=1
         python3 ci/timing_table.py "$OUT/bench_$path/report.json" 2>&1 | tail -n 20
       done ;;
+    table)  # one run with the default forward path, every backend named, checked off
+      scen=$2 cases=$3 backends=$4; shift 4
+      name=$(basename "$scen" .json)
+      log "table $scen '$cases' $backends"
+      timeout 400 "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$backends" --check off \
+        --no-determinism --max-seconds 0.3 --out "$OUT/table_$name" >"$OUT/table_$name.log" 2>&1 || status=1
+      python3 ci/timing_table.py "$OUT/table_$name/report.json" 2>&1 | grep -v "^|---" | tail -n 40 ;;
     *) echo "unknown step $1" >&2; exit 2 ;;
   esac
 done
