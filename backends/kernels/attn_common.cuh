@@ -42,6 +42,28 @@ __device__ __forceinline__ SeqInfo seq_info(const AttnParams& p, int b) {
   return s;
 }
 
+/// The query tile a CTA of the forward and dQ kernels owns: work item
+/// blockIdx.x / (Hq / pack) of `items`, query heads h0 .. h0 + pack - 1 (GQA
+/// packing; all of KV head kvh), positions m0 .. m0 + Mq - 1 of sequence b, with
+/// Mq = rows / pack positions per head.
+struct QueryTile {
+  int h0 = 0, kvh = 0, b = 0, m0 = 0, Mq = 0;
+  SeqInfo si;
+
+  __device__ __forceinline__ static QueryTile of(const AttnParams& p, const WorkItem* items, int pack, int rows) {
+    QueryTile t;
+    const int head_chunks = p.heads_q / pack;
+    const WorkItem item = items[blockIdx.x / head_chunks];
+    t.h0 = (blockIdx.x % head_chunks) * pack;
+    t.kvh = t.h0 / p.group;
+    t.b = item.seq;
+    t.m0 = item.start;
+    t.Mq = rows / pack;
+    t.si = seq_info(p, t.b);
+    return t;
+  }
+};
+
 /// Element offsets of (b, position t, head h) in the Q-, K-, V-, O- and
 /// LSE-strided tensors.
 __device__ __forceinline__ int64_t q_off(const AttnParams& p, const SeqInfo& s, int b, int t, int h) {

@@ -191,13 +191,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint16_t* sV = sK + 2 * kBlockN * D;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int head_chunks = p.heads_q / pack;
-  const WorkItem item = items[blockIdx.x / head_chunks];
-  const int h0 = (blockIdx.x % head_chunks) * pack;
-  const int kvh = h0 / p.group;
-  const int b = item.seq, m0 = item.start;
-  const int Mq = kBlockM / pack;
-  const SeqInfo si = seq_info(p, b);
+  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
+  const int h0 = qt.h0, kvh = qt.kvh, b = qt.b, m0 = qt.m0, Mq = qt.Mq;
+  const SeqInfo si = qt.si;
 
   // Q tile (padding rows zero-filled), then the first K / V tile.
   load_packed_rows<kBlockM, D, kThreads>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,

@@ -134,13 +134,9 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
-  const int head_chunks = p.heads_q / pack;
-  const WorkItem item = items[blockIdx.x / head_chunks];
-  const int h0 = (blockIdx.x % head_chunks) * pack;
-  const int kvh = h0 / p.group;
-  const int b = item.seq, m0 = item.start;
-  const int Mq = kBlockM / pack;
-  const SeqInfo si = seq_info(p, b);
+  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
+  const int h0 = qt.h0, kvh = qt.kvh, b = qt.b, m0 = qt.m0, Mq = qt.Mq;
+  const SeqInfo si = qt.si;
   const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
   constexpr uint32_t kStageBytes = 2u * kBlockN * D;
