@@ -667,7 +667,8 @@ TEST_CASE("cudnn plan: characterization table (every field of the plan or the re
        " #db854ab327471b85"},
   };
   for (const auto& row : rows) {
-    CAPTURE(row.name);
+    const std::string name = row.name;
+    CAPTURE(name);
     CHECK(fingerprint(row.problem, row.env) == row.expected);
   }
 }
