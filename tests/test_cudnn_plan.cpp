@@ -11,6 +11,8 @@
 
 #if defined(ATTNBENCH_HAVE_CUDNN)
 
+#include <cstdio>
+#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
@@ -365,6 +367,310 @@ TEST_CASE("cudnn plan: version gates (fake Env)") {
   const Problem d256 = make_problem(1, 2, 2, 128, 128, 256, DType::bf16);
   CHECK(plan_reason(d256, fake_env(91900, 90)).empty());
   CHECK_FALSE(plan_reason(d256, fake_env(91900, 80)).empty());
+}
+
+namespace {
+
+/// FNV-1a (64-bit) of `text`, as 16 hex digits.
+std::string fnv1a_hex(const std::string& text) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+template <typename T>
+void put(std::ostringstream& o, const char* name, const std::vector<T>& v) {
+  o << name << '[' << v.size() << "]:";
+  for (const auto& x : v) o << x << ',';
+  o << ';';
+}
+
+void put(std::ostringstream& o, const char* name, const RowList& r) {
+  o << name << " heads=" << r.heads << " stride=" << r.head_stride << ' ';
+  put(o, "unit", r.unit);
+}
+
+/// Every field of `c` as text (GraphSpec::key() covers every field of a graph).
+std::string serialize(const CasePlan& c) {
+  std::ostringstream o;
+  o << static_cast<int>(c.storage) << c.has_graph << '|' << c.fwd.key() << '|' << c.bwd.key() << '|';
+  for (const auto& s : c.seqs)
+    o << s.b << ',' << s.q_pos << ',' << s.k_pos << ',' << s.q_len << ',' << s.k_len << ',' << s.q_row << ','
+      << s.k_row << ';';
+  put(o, "slq", c.seq_len_q);
+  put(o, "slk", c.seq_len_kv);
+  for (const auto* r : {&c.rag_q, &c.rag_k, &c.rag_v, &c.rag_o, &c.rag_stats}) put(o, "rag", *r);
+  for (const auto& part : c.parts) {
+    o << "part " << part.fwd.key() << '|' << part.bwd.key() << '|' << part.run_fwd << part.run_bwd << " tiles=" << part.tiles;
+    put(o, "slq", part.seq_len_q);
+    put(o, "slk", part.seq_len_kv);
+    for (const auto* r : {&part.rag_q, &part.rag_k, &part.rag_v, &part.rag_o, &part.rag_stats}) put(o, "rag", *r);
+  }
+  put(o, "qrow", c.q_row_of);
+  put(o, "krow", c.k_row_of);
+  o << c.q_rows << ',' << c.k_rows << ',' << c.stats_elems << ';';
+  put(o, "dq", c.dead_q);
+  put(o, "dk", c.dead_k);
+  put(o, "sd", c.stats_dead);
+  put(o, "lse", c.lse_src);
+  o << c.lse_head_stride << ';';
+  put(o, "alibi", c.alibi_slopes);
+  o << c.executed_pairs << ';';
+  put(o, "notes", c.notes);
+  return o.str();
+}
+
+/// Readable digest of a plan (or "refused: <reason>") plus the hash of every
+/// field, so that a table row pins plan_case's whole result.
+std::string fingerprint(const Problem& p, const Env& env) {
+  auto r = plan_case(p, env);
+  if (auto* why = std::get_if<std::string>(&r)) return "refused: " + *why;
+  const CasePlan& c = std::get<CasePlan>(r);
+  std::ostringstream o;
+  o << c.fwd.describe() << " | " << c.bwd.describe() << " | parts=" << c.parts.size() << " seqs=" << c.seqs.size()
+    << " dead_q=" << c.dead_q.unit.size() << " dead_k=" << c.dead_k.unit.size()
+    << " stats_dead=" << c.stats_dead.unit.size() << " lse_src=" << c.lse_src.size()
+    << " rows=" << c.q_rows << "/" << c.k_rows << " stats=" << c.stats_elems << " pairs=" << c.executed_pairs
+    << " notes=" << c.notes.size() << " #" << fnv1a_hex(serialize(c));
+  return o.str();
+}
+
+Problem with_mod(Problem p, ScoreMod::Kind kind, double cap = 0.0) {
+  p.score_mod.kind = kind;
+  p.score_mod.cap = cap;
+  return p;
+}
+
+Problem with_dims(Problem p, int64_t dqk, int64_t dv) {
+  p.head_dim = dqk;
+  p.head_dim_v = dv;
+  return p;
+}
+
+struct PlanRow {
+  const char* name;
+  Problem problem;
+  Env env;
+  const char* expected;
+};
+
+}  // namespace
+
+// Characterization of plan_case over a table of representative problems, one per
+// branch of its steps (library gates, score mods, mask terms, storage and
+// sequences, band, score-mod surface, graph gates, graph specs, parts, fix-ups,
+// estimates). Each row pins the readable digest and a hash of every field of the
+// plan, or the full refusal reason. The expected values were produced by
+// plan_case before it was split into steps (issue 18); after an intended change,
+// the failing CHECK prints the new fingerprint to review and paste.
+TEST_CASE("cudnn plan: characterization table (every field of the plan or the refusal reason)") {
+  const Env e = fake_env(91900);
+  auto env_with = [&](auto&& edit) {
+    Env x = e;
+    edit(x);
+    return x;
+  };
+  const Problem base = make_problem(2, 4, 2, 300, 300, 64, DType::bf16);
+  const Problem docs = with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 0, 150}, {40, 40, 40, 100}});
+  Problem noncontig = make_problem(1, 2, 2, 8, 8, 64, DType::bf16);
+  {
+    DocumentTerm d;
+    d.doc_ids = {{0, 0, 1, 1, 0, 0, -1, -1}};
+    noncontig.mask.push_back(d);
+  }
+  Problem prefix = base;
+  prefix.mask.push_back(PrefixLmTerm{100});
+  Problem sparse = base;
+  sparse.mask.push_back(BlockSparseTerm{0.5, 1});
+  const std::vector<PlanRow> rows = {
+      // library gates
+      {"cuDNN 8.9", base, fake_env(89000),
+       "refused: requires cuDNN >= 9.0 (the runtime library reports 8.90.0)"},
+      {"cuDNN 9.10.1", base, fake_env(91001),
+       "refused: cuDNN 9.10.0 and 9.10.1 have known SDPA fp16/bf16 forward and backward bugs"
+       " (cudnn-frontend refuses them); use 9.10.2 or newer"},
+      {"sm 75", base, fake_env(91900, 75),
+       "refused: cuDNN SDPA fp16/bf16 needs compute capability >= 8.0"},
+      {"fp32", make_problem(1, 2, 2, 64, 64, 64, DType::fp32), e,
+       "refused: fp32 is not supported: cuDNN's fused SDPA engines take fp16 or bf16 Q/K/V/O (float32"
+       " only for accumulation and softmax statistics)"},
+      {"head dim 20", make_problem(1, 2, 2, 64, 64, 20, DType::bf16), e,
+       "refused: head dims must be multiples of 8 for cuDNN SDPA (16-byte aligned rows); got Dqk=20,"
+       " Dv=20"},
+      {"Hopper head dim 512", make_problem(1, 2, 2, 64, 64, 512, DType::bf16), e,
+       "refused: cuDNN SDPA on Hopper supports head dims up to 256; got Dqk=512, Dv=512"},
+      {"9.11 Hopper 160/96", with_dims(base, 160, 96), fake_env(91100),
+       "refused: cuDNN 9.11-9.12 backward on Hopper has a known bug for 128 < Dqk <= 192 with 64 < Dv <"
+       " 128 (fixed in 9.13)"},
+      {"Blackwell 256", make_problem(1, 2, 2, 64, 64, 256, DType::bf16), fake_env(91900, 100),
+       "refused: cuDNN SDPA backward on Blackwell supports head dims up to 128 (or Dqk=192 with Dv=128);"
+       " got Dqk=256, Dv=256"},
+      {"Ampere 192", make_problem(1, 2, 2, 64, 64, 192, DType::bf16), fake_env(91900, 80),
+       "refused: cuDNN SDPA backward on compute capability 80 supports head dims up to 128; got Dqk=192,"
+       " Dv=192"},
+      // score mods and mask terms refused up front
+      {"rel_bias", with_mod(base, ScoreMod::Kind::rel_bias), e,
+       "refused: rel_bias is not expressible: cuDNN's SDPA bias is a dense [B|1, H, Sq, Sk] tensor (with"
+       " a dense dBias); the [Hq, 2m+1] table would have to be materialised to Sq x Sk"},
+      {"offset_bias", with_mod(base, ScoreMod::Kind::offset_bias), e,
+       "refused: offset_bias is not expressible: cuDNN's SDPA bias is a dense [B|1, H, Sq, Sk] tensor"
+       " (with a dense dBias); the gathered bias[offset[j]] and its scatter-add gradient are not SDPA"
+       " graph operations"},
+      {"prefix_lm", prefix, e,
+       "refused: prefix_lm (j < prefix_len or j <= i) is not a diagonal band: cuDNN SDPA masks are"
+       " sequence lengths plus one diagonal band"},
+      {"block_sparse", sparse, e,
+       "refused: block_sparse: cuDNN's tile block masks (9.14+) exist only for the unified forward SDPA"
+       " operation (no backward, 128 x 128 tiles only); not expressed by this backend"},
+      // dense
+      {"dense GQA bshd", base, e,
+       "fwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd | bwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd"
+       " | parts=1 seqs=2 dead_q=0 dead_k=0 stats_dead=0 lse_src=0 rows=0/0 stats=2400 pairs=720000"
+       " notes=0 #7952c6d74bd112dd"},
+      {"dense bhsd causal br Sq > Sk", with_causal(make_problem(2, 4, 2, 300, 100, 64, DType::fp16, Layout::bhsd)), e,
+       "fwd fp16 n=2 hq=4 hkv=2 s=300x100 d=64/64 bhsd seqlens band(br,R=0) | bwd fp16 n=2 hq=4 hkv=2"
+       " s=300x100 d=64/64 bhsd seqlens band(br,R=0) | parts=1 seqs=2 dead_q=400 dead_k=0 stats_dead=400"
+       " lse_src=600 rows=0/0 stats=2400 pairs=137600 notes=1 #03f1fbaeac59dcf8"},
+      {"dense causal tl Sq < Sk (dead keys)", with_causal(make_problem(1, 2, 1, 100, 300, 64, DType::bf16), CausalAlign::top_left), e,
+       "fwd bf16 n=1 hq=2 hkv=1 s=100x300 d=64/64 bshd band(tl,R=0) | bwd bf16 n=1 hq=2 hkv=1 s=100x300"
+       " d=64/64 bshd band(tl,R=0) | parts=1 seqs=1 dead_q=0 dead_k=200 stats_dead=0 lse_src=0 rows=0/0"
+       " stats=200 pairs=25600 notes=0 #159cef4d7caa1960"},
+      {"dense window Sq > Sk (seq lens)", with_window(make_problem(1, 2, 2, 256, 128, 64, DType::bf16), 32, 0), e,
+       "fwd bf16 n=1 hq=2 hkv=2 s=256x128 d=64/64 bshd seqlens band(br,R=0,L=33) | bwd bf16 n=1 hq=2"
+       " hkv=2 s=256x128 d=64/64 bshd seqlens band(br,R=0,L=33) | parts=1 seqs=1 dead_q=128 dead_k=0"
+       " stats_dead=128 lse_src=256 rows=0/0 stats=512 pairs=32768 notes=1 #2177fcb0051f014a"},
+      {"dense tl causal + window Sq != Sk", with_window(with_causal(make_problem(1, 2, 2, 200, 300, 64, DType::bf16), CausalAlign::top_left), 32, 0), e,
+       "refused: causal top_left combined with bottom-right bounds (a bottom_right causal or a sliding"
+       " window) when Sq != Sk needs two diagonal alignments; a cuDNN SDPA graph has one"},
+      {"padded causal br, unequal lengths", with_causal(with_padding(base, {300, 200}, {250, 300})), e,
+       "fwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd seqlens band(br,R=0) | bwd bf16 n=2 hq=4 hkv=2"
+       " s=300x300 d=64/64 bshd seqlens band(br,R=0) | parts=1 seqs=2 dead_q=150 dead_k=50"
+       " stats_dead=150 lse_src=600 rows=0/0 stats=2400 pairs=455008 notes=0 #c489730d64819df4"},
+      {"padded window, zero offset", with_window(with_padding(base, {300, 120}, {300, 120}), 16, 0), e,
+       "fwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd seqlens band(tl,R=0,L=17) | bwd bf16 n=2 hq=4"
+       " hkv=2 s=300x300 d=64/64 bshd seqlens band(tl,R=0,L=17) | parts=1 seqs=2 dead_q=180 dead_k=180"
+       " stats_dead=180 lse_src=600 rows=0/0 stats=2400 pairs=284480 notes=0 #2550dafe9923a9c1"},
+      {"padded row of zero length", with_causal(with_padding(base, {300, 0}, {300, 0})), e,
+       "fwd bf16 n=1 hq=4 hkv=2 s=300x300 d=64/64 thd-ragged seqlens band(tl,R=0) | bwd bf16 n=1 hq=4"
+       " hkv=2 s=300x300 d=64/64 thd-ragged seqlens fullhead-thd dq-direct band(tl,R=0) | parts=1 seqs=1"
+       " dead_q=300 dead_k=300 stats_dead=300 lse_src=600 rows=728/728 stats=2912 pairs=249408 notes=1"
+       " #efd26755f8202456"},
+      {"only padding", with_padding(make_problem(2, 2, 2, 64, 64, 64, DType::fp16), {0, 0}, {64, 0}), e,
+       "fwd fp16 n=0 hq=2 hkv=2 s=0x0 d=64/64 thd-ragged seqlens | bwd fp16 n=0 hq=2 hkv=2 s=0x0 d=64/64"
+       " thd-ragged seqlens dq-direct | parts=0 seqs=0 dead_q=128 dead_k=128 stats_dead=128 lse_src=128"
+       " rows=256/256 stats=512 pairs=0 notes=1 #36ffd239cb512872"},
+      // ragged
+      {"THD GQA causal padded", with_causal(with_padding(make_problem(3, 4, 2, 256, 256, 64, DType::bf16, Layout::thd), {256, 100, 30}, {256, 100, 30})), e,
+       "fwd bf16 n=3 hq=4 hkv=2 s=256x256 d=64/64 thd-ragged seqlens band(tl,R=0) | bwd bf16 n=3 hq=4"
+       " hkv=2 s=256x256 d=64/64 thd-ragged seqlens fullhead-thd dq-direct band(tl,R=0) | parts=3 seqs=3"
+       " dead_q=0 dead_k=0 stats_dead=0 lse_src=768 rows=514/514 stats=2056 pairs=240208 notes=2"
+       " #0d50c59ad07eba26"},
+      {"THD head dim 72", make_problem(1, 2, 2, 256, 256, 72, DType::bf16, Layout::thd), e,
+       "refused: THD / document layouts need head dims that are multiples of 16: cuDNN's ragged backward"
+       " workspaces have a known functional issue otherwise (cudnn-frontend disables them)"},
+      {"THD on sm 80 before 9.18.1", make_problem(1, 2, 2, 256, 256, 64, DType::bf16, Layout::thd), fake_env(91800, 80),
+       "refused: ragged (THD) SDPA needs compute capability >= 9.0 before cuDNN 9.18.1"},
+      {"THD on sm 80 at 9.18.1", make_problem(1, 2, 2, 256, 256, 64, DType::bf16, Layout::thd), fake_env(91801, 80),
+       "fwd bf16 n=1 hq=2 hkv=2 s=256x256 d=64/64 thd-ragged seqlens | bwd bf16 n=1 hq=2 hkv=2 s=256x256"
+       " d=64/64 thd-ragged seqlens dq-direct | parts=1 seqs=1 dead_q=0 dead_k=0 stats_dead=0"
+       " lse_src=256 rows=384/384 stats=768 pairs=131072 notes=0 #3cec7e92e843aec6"},
+      {"THD 9.5", make_problem(1, 2, 2, 256, 256, 64, DType::bf16, Layout::thd), fake_env(90500),
+       "refused: THD / document layouts need cuDNN >= 9.6.0 (ragged GQA and ragged workspaces)"},
+      {"documents causal (split, forward whole)", with_causal(docs), e,
+       "fwd bf16 n=6 hq=4 hkv=2 s=150x150 d=64/64 thd-ragged seqlens band(tl,R=0) | bwd bf16 n=6 hq=4"
+       " hkv=2 s=150x150 d=64/64 thd-ragged seqlens fullhead-thd dq-direct band(tl,R=0) | parts=3 seqs=6"
+       " dead_q=0 dead_k=0 stats_dead=0 lse_src=600 rows=598/598 stats=2392 pairs=177936 notes=2"
+       " #ef8a0056d018622d"},
+      {"documents causal, split forward, short first", with_causal(docs), env_with([](Env& x) { x.split_forward = true; x.split_long_first = false; }),
+       "fwd bf16 n=6 hq=4 hkv=2 s=150x150 d=64/64 thd-ragged seqlens band(tl,R=0) | bwd bf16 n=6 hq=4"
+       " hkv=2 s=150x150 d=64/64 thd-ragged seqlens fullhead-thd dq-direct band(tl,R=0) | parts=2 seqs=6"
+       " dead_q=0 dead_k=0 stats_dead=0 lse_src=600 rows=598/598 stats=2392 pairs=177936 notes=1"
+       " #b3679e4b52f69f52"},
+      {"documents window, long-first order, no split", with_window(docs, 16, 0), env_with([](Env& x) { x.split_by_length = false; x.seq_order = SeqOrder::long_first; }),
+       "fwd bf16 n=6 hq=4 hkv=2 s=150x150 d=64/64 thd-ragged seqlens band(tl,R=0,L=17) | bwd bf16 n=6"
+       " hq=4 hkv=2 s=150x150 d=64/64 thd-ragged seqlens fullhead-thd dq-direct band(tl,R=0,L=17) |"
+       " parts=1 seqs=6 dead_q=0 dead_k=0 stats_dead=0 lse_src=600 rows=598/598 stats=2392 pairs=177936"
+       " notes=0 #86e00f2a5f31c237"},
+      {"documents, dq_direct off, fullhead padded", docs, env_with([](Env& x) { x.dq_direct = 0; x.fullhead_tokens = false; }),
+       "fwd bf16 n=6 hq=4 hkv=2 s=150x150 d=64/64 thd-ragged seqlens | bwd bf16 n=6 hq=4 hkv=2 s=150x150"
+       " d=64/64 thd-ragged seqlens | parts=3 seqs=6 dead_q=0 dead_k=0 stats_dead=0 lse_src=600"
+       " rows=598/598 stats=2392 pairs=189200 notes=2 #80b876ffbdde4c2c"},
+      {"documents causal with unequal padding", with_causal(with_padding(docs, {250, 220}, {240, 220})), e,
+       "refused: document mask with causal / sliding window and padding lengths seq_lens_q !="
+       " seq_lens_k: the band is aligned to the row's valid lengths, which per-document cuDNN sequences"
+       " cannot express"},
+      {"documents not contiguous", noncontig, e,
+       "refused: document ids of batch row 0 are not contiguous (id 0 appears in two runs): a cuDNN"
+       " sequence is one contiguous token range"},
+      // graph gates
+      {"1 x 1", make_problem(1, 2, 2, 1, 1, 64, DType::bf16), e,
+       "refused: s_q = s_kv = 1: cuDNN SDPA backward rejects it (cudnn-frontend known issue)"},
+      {"left-only window 9.9", with_window(base, 100, -1), fake_env(90900),
+       "refused: a sliding window without a right bound needs cuDNN >= 9.10.2"},
+      {"left-only window 9.14.0 s_kv 2048", with_window(make_problem(1, 2, 2, 2048, 2048, 64, DType::bf16), 100, -1), fake_env(91400),
+       "refused: cuDNN 9.14.0 known bug: sliding window without a causal bound and s_kv > 1024 (fixed in"
+       " 9.14.1)"},
+      {"br window s_q == s_kv on Hopper 9.9", with_window(with_padding(make_problem(2, 2, 2, 256, 256, 64, DType::bf16), {256, 200}, {256, 256}), 32, 0), fake_env(90900),
+       "refused: cuDNN <= 9.9 on Hopper: bottom-right sliding window with s_q == s_kv is not supported"},
+      {"br causal 9.5 s not multiple of 64", with_causal(make_problem(1, 2, 2, 100, 300, 64, DType::bf16)), fake_env(90500),
+       "refused: bottom-right bands need s_q and s_kv multiples of 64 before cuDNN 9.6.0"},
+      {"br window 9.5 s_q != s_kv", with_window(make_problem(1, 2, 2, 128, 256, 64, DType::bf16), 32, 0), fake_env(90500),
+       "refused: bottom-right sliding windows need s_q == s_kv before cuDNN 9.6.0"},
+      {"decode causal 9.9", with_causal(make_problem(1, 2, 2, 1, 256, 64, DType::bf16)), fake_env(90900),
+       "refused: decode (s_q = 1) with a causal bound needs cuDNN >= 9.10"},
+      {"decode causal 9.19", with_causal(make_problem(1, 2, 2, 1, 256, 64, DType::bf16)), e,
+       "fwd bf16 n=1 hq=2 hkv=2 s=1x256 d=64/64 bshd band(br,R=0) | bwd bf16 n=1 hq=2 hkv=2 s=1x256"
+       " d=64/64 bshd band(br,R=0) | parts=1 seqs=1 dead_q=0 dead_k=0 stats_dead=0 lse_src=0 rows=0/0"
+       " stats=2 pairs=512 notes=0 #42d50ed2a6b9947c"},
+      // score-mod surface
+      {"softcap dense", with_mod(base, ScoreMod::Kind::softcap, 30.0), e,
+       "fwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd softcap(30) | bwd bf16 n=2 hq=4 hkv=2 s=300x300"
+       " d=64/64 bshd softcap(30) | parts=1 seqs=2 dead_q=0 dead_k=0 stats_dead=0 lse_src=0 rows=0/0"
+       " stats=2400 pairs=720000 notes=0 #f16205d8a08c96c1"},
+      {"softcap causal", with_mod(with_causal(base), ScoreMod::Kind::softcap, 30.0), e,
+       "refused: softcap is a cuDNN score modifier, and cuDNN (cudnn-frontend's support surface)"
+       " disables causal / window bands, padding, THD and document layouts when a score modifier is"
+       " present"},
+      {"alibi causal tl", with_mod(with_causal(base, CausalAlign::top_left), ScoreMod::Kind::alibi), e,
+       "fwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd band(tl,R=0) alibi | bwd bf16 n=2 hq=4 hkv=2"
+       " s=300x300 d=64/64 bshd band(tl,R=0) alibi | parts=1 seqs=2 dead_q=0 dead_k=0 stats_dead=0"
+       " lse_src=0 rows=0/0 stats=2400 pairs=498816 notes=0 #31bedc270ba7c95a"},
+      {"alibi no mask", with_mod(base, ScoreMod::Kind::alibi), e,
+       "refused: alibi needs exactly a causal mask aligned top-left (or Sq == Sk): cuDNN's ALiBi adds"
+       " slope * (j - i), which equals docs/semantics.md's -slope * |i - j| only where j <= i, and cuDNN"
+       " requires right bound 0 without bottom-right alignment"},
+      {"alibi padded", with_mod(with_causal(with_padding(base, {300, 200}, {300, 200}), CausalAlign::top_left), ScoreMod::Kind::alibi), e,
+       "refused: alibi with padding, THD or document masks is not expressed (cuDNN applies ALiBi to"
+       " dense graphs with a top-left causal mask only)"},
+      // graph-spec forms
+      {"9.15 bwd seq lens", base, fake_env(91500),
+       "fwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd | bwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd"
+       " seqlens | parts=1 seqs=2 dead_q=0 dead_k=0 stats_dead=0 lse_src=0 rows=0/0 stats=2400"
+       " pairs=720000 notes=1 #f589f9564c30b3c1"},
+      {"9.9 lowest mask value", with_causal(base), fake_env(90900),
+       "fwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd band(tl,R=0) | bwd bf16 n=2 hq=4 hkv=2 s=300x300"
+       " d=64/64 bshd seqlens band(tl,R=0) | parts=1 seqs=2 dead_q=0 dead_k=0 stats_dead=0 lse_src=0"
+       " rows=0/0 stats=2400 pairs=498816 notes=1 #23c5480743d1c4ea"},
+      {"dense dq_direct forced", with_causal(base), env_with([](Env& x) { x.dq_direct = 1; }),
+       "fwd bf16 n=2 hq=4 hkv=2 s=300x300 d=64/64 bshd band(tl,R=0) | bwd bf16 n=2 hq=4 hkv=2 s=300x300"
+       " d=64/64 bshd dq-direct band(tl,R=0) | parts=1 seqs=2 dead_q=0 dead_k=0 stats_dead=0 lse_src=0"
+       " rows=0/0 stats=2400 pairs=498816 notes=0 #240d2cc83ed9cb18"},
+      {"documents over the dP limit", with_causal(docs), env_with([](Env& x) { x.dp_workspace_limit = 1000; }),
+       "fwd bf16 n=6 hq=4 hkv=2 s=150x150 d=64/64 thd-ragged seqlens band(tl,R=0) | bwd bf16 n=6 hq=4"
+       " hkv=2 s=150x150 d=64/64 thd-ragged seqlens fullhead-thd band(tl,R=0) | parts=3 seqs=6 dead_q=0"
+       " dead_k=0 stats_dead=0 lse_src=600 rows=598/598 stats=2392 pairs=177936 notes=2"
+       " #db854ab327471b85"},
+  };
+  for (const auto& row : rows) {
+    const std::string name = row.name;
+    CAPTURE(name);
+    CHECK(fingerprint(row.problem, row.env) == row.expected);
+  }
 }
 
 #else

@@ -247,7 +247,18 @@ HostTensor lse_from_stats(const CasePlan& plan, const std::vector<double>& stats
   return lse;
 }
 
-std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) {
+namespace {
+
+// The steps of plan_case, in the order it runs them. A step that can refuse the
+// case returns the reason (a non-empty string, or the string alternative of a
+// variant); plan_case returns the first reason it gets, so the order of the
+// steps is the order of precedence of the reasons.
+
+/// Support surface that does not depend on the mask geometry: library version
+/// and compute capability gates, dtype and head dims (head_dim_reason), score
+/// mods that cuDNN cannot express (rel_bias, offset_bias) and mask terms that are
+/// not a diagonal band (prefix_lm, block_sparse). Empty when supported.
+std::string support_reason(const Problem& p, const Env& env) {
   const int64_t v = env.version;
   // ---------------------------------------------------------------- library gates
   if (v < 90000)
@@ -273,31 +284,40 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   }
 
   // ---------------------------------------------------------------- mask terms
-  const DocumentTerm* doc = p.find_mask<DocumentTerm>();
-  const PaddingTerm* pad = p.find_mask<PaddingTerm>();
   if (p.find_mask<PrefixLmTerm>())
     return "prefix_lm (j < prefix_len or j <= i) is not a diagonal band: cuDNN SDPA masks are sequence lengths "
            "plus one diagonal band";
   if (p.find_mask<BlockSparseTerm>())
     return "block_sparse: cuDNN's tile block masks (9.14+) exist only for the unified forward SDPA operation "
            "(no backward, 128 x 128 tiles only); not expressed by this backend";
+  return {};
+}
 
-  const int64_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, Hq = p.heads_q, Hkv = p.heads_kv;
-  CasePlan plan;
-  MaskArrays arrays;
-  const MaskDesc m = make_mask_desc(p, arrays);
-
-  // ---------------------------------------------------------------- storage and sequences
+/// Storage mode of the case (cudnn_plan.hpp, "Storage modes"): ragged (token-major
+/// rows) for document masks, the THD layout, and padding masks with a batch row
+/// of zero valid length (with a note); otherwise the problem's BSHD or BHSD
+/// layout. Sets plan.storage and returns whether the case is ragged.
+bool choose_storage(CasePlan& plan, const Problem& p, const DocumentTerm* doc, const PaddingTerm* pad) {
   bool ragged = doc != nullptr || p.layout == Layout::thd;
   if (!ragged && pad) {
-    for (int64_t b = 0; b < B; ++b)
+    for (int64_t b = 0; b < p.batch; ++b)
       if (p.valid_q(b) == 0 || p.valid_k(b) == 0) ragged = true;
     if (ragged)
       plan.notes.push_back("a batch row has a zero valid length: token-major storage with that row dropped "
                            "from the cuDNN sequences");
   }
   plan.storage = ragged ? Storage::tokens : (p.layout == Layout::bhsd ? Storage::bhsd : Storage::bshd);
+  return ragged;
+}
 
+/// The cuDNN sequences of `p` before token rows are assigned: one per document
+/// (each contiguous run of a non-negative id, lengths clipped to the row's valid
+/// lengths, possibly 0) with a document mask, else one per batch row (its valid
+/// lengths with a padding mask, else Sq and Sk). Refuses (returns the reason)
+/// when a document id appears in two runs of one batch row.
+std::variant<std::vector<Sequence>, std::string> make_sequences(const Problem& p, const DocumentTerm* doc,
+                                                                const PaddingTerm* pad) {
+  const int64_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k;
   std::vector<Sequence> seqs;
   if (doc) {
     for (int64_t b = 0; b < B; ++b) {
@@ -331,50 +351,66 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
       seqs.push_back(q);
     }
   }
-  if (ragged) {
-    // Token rows. Without documents: every position of a row up to its valid length
-    // (THD) or the whole row. With documents: only the tokens of the cuDNN
-    // sequences, so padding tokens, zero-length documents and positions past a
-    // row's valid length have no row at all (their rows are fully masked, so
-    // read_outputs gives them O = 0, LSE = -inf and zero gradients, and the timed
-    // passes fix nothing up for them).
-    std::vector<char> q_in(static_cast<size_t>(B * Sq), 0), k_in(static_cast<size_t>(B * Sk), 0);
-    for (int64_t b = 0; b < B && !doc; ++b) {
-      std::fill_n(q_in.begin() + b * Sq, p.layout == Layout::thd ? p.valid_q(b) : Sq, 1);
-      std::fill_n(k_in.begin() + b * Sk, p.layout == Layout::thd ? p.valid_k(b) : Sk, 1);
-    }
-    for (const auto& s : seqs) {
-      if (!doc || s.q_len == 0 || s.k_len == 0) continue;
-      std::fill_n(q_in.begin() + s.b * Sq + s.q_pos, s.q_len, 1);
-      std::fill_n(k_in.begin() + s.b * Sk + s.k_pos, s.k_len, 1);
-    }
-    plan.q_row_of.assign(static_cast<size_t>(B * Sq), -1);
-    plan.k_row_of.assign(static_cast<size_t>(B * Sk), -1);
-    int64_t rq = 0, rk = 0;
-    for (size_t i = 0; i < q_in.size(); ++i)
-      if (q_in[i]) plan.q_row_of[i] = rq++;
-    for (size_t i = 0; i < k_in.size(); ++i)
-      if (k_in[i]) plan.k_row_of[i] = rk++;
-    plan.q_rows = rq + kRowSlack;
-    plan.k_rows = rk + kRowSlack;
-    std::vector<Sequence> kept;
-    for (auto s : seqs) {
-      if (s.q_len == 0 || s.k_len == 0) continue;  // fully masked rows / keys: not stored, or fixed up
-      s.q_row = plan.q_row_of[static_cast<size_t>(s.b * Sq + s.q_pos)];
-      s.k_row = plan.k_row_of[static_cast<size_t>(s.b * Sk + s.k_pos)];
-      kept.push_back(s);
-    }
-    seqs.swap(kept);
-    if (env.seq_order != SeqOrder::natural) {
-      const bool longest = env.seq_order == SeqOrder::long_first;
-      std::stable_sort(seqs.begin(), seqs.end(), [longest](const Sequence& a, const Sequence& b) {
-        const int64_t la = std::max(a.q_len, a.k_len), lb = std::max(b.q_len, b.k_len);
-        return longest ? la > lb : la < lb;
-      });
-    }
-  }
+  return seqs;
+}
 
-  // ---------------------------------------------------------------- diagonal band
+/// Token rows of a ragged case: fills plan.q_row_of / k_row_of ([B * Sq], [B *
+/// Sk], -1 where not stored) and plan.q_rows / k_rows (with kRowSlack), drops the
+/// sequences with an empty side, gives the others their first token rows, and
+/// orders them by env.seq_order (rows do not move).
+void assign_token_rows(CasePlan& plan, std::vector<Sequence>& seqs, const Problem& p, bool doc, const Env& env) {
+  const int64_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k;
+  // Token rows. Without documents: every position of a row up to its valid length
+  // (THD) or the whole row. With documents: only the tokens of the cuDNN
+  // sequences, so padding tokens, zero-length documents and positions past a
+  // row's valid length have no row at all (their rows are fully masked, so
+  // read_outputs gives them O = 0, LSE = -inf and zero gradients, and the timed
+  // passes fix nothing up for them).
+  std::vector<char> q_in(static_cast<size_t>(B * Sq), 0), k_in(static_cast<size_t>(B * Sk), 0);
+  for (int64_t b = 0; b < B && !doc; ++b) {
+    std::fill_n(q_in.begin() + b * Sq, p.layout == Layout::thd ? p.valid_q(b) : Sq, 1);
+    std::fill_n(k_in.begin() + b * Sk, p.layout == Layout::thd ? p.valid_k(b) : Sk, 1);
+  }
+  for (const auto& s : seqs) {
+    if (!doc || s.q_len == 0 || s.k_len == 0) continue;
+    std::fill_n(q_in.begin() + s.b * Sq + s.q_pos, s.q_len, 1);
+    std::fill_n(k_in.begin() + s.b * Sk + s.k_pos, s.k_len, 1);
+  }
+  plan.q_row_of.assign(static_cast<size_t>(B * Sq), -1);
+  plan.k_row_of.assign(static_cast<size_t>(B * Sk), -1);
+  int64_t rq = 0, rk = 0;
+  for (size_t i = 0; i < q_in.size(); ++i)
+    if (q_in[i]) plan.q_row_of[i] = rq++;
+  for (size_t i = 0; i < k_in.size(); ++i)
+    if (k_in[i]) plan.k_row_of[i] = rk++;
+  plan.q_rows = rq + kRowSlack;
+  plan.k_rows = rk + kRowSlack;
+  std::vector<Sequence> kept;
+  for (auto s : seqs) {
+    if (s.q_len == 0 || s.k_len == 0) continue;  // fully masked rows / keys: not stored, or fixed up
+    s.q_row = plan.q_row_of[static_cast<size_t>(s.b * Sq + s.q_pos)];
+    s.k_row = plan.k_row_of[static_cast<size_t>(s.b * Sk + s.k_pos)];
+    kept.push_back(s);
+  }
+  seqs.swap(kept);
+  if (env.seq_order != SeqOrder::natural) {
+    const bool longest = env.seq_order == SeqOrder::long_first;
+    std::stable_sort(seqs.begin(), seqs.end(), [longest](const Sequence& a, const Sequence& b) {
+      const int64_t la = std::max(a.q_len, a.k_len), lb = std::max(b.q_len, b.k_len);
+      return longest ? la > lb : la < lb;
+    });
+  }
+}
+
+/// The one diagonal band of the case's graphs (cudnn_plan.hpp, "Diagonal band")
+/// from the causal / window bounds of `m`: where every row with work has s_q ==
+/// s_kv both alignments coincide (top-left, right bound = the tighter one);
+/// otherwise top-left for a top-left causal alone, bottom-right for bottom-right
+/// bounds alone. Refuses a top-left causal combined with bottom-right bounds
+/// (two alignments), and a band on a document mask whose padding lengths differ
+/// (the band would be aligned to the row, not to the documents).
+std::variant<Band, std::string> diagonal_band(const Problem& p, const MaskDesc& m, bool doc, bool pad) {
+  const int64_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k;
   const bool tl = m.upper_tl < kNoBound;
   const bool br_hi = m.upper_br < kNoBound;
   const bool br_lo = m.lower_br > -kNoBound;
@@ -416,15 +452,13 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
       band.left_bound = -m.lower_br + 1;  // cuDNN's left bound counts the diagonal
     }
   }
+  return band;
+}
 
-  bool padded = ragged || pad != nullptr;
-  if (!ragged && !padded && Sq > Sk && (band.has_left || (band.has_right && band.align == Align::bottom_right))) {
-    padded = true;
-    plan.notes.push_back("Sq > Sk with a bottom-right band or a left bound: cuDNN needs sequence-length tensors "
-                         "(set to Sq and Sk)");
-  }
-
-  // ---------------------------------------------------------------- score mod surface
+/// Score mods against the band and sequence lengths: softcap only on graphs
+/// with neither, alibi only on dense graphs with exactly a top-left causal band
+/// (right bound 0, no left bound). Empty when supported.
+std::string score_mod_reason(const Problem& p, const Band& band, bool padded) {
   if (p.score_mod.kind == ScoreMod::Kind::softcap && (band.any() || padded))
     return "softcap is a cuDNN score modifier, and cuDNN (cudnn-frontend's support surface) disables causal / "
            "window bands, padding, THD and document layouts when a score modifier is present";
@@ -437,47 +471,49 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
              "which equals docs/semantics.md's -slope * |i - j| only where j <= i, and cuDNN requires right bound 0 without "
              "bottom-right alignment";
   }
+  return {};
+}
 
-  // ---------------------------------------------------------------- graph dims
-  int64_t n = B, sq = Sq, sk = Sk;
+/// Version and architecture gates of a graph with sequence dims sq x sk (max
+/// lengths when ragged) and `band`: 1 x 1, ragged (cuDNN >= 9.6, compute
+/// capability >= 9.0 before 9.18.1, head dims multiples of 16), sliding-window
+/// and bottom-right band bugs, decode with a causal bound. Empty when supported.
+std::string graph_reason(const Problem& p, const Env& env, const Band& band, bool ragged, int64_t sq, int64_t sk) {
+  const int64_t v = env.version;
+  if (sq == 1 && sk == 1) return "s_q = s_kv = 1: cuDNN SDPA backward rejects it (cudnn-frontend known issue)";
   if (ragged) {
-    n = static_cast<int64_t>(seqs.size());
-    sq = sk = 0;
-    for (const auto& s : seqs) {
-      sq = std::max(sq, s.q_len);
-      sk = std::max(sk, s.k_len);
-    }
+    if (v < 90600) return "THD / document layouts need cuDNN >= 9.6.0 (ragged GQA and ragged workspaces)";
+    if (env.sm > 0 && env.sm < 90 && v < 91801)
+      return "ragged (THD) SDPA needs compute capability >= 9.0 before cuDNN 9.18.1";
+    if (p.head_dim % 16 != 0 || p.head_dim_v % 16 != 0)
+      return "THD / document layouts need head dims that are multiples of 16: cuDNN's ragged backward "
+             "workspaces have a known functional issue otherwise (cudnn-frontend disables them)";
   }
-  plan.has_graph = n > 0;
-  if (plan.has_graph) {
-    if (sq == 1 && sk == 1)
-      return "s_q = s_kv = 1: cuDNN SDPA backward rejects it (cudnn-frontend known issue)";
-    if (ragged) {
-      if (v < 90600) return "THD / document layouts need cuDNN >= 9.6.0 (ragged GQA and ragged workspaces)";
-      if (env.sm > 0 && env.sm < 90 && v < 91801)
-        return "ragged (THD) SDPA needs compute capability >= 9.0 before cuDNN 9.18.1";
-      if (p.head_dim % 16 != 0 || p.head_dim_v % 16 != 0)
-        return "THD / document layouts need head dims that are multiples of 16: cuDNN's ragged backward "
-               "workspaces have a known functional issue otherwise (cudnn-frontend disables them)";
-    }
-    if (band.has_left && !band.has_right && v < 91002)
-      return "a sliding window without a right bound needs cuDNN >= 9.10.2";
-    if (v == 91400 && band.has_left && !band.has_right && sk > 1024)
-      return "cuDNN 9.14.0 known bug: sliding window without a causal bound and s_kv > 1024 (fixed in 9.14.1)";
-    if (v <= 90900 && env.sm / 10 == 9 && band.has_left && band.align == Align::bottom_right && sq == sk)
-      return "cuDNN <= 9.9 on Hopper: bottom-right sliding window with s_q == s_kv is not supported";
-    if (v < 90600 && band.align == Align::bottom_right && band.any() && (sq % 64 != 0 || sk % 64 != 0))
-      return "bottom-right bands need s_q and s_kv multiples of 64 before cuDNN 9.6.0";
-    if (v < 90600 && band.align == Align::bottom_right && band.has_left && sq != sk)
-      return "bottom-right sliding windows need s_q == s_kv before cuDNN 9.6.0";
-    if (v <= 90900 && sq == 1 && band.has_right) return "decode (s_q = 1) with a causal bound needs cuDNN >= 9.10";
-  }
+  if (band.has_left && !band.has_right && v < 91002)
+    return "a sliding window without a right bound needs cuDNN >= 9.10.2";
+  if (v == 91400 && band.has_left && !band.has_right && sk > 1024)
+    return "cuDNN 9.14.0 known bug: sliding window without a causal bound and s_kv > 1024 (fixed in 9.14.1)";
+  if (v <= 90900 && env.sm / 10 == 9 && band.has_left && band.align == Align::bottom_right && sq == sk)
+    return "cuDNN <= 9.9 on Hopper: bottom-right sliding window with s_q == s_kv is not supported";
+  if (v < 90600 && band.align == Align::bottom_right && band.any() && (sq % 64 != 0 || sk % 64 != 0))
+    return "bottom-right bands need s_q and s_kv multiples of 64 before cuDNN 9.6.0";
+  if (v < 90600 && band.align == Align::bottom_right && band.has_left && sq != sk)
+    return "bottom-right sliding windows need s_q == s_kv before cuDNN 9.6.0";
+  if (v <= 90900 && sq == 1 && band.has_right) return "decode (s_q = 1) with a causal bound needs cuDNN >= 9.10";
+  return {};
+}
 
-  // ---------------------------------------------------------------- graph specs
+/// plan.fwd and plan.bwd for graph dims n x sq x sk: the common fields from `p`,
+/// `env` and `band`, then the backward forms (fullhead_tokens and dq_direct, see
+/// Env) and the cuDNN <= 9.15.0 workaround (backward sequence lengths when s_kv %
+/// 128 != 0, with a note).
+void set_graph_specs(CasePlan& plan, const Problem& p, const Env& env, const Band& band, bool ragged, bool padded,
+                     int64_t n, int64_t sq, int64_t sk) {
+  const int64_t v = env.version;
   GraphSpec g;
   g.dtype = p.dtype;
-  g.hq = Hq;
-  g.hkv = Hkv;
+  g.hq = p.heads_q;
+  g.hkv = p.heads_kv;
   g.dqk = p.head_dim;
   g.dv = p.head_dim_v;
   g.storage = plan.storage;
@@ -496,8 +532,8 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   plan.bwd.backward = true;
   plan.bwd.padded = padded;
   // cudnn-frontend gates max_total_seq_len on cuDNN >= 9.6 and D % 16 == 0
-  plan.bwd.fullhead_tokens = env.fullhead_tokens && ragged && Hq != Hkv && v >= 90600 && p.head_dim % 16 == 0 &&
-                             p.head_dim_v % 16 == 0;
+  plan.bwd.fullhead_tokens = env.fullhead_tokens && ragged && p.heads_q != p.heads_kv && v >= 90600 &&
+                             p.head_dim % 16 == 0 && p.head_dim_v % 16 == 0;
   if (env.dq_direct != 0 && (ragged || env.dq_direct == 1) &&
       dp_workspace_estimate(plan.bwd) <= env.dp_workspace_limit)
     plan.bwd.dq_direct = true;
@@ -505,8 +541,13 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
     plan.bwd.padded = true;
     plan.notes.push_back("backward uses sequence-length tensors: cuDNN <= 9.15.0 workaround for s_kv % 128 != 0");
   }
+}
 
-  // ---------------------------------------------------------------- per-sequence tensors and parts
+/// The per-sequence tensors of the whole case (plan.seqs, seq_len_*, rag_*) and
+/// plan.parts: the whole case as one part, or (ragged, Env::split_by_length, more
+/// than one length class, no 1 x 1 class, at most kSplitMaxTileFraction of the
+/// query tiles) its length classes, with notes; then plan.stats_elems.
+void set_parts(CasePlan& plan, const std::vector<Sequence>& seqs, const Problem& p, const Env& env, bool ragged) {
   plan.seqs = seqs;
   GraphPart whole = make_part(plan.fwd, plan.bwd, seqs, p);
   plan.seq_len_q = whole.seq_len_q;
@@ -543,12 +584,19 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   }
   if (plan.parts.empty() && plan.has_graph) plan.parts.push_back(std::move(whole));
   if (ragged) {
-    plan.stats_elems = plan.q_rows * Hq;
+    plan.stats_elems = plan.q_rows * p.heads_q;
   } else {
-    plan.stats_elems = B * Hq * Sq;
+    plan.stats_elems = p.batch * p.heads_q * p.seq_q;
   }
+}
 
-  // ---------------------------------------------------------------- fix-up lists
+/// Fix-up lists of the plan (CasePlan::dead_q, dead_k, stats_dead) and the LSE
+/// gather (lse_src, set when ragged or some row is fully masked), from the row
+/// intervals of the mask: a stored query row with an empty interval is dead, a
+/// stored key no live row covers is dead. Returns a reason only if a mask row is
+/// not one interval (excluded by the earlier steps).
+std::string set_fixups(CasePlan& plan, const Problem& p, const MaskDesc& m, bool ragged) {
+  const int64_t B = p.batch, Sq = p.seq_q, Sk = p.seq_k, Hq = p.heads_q, Hkv = p.heads_kv;
   plan.dead_q.heads = Hq;
   plan.dead_k.heads = Hkv;
   plan.stats_dead.heads = Hq;
@@ -603,11 +651,64 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
     }
   }
   if (ragged || any_dead) plan.lse_src = std::move(lse_src);
+  return {};
+}
+
+}  // namespace
+
+std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) {
+  if (auto why = support_reason(p, env); !why.empty()) return why;
+  const DocumentTerm* doc = p.find_mask<DocumentTerm>();
+  const PaddingTerm* pad = p.find_mask<PaddingTerm>();
+  CasePlan plan;
+  MaskArrays arrays;
+  const MaskDesc m = make_mask_desc(p, arrays);
+
+  // ---------------------------------------------------------------- storage and sequences
+  const bool ragged = choose_storage(plan, p, doc, pad);
+  auto made = make_sequences(p, doc, pad);
+  if (auto* why = std::get_if<std::string>(&made)) return *why;
+  std::vector<Sequence> seqs = std::move(std::get<std::vector<Sequence>>(made));
+  if (ragged) assign_token_rows(plan, seqs, p, doc != nullptr, env);
+
+  // ---------------------------------------------------------------- diagonal band
+  auto banded = diagonal_band(p, m, doc != nullptr, pad != nullptr);
+  if (auto* why = std::get_if<std::string>(&banded)) return *why;
+  const Band band = std::get<Band>(banded);
+  bool padded = ragged || pad != nullptr;
+  if (!ragged && !padded && p.seq_q > p.seq_k &&
+      (band.has_left || (band.has_right && band.align == Align::bottom_right))) {
+    padded = true;
+    plan.notes.push_back("Sq > Sk with a bottom-right band or a left bound: cuDNN needs sequence-length tensors "
+                         "(set to Sq and Sk)");
+  }
+
+  // ---------------------------------------------------------------- score mod surface
+  if (auto why = score_mod_reason(p, band, padded); !why.empty()) return why;
+
+  // ---------------------------------------------------------------- graph dims and gates
+  int64_t n = p.batch, sq = p.seq_q, sk = p.seq_k;
+  if (ragged) {
+    n = static_cast<int64_t>(seqs.size());
+    sq = sk = 0;
+    for (const auto& s : seqs) {
+      sq = std::max(sq, s.q_len);
+      sk = std::max(sk, s.k_len);
+    }
+  }
+  plan.has_graph = n > 0;
+  if (plan.has_graph)
+    if (auto why = graph_reason(p, env, band, ragged, sq, sk); !why.empty()) return why;
+
+  // ---------------------------------------------------------------- graph specs, parts, fix-ups
+  set_graph_specs(plan, p, env, band, ragged, padded, n, sq, sk);
+  set_parts(plan, seqs, p, env, ragged);
+  if (auto why = set_fixups(plan, p, m, ragged); !why.empty()) return why;
 
   // ---------------------------------------------------------------- estimates and extras
-  for (const auto& s : seqs) plan.executed_pairs += sequence_tiles_pairs(p, m, s) * Hq;
+  for (const auto& s : seqs) plan.executed_pairs += sequence_tiles_pairs(p, m, s) * p.heads_q;
   if (p.score_mod.kind == ScoreMod::Kind::alibi)
-    for (int64_t h = 0; h < Hq; ++h) plan.alibi_slopes.push_back(alibi_slope<float>(h, Hq));
+    for (int64_t h = 0; h < p.heads_q; ++h) plan.alibi_slopes.push_back(alibi_slope<float>(h, p.heads_q));
   return plan;
 }
 

@@ -257,6 +257,11 @@ HostTensor lse_from_stats(const CasePlan& plan, const std::vector<double>& stats
 std::vector<int64_t> parse_split_bounds(const std::string& text);
 
 /// Analyse `p` for cuDNN: the plan, or the reason it is unsupported (a string).
+/// Steps, in order (the first refusal wins): support surface (versions, compute
+/// capability, dtype, head dims, score mods and mask terms cuDNN cannot express),
+/// storage and sequences (token rows when ragged), diagonal band, score mods
+/// against the band, graph gates, graph specs, parts (length classes), fix-up
+/// lists, executed-pair estimate.
 std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env);
 
 /// Tile edge used by the executed-pair estimate (cuDNN's Hopper SDPA kernels
