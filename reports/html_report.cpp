@@ -397,23 +397,32 @@ std::string timeline_svg(const json& pass, int width) {
 }
 
 // ------------------------------------------------------------------ the page
+//
+// render_report() fills the {{NAME}} markers of kReportTemplate; each helper
+// below renders one of them (or one part of one), in the order the page shows
+// them. `rows` is always derive_rows()'s array, `results` the report's own rows.
 
-std::string render_report(const json& report, const HtmlOptions& opt) {
-  const json& results = report.at("results");
+namespace {
+
+/// Throws InputError (field "--baseline") when `baseline` is set and no row of
+/// `results` (the report's "results" array) has that backend; the message lists
+/// the backends that do occur.
+void check_baseline(const json& results, const std::string& baseline) {
   std::set<std::string> backends;
   for (const auto& r : results) backends.insert(str(r, "backend"));
-  if (!opt.baseline_backend.empty() && !backends.count(opt.baseline_backend)) {
+  if (!baseline.empty() && !backends.count(baseline)) {
     std::string known;
     for (const auto& b : backends) known += (known.empty() ? "" : ", ") + b;
     throw InputError("<command line>", "--baseline",
-                     "backend \"" + opt.baseline_backend + "\" has no rows in the report (backends: " + known + ")");
+                     "backend \"" + baseline + "\" has no rows in the report (backends: " + known + ")");
   }
-  const json rows = derive_rows(report, opt.baseline_backend);
-  const json scenario = report.value("scenario", json::object());
-  const std::string title =
-      !opt.title.empty() ? opt.title : "attnbench report: " + str(scenario, "name", "unnamed scenario");
+}
 
-  // ---- summary counts
+/// {{SUMMARY}}: the counts line above the table, one badge per status with its
+/// number of rows; fail rows split into wrong numbers and rows that break only
+/// the fully-masked-row convention (check.failure_class), and a remark on
+/// unchecked rows.
+std::string summary_counts_html(const json& rows) {
   std::map<std::string, int> counts;
   for (const auto& r : rows) counts[r["status"].get<std::string>()]++;
   std::ostringstream summary;
@@ -429,9 +438,15 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
     if (s == "unchecked") summary << " (outputs not checked: correctness unknown)";
   }
   summary << "</p>";
+  return summary.str();
+}
 
-  // ---- the table
-  const bool have_baseline = !opt.baseline_backend.empty();
+/// The opening of the summary table up to <tbody>: one header cell per column,
+/// each with a title saying what it holds (medians in ms; useful and executed
+/// TFLOP/s; % of the measured GEMM and copy ceilings; the roofline floor in ms,
+/// the time as a multiple of it and its bound; the speed-up columns only when
+/// `baseline` is not "").
+std::string summary_table_head(const std::string& baseline) {
   std::ostringstream table;
   table << "<table id=\"summary\" class=\"sortable\"><thead><tr>"
         << "<th>case</th><th>backend</th><th>status</th><th>mask</th>"
@@ -450,35 +465,54 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
         << "<th title=\"fwd+bwd median / its roofline floor\">x floor fwd+bwd</th>"
         << "<th title=\"which term sets the fwd+bwd floor\">bound fwd+bwd</th>"
         << "<th title=\"useful pairs / executed pairs\">tile eff.</th>";
-  if (have_baseline)
-    table << "<th title=\"baseline time / this time\">speed-up fwd vs " << escape_html(opt.baseline_backend)
-          << "</th><th>speed-up fwd+bwd vs " << escape_html(opt.baseline_backend) << "</th>";
+  if (!baseline.empty())
+    table << "<th title=\"baseline time / this time\">speed-up fwd vs " << escape_html(baseline)
+          << "</th><th>speed-up fwd+bwd vs " << escape_html(baseline) << "</th>";
   table << "<th title=\"largest e / max(e_lp, ulp) over the checked tensors\">worst error ratio</th>"
         << "<th>note</th></tr></thead><tbody>";
-  for (const auto& r : rows) {
-    const std::string st = r["status"].get<std::string>();
-    std::string note = r["note"].get<std::string>();
-    const std::string short_note = note.size() > kMaxNoteChars ? note.substr(0, kMaxNoteChars) + "..." : note;
-    table << "<tr><td>" << escape_html(r["case_id"].get<std::string>()) << "</td><td>"
-          << escape_html(r["backend"].get<std::string>()) << "</td><td><span class=\"badge " << status_class(st)
-          << "\">" << escape_html(st) << "</span>" << failure_class_label(r["failure_class"].get<std::string>())
-          << "</td><td>" << escape_html(r["mask"].get<std::string>()) << "</td>"
-          << cell_num(r["fwd_ms"], "%.4g") << cell_num(r["bwd_ms"], "%.4g") << cell_num(r["fwd_bwd_ms"], "%.4g")
-          << cell_num(r["useful_tflops_fwd"], "%.3g") << cell_num(r["executed_tflops_fwd"], "%.3g")
-          << cell_num(r["useful_tflops_bwd"], "%.3g") << cell_num(r["useful_tflops_fwd_bwd"], "%.3g")
-          << cell_num(r["pct_gemm_fwd"], "%.1f%%") << cell_num(r["pct_bw_fwd"], "%.1f%%")
-          << cell_num(r["floor_ms_fwd"], "%.4g") << cell_num(r["x_floor_fwd"], "%.2fx")
-          << "<td>" << escape_html(r["bound_fwd"].get<std::string>()) << "</td>"
-          << cell_num(r["floor_ms_fwd_bwd"], "%.4g") << cell_num(r["x_floor_fwd_bwd"], "%.2fx")
-          << "<td>" << escape_html(r["bound_fwd_bwd"].get<std::string>()) << "</td>"
-          << cell_num(r["tile_efficiency"], "%.3f");
-    if (have_baseline) table << cell_num(r["speedup_fwd"], "%.2fx") << cell_num(r["speedup_fwd_bwd"], "%.2fx");
-    table << cell_num(r["worst_ratio"], "%.3g") << "<td class=\"note\" title=\"" << escape_html(note) << "\">"
-          << escape_html(short_note) << "</td></tr>";
-  }
-  table << "</tbody></table>";
+  return table.str();
+}
 
-  // ---- cases with thumbnails (one per case id, first row that has a thumbnail)
+/// One <tr> of the summary table for derive_rows() object `r`, in the columns of
+/// summary_table_head() (speed-ups only when `have_baseline`); missing figures
+/// are a dash, the note is cut to kMaxNoteChars with the whole of it as tooltip.
+std::string summary_table_row(const json& r, bool have_baseline) {
+  const std::string st = r["status"].get<std::string>();
+  std::string note = r["note"].get<std::string>();
+  const std::string short_note = note.size() > kMaxNoteChars ? note.substr(0, kMaxNoteChars) + "..." : note;
+  std::ostringstream table;
+  table << "<tr><td>" << escape_html(r["case_id"].get<std::string>()) << "</td><td>"
+        << escape_html(r["backend"].get<std::string>()) << "</td><td><span class=\"badge " << status_class(st)
+        << "\">" << escape_html(st) << "</span>" << failure_class_label(r["failure_class"].get<std::string>())
+        << "</td><td>" << escape_html(r["mask"].get<std::string>()) << "</td>"
+        << cell_num(r["fwd_ms"], "%.4g") << cell_num(r["bwd_ms"], "%.4g") << cell_num(r["fwd_bwd_ms"], "%.4g")
+        << cell_num(r["useful_tflops_fwd"], "%.3g") << cell_num(r["executed_tflops_fwd"], "%.3g")
+        << cell_num(r["useful_tflops_bwd"], "%.3g") << cell_num(r["useful_tflops_fwd_bwd"], "%.3g")
+        << cell_num(r["pct_gemm_fwd"], "%.1f%%") << cell_num(r["pct_bw_fwd"], "%.1f%%")
+        << cell_num(r["floor_ms_fwd"], "%.4g") << cell_num(r["x_floor_fwd"], "%.2fx")
+        << "<td>" << escape_html(r["bound_fwd"].get<std::string>()) << "</td>"
+        << cell_num(r["floor_ms_fwd_bwd"], "%.4g") << cell_num(r["x_floor_fwd_bwd"], "%.2fx")
+        << "<td>" << escape_html(r["bound_fwd_bwd"].get<std::string>()) << "</td>"
+        << cell_num(r["tile_efficiency"], "%.3f");
+  if (have_baseline) table << cell_num(r["speedup_fwd"], "%.2fx") << cell_num(r["speedup_fwd_bwd"], "%.2fx");
+  table << cell_num(r["worst_ratio"], "%.3g") << "<td class=\"note\" title=\"" << escape_html(note) << "\">"
+        << escape_html(short_note) << "</td></tr>";
+  return table.str();
+}
+
+/// {{TABLE}}: the sortable summary table, one row per derive_rows() object, with
+/// speed-up columns against `baseline` ("" = none).
+std::string summary_table_html(const json& rows, const std::string& baseline) {
+  std::string table = summary_table_head(baseline);
+  for (const auto& r : rows) table += summary_table_row(r, !baseline.empty());
+  return table + "</tbody></table>";
+}
+
+/// {{CASES}}: one figure per case id, in order of first appearance in `results`:
+/// the BlockMask thumbnail of the first row of that case that has one (mask_svg()),
+/// and a caption with the mask label, sequence lengths, dtype, layout and the
+/// packing ratio when the row has one.
+std::string cases_html(const json& results) {
   std::ostringstream cases;
   std::set<std::string> seen;
   std::map<std::string, const json*> first_row;
@@ -503,187 +537,249 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
     cases << "</figcaption></figure>";
   }
   cases << "</div>";
+  return cases.str();
+}
 
-  // ---- kernel traces (attnbench run --kernel-trace): one collapsible table per row
+/// The kernels table of one traced pass `t` (a summarize_trace() object) named
+/// `pass`: one line per kernel, memset or copy with its colour swatch
+/// (kernel_colour()), calls, total us, share of the pass in %, grid (kernels) or
+/// bytes (memsets and copies), CTAs, registers and shared memory bytes.
+std::string kernel_table_html(const char* pass, const json& t) {
   std::ostringstream kernels;
+  kernels << "<table class=\"kernel-table\"><thead><tr><th>" << pass
+          << "</th><th>kernel</th><th>calls</th><th>total us</th><th>share</th><th>grid</th><th>CTAs</th>"
+             "<th>regs</th><th>smem bytes</th></tr></thead><tbody>";
+  const json list = t.contains("kernels") && t["kernels"].is_array() ? t["kernels"] : json::array();
+  int64_t group = -1;
+  for (const auto& k : list) {
+    ++group;
+    if (!k.is_object()) continue;
+    const bool is_kernel = str(k, "kind") == "kernel";
+    std::string grid;
+    if (is_kernel && k.contains("grid") && k["grid"].is_array())
+      for (const auto& g : k["grid"]) grid += (grid.empty() ? "" : " x ") + fmt("%.0f", g.is_number() ? g.get<double>() : 0.0);
+    kernels << "<tr><td>" << escape_html(str(k, "kind")) << "</td><td class=\"kname\"><span style=\"display:inline-block;"
+               "width:9px;height:9px;margin-right:4px;background:"
+            << kernel_colour(group) << "\"></span>" << escape_html(str(k, "name"))
+            << "</td>" << cell_num(k.value("calls", json()), "%.0f") << cell_num(k.value("total_us", json()), "%.1f")
+            << cell_num(k.contains("share") && k["share"].is_number() ? json(100.0 * k["share"].get<double>()) : json(),
+                        "%.1f%%")
+            << "<td>" << escape_html(is_kernel ? grid : fmt("%.0f bytes", num(k, "bytes", 0))) << "</td>"
+            << cell_num(k.value("ctas", json()), "%.0f") << cell_num(k.value("registers", json()), "%.0f")
+            << cell_num(k.value("shared_bytes", json()), "%.0f") << "</tr>";
+  }
+  kernels << "</tbody></table>";
+  return kernels.str();
+}
+
+/// One traced pass `t` named `pass` of a row's kernel trace: its error when the
+/// trace failed, else a line with span, busy and summed device time (us) and the
+/// stream count, the timeline (timeline_svg()) and kernel_table_html().
+std::string kernel_pass_html(const char* pass, const json& t) {
+  std::ostringstream kernels;
+  if (t.contains("error")) {
+    kernels << "<p>" << pass << ": " << escape_html(str(t, "error")) << "</p>";
+    return kernels.str();
+  }
+  kernels << "<p class=\"subtitle\">" << pass << ": span " << fmt("%.1f", num(t, "span_us", 0)) << " us, busy "
+          << fmt("%.1f", num(t, "busy_us", 0)) << " us, activities summed " << fmt("%.1f", num(t, "device_us", 0))
+          << " us over " << fmt("%.0f", num(t, "streams", 0)) << " stream(s)";
+  if (num(t, "timeline_dropped", 0) > 0 && t.contains("timeline") && t["timeline"].is_array())
+    kernels << "; timeline shows the first " << t["timeline"].size() << " activities";
+  kernels << "</p>" << timeline_svg(t) << kernel_table_html(pass, t);
+  return kernels.str();
+}
+
+/// One report row's kernel trace `kt` (extra.kernel_trace) under `label`: a line
+/// with the reason when the row was not traced ("unavailable"), else a collapsible
+/// block whose summary counts activities and device time per pass and whose body
+/// is kernel_pass_html() for fwd and bwd. `traced` counts the rows traced.
+std::string kernel_trace_html(const std::string& label, const json& kt, int& traced) {
+  std::ostringstream kernels;
+  if (kt.contains("unavailable")) {
+    kernels << "<p class=\"subtitle\">" << escape_html(label) << ": not traced ("
+            << escape_html(str(kt, "unavailable")) << ")</p>";
+    return kernels.str();
+  }
+  ++traced;
+  kernels << "<details class=\"kernels\"><summary>" << escape_html(label);
+  for (const char* pass : {"fwd", "bwd"})
+    if (kt.contains(pass) && kt[pass].is_object() && !kt[pass].contains("error"))
+      kernels << " &middot; " << pass << ": " << fmt("%.0f", num(kt[pass], "activities", 0)) << " activities, "
+              << fmt("%.1f", num(kt[pass], "device_us", 0)) << " us on the device";
+  kernels << "</summary>";
+  for (const char* pass : {"fwd", "bwd"})
+    if (kt.contains(pass) && kt[pass].is_object()) kernels << kernel_pass_html(pass, kt[pass]);
+  kernels << "</details>";
+  return kernels.str();
+}
+
+/// {{KERNELS}}: the Kernels section (attnbench run --kernel-trace), a heading and
+/// kernel_trace_html() for each row of `results` with an extra.kernel_trace object;
+/// "" when no row has one.
+std::string kernels_html(const json& results) {
+  std::string kernels;
   int traced = 0;
   for (const auto& r : results) {
     if (!r.contains("extra") || !r["extra"].is_object() || !r["extra"].contains("kernel_trace")) continue;
     const json& kt = r["extra"]["kernel_trace"];
     if (!kt.is_object()) continue;
-    const std::string label = str(r, "case_id") + " | " + str(r, "backend");
-    if (kt.contains("unavailable")) {
-      kernels << "<p class=\"subtitle\">" << escape_html(label) << ": not traced ("
-              << escape_html(str(kt, "unavailable")) << ")</p>";
-      continue;
-    }
-    ++traced;
-    kernels << "<details class=\"kernels\"><summary>" << escape_html(label);
-    for (const char* pass : {"fwd", "bwd"})
-      if (kt.contains(pass) && kt[pass].is_object() && !kt[pass].contains("error"))
-        kernels << " &middot; " << pass << ": " << fmt("%.0f", num(kt[pass], "activities", 0)) << " activities, "
-                << fmt("%.1f", num(kt[pass], "device_us", 0)) << " us on the device";
-    kernels << "</summary>";
-    for (const char* pass : {"fwd", "bwd"}) {
-      if (!kt.contains(pass) || !kt[pass].is_object()) continue;
-      const json& t = kt[pass];
-      if (t.contains("error")) {
-        kernels << "<p>" << pass << ": " << escape_html(str(t, "error")) << "</p>";
-        continue;
-      }
-      kernels << "<p class=\"subtitle\">" << pass << ": span " << fmt("%.1f", num(t, "span_us", 0)) << " us, busy "
-              << fmt("%.1f", num(t, "busy_us", 0)) << " us, activities summed " << fmt("%.1f", num(t, "device_us", 0))
-              << " us over " << fmt("%.0f", num(t, "streams", 0)) << " stream(s)";
-      if (num(t, "timeline_dropped", 0) > 0 && t.contains("timeline") && t["timeline"].is_array())
-        kernels << "; timeline shows the first " << t["timeline"].size() << " activities";
-      kernels << "</p>" << timeline_svg(t);
-      kernels << "<table class=\"kernel-table\"><thead><tr><th>" << pass
-              << "</th><th>kernel</th><th>calls</th><th>total us</th><th>share</th><th>grid</th><th>CTAs</th>"
-                 "<th>regs</th><th>smem bytes</th></tr></thead><tbody>";
-      const json list = t.contains("kernels") && t["kernels"].is_array() ? t["kernels"] : json::array();
-      int64_t group = -1;
-      for (const auto& k : list) {
-        ++group;
-        if (!k.is_object()) continue;
-        const bool is_kernel = str(k, "kind") == "kernel";
-        std::string grid;
-        if (is_kernel && k.contains("grid") && k["grid"].is_array())
-          for (const auto& g : k["grid"]) grid += (grid.empty() ? "" : " x ") + fmt("%.0f", g.is_number() ? g.get<double>() : 0.0);
-        kernels << "<tr><td>" << escape_html(str(k, "kind")) << "</td><td class=\"kname\"><span style=\"display:inline-block;"
-                   "width:9px;height:9px;margin-right:4px;background:"
-                << kernel_colour(group) << "\"></span>" << escape_html(str(k, "name"))
-                << "</td>" << cell_num(k.value("calls", json()), "%.0f") << cell_num(k.value("total_us", json()), "%.1f")
-                << cell_num(k.contains("share") && k["share"].is_number() ? json(100.0 * k["share"].get<double>()) : json(),
-                            "%.1f%%")
-                << "<td>" << escape_html(is_kernel ? grid : fmt("%.0f bytes", num(k, "bytes", 0))) << "</td>"
-                << cell_num(k.value("ctas", json()), "%.0f") << cell_num(k.value("registers", json()), "%.0f")
-                << cell_num(k.value("shared_bytes", json()), "%.0f") << "</tr>";
-      }
-      kernels << "</tbody></table>";
-    }
-    kernels << "</details>";
+    kernels += kernel_trace_html(str(r, "case_id") + " | " + str(r, "backend"), kt, traced);
   }
-  std::string kernels_html;
-  if (!kernels.str().empty())
-    kernels_html = "<h2 id=\"kernels-heading\">Kernels</h2><p class=\"subtitle\">One untimed forward and backward per "
-                   "row traced with CUPTI (<code>attnbench run --kernel-trace</code>): every kernel, memset and copy "
-                   "the pass launched in this process, largest device time first; " +
-                   std::to_string(traced) + " rows traced.</p>" + kernels.str();
+  if (kernels.empty()) return "";
+  return "<h2 id=\"kernels-heading\">Kernels</h2><p class=\"subtitle\">One untimed forward and backward per "
+         "row traced with CUPTI (<code>attnbench run --kernel-trace</code>): every kernel, memset and copy "
+         "the pass launched in this process, largest device time first; " +
+         std::to_string(traced) + " rows traced.</p>" + kernels;
+}
 
-  // ---- charts: Vega-Lite specs with inline data; only charts that have data
-  json charts = json::array();
-  auto add_chart = [&](const std::string& name, const std::string& heading, json spec) {
-    spec["$schema"] = "https://vega.github.io/schema/vega-lite/v6.json";
-    charts.push_back({{"name", name}, {"title", heading}, {"spec", spec}});
-  };
-  {
-    json pts = json::array();
-    for (const auto& r : rows)
-      for (const char* pass : {"fwd", "fwd_bwd"}) {
-        const auto& t = r[std::string("useful_tflops_") + pass];
-        if (!t.is_number() || !r["seq_q"].is_number()) continue;
-        pts.push_back({{"backend", r["backend"]}, {"mask", r["mask"]}, {"seq_q", r["seq_q"]}, {"tflops", t},
-                       {"pass", pass}, {"config", r["config"]}, {"case_id", r["case_id"]}});
-      }
-    json seqs = json::array();  // axis ticks at the measured lengths only
-    for (const auto& p : pts)
-      if (std::find(seqs.begin(), seqs.end(), p["seq_q"]) == seqs.end()) seqs.push_back(p["seq_q"]);
-    if (!pts.empty())
-      add_chart("throughput_vs_seq", "Useful TFLOP/s against sequence length, per backend and mask",
-                {{"data", {{"values", pts}}},
-                 {"facet", {{"row", {{"field", "pass"}, {"type", "nominal"}, {"title", "pass"}}},
-                            {"column", {{"field", "mask"}, {"type", "nominal"}, {"title", "mask"}}}}},
-                 {"spec",
-                  {{"width", 260},
-                   {"height", 180},
-                   {"mark", {{"type", "line"}, {"point", true}}},
-                   {"encoding",
-                    {{"x", {{"field", "seq_q"}, {"type", "quantitative"}, {"scale", {{"type", "log"}, {"base", 2}}},
-                            {"axis", {{"values", seqs}, {"format", "d"}, {"labelAngle", 0}}},
-                            {"title", "sequence length (Sq)"}}},
-                     {"y", {{"field", "tflops"}, {"type", "quantitative"}, {"title", "useful TFLOP/s"}}},
-                     {"color", {{"field", "backend"}, {"type", "nominal"}}},
-                     {"detail", {{"field", "config"}, {"type", "nominal"}}},
-                     {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}},
-                                              {{"field", "tflops"}, {"format", ".1f"}}, {{"field", "config"}}})}}}}},
-                 {"resolve", {{"scale", {{"y", "independent"}}}}}});
-  }
-  {
-    json bars = json::array();
-    for (const auto& r : rows) {
-      if (!r["fwd_ms"].is_number() || !r["bwd_ms"].is_number()) continue;
-      const std::string label = r["case_id"].get<std::string>() + " | " + r["backend"].get<std::string>();
-      bars.push_back({{"row", label}, {"part", "forward"}, {"ms", r["fwd_ms"]}, {"order", 0}});
-      bars.push_back({{"row", label}, {"part", "backward"}, {"ms", r["bwd_ms"]}, {"order", 1}});
+// ---- charts: Vega-Lite specs with inline data; each builder returns null when
+// its chart has no data.
+
+/// A chart entry {name, title, spec} of the page's chart list, with the
+/// Vega-Lite v6 schema set in `spec`.
+json chart_entry(const std::string& name, const std::string& heading, json spec) {
+  spec["$schema"] = "https://vega.github.io/schema/vega-lite/v6.json";
+  return {{"name", name}, {"title", heading}, {"spec", spec}};
+}
+
+/// Useful TFLOP/s (fwd and fwd+bwd) against Sq, one line per backend and config,
+/// faceted by pass and mask, on a log2 axis ticked at the measured lengths only.
+json throughput_chart(const json& rows) {
+  json pts = json::array();
+  for (const auto& r : rows)
+    for (const char* pass : {"fwd", "fwd_bwd"}) {
+      const auto& t = r[std::string("useful_tflops_") + pass];
+      if (!t.is_number() || !r["seq_q"].is_number()) continue;
+      pts.push_back({{"backend", r["backend"]}, {"mask", r["mask"]}, {"seq_q", r["seq_q"]}, {"tflops", t},
+                     {"pass", pass}, {"config", r["config"]}, {"case_id", r["case_id"]}});
     }
-    if (!bars.empty())
-      add_chart("fwd_bwd_split", "Forward and backward time (medians, ms)",
-                {{"data", {{"values", bars}}},
-                 {"width", 520},
-                 {"mark", "bar"},
-                 {"encoding",
-                  {{"y", {{"field", "row"}, {"type", "nominal"}, {"title", nullptr}, {"sort", nullptr}}},
-                   {"x", {{"field", "ms"}, {"type", "quantitative"}, {"stack", "zero"}, {"title", "ms"}}},
-                   {"color", {{"field", "part"}, {"type", "nominal"}, {"sort", json::array({"forward", "backward"})}}},
-                   {"order", {{"field", "order"}, {"type", "ordinal"}}},
-                   {"tooltip", json::array({{{"field", "row"}}, {{"field", "part"}}, {{"field", "ms"}, {"format", ".4g"}}})}}}});
-  }
-  {
-    json pts = json::array();
-    for (const auto& r : rows) {
-      if (!r["packing_ratio"].is_number()) continue;
-      const json& t = r["useful_tflops_fwd_bwd"].is_number() ? r["useful_tflops_fwd_bwd"] : r["useful_tflops_fwd"];
-      if (!t.is_number()) continue;
-      pts.push_back({{"backend", r["backend"]}, {"packing_ratio", r["packing_ratio"]}, {"tflops", t},
-                     {"case_id", r["case_id"]}, {"mask", r["mask"]}});
-    }
-    if (!pts.empty())
-      add_chart("packing_vs_throughput", "Packing ratio against useful TFLOP/s (fwd+bwd where timed, else fwd)",
-                {{"data", {{"values", pts}}},
-                 {"width", 420},
-                 {"height", 260},
-                 {"mark", {{"type", "point"}, {"filled", true}, {"size", 60}}},
-                 {"encoding",
-                  {{"x", {{"field", "packing_ratio"}, {"type", "quantitative"}, {"title", "packing ratio (real / padded tokens)"},
-                          {"scale", {{"zero", false}}}}},
-                   {"y", {{"field", "tflops"}, {"type", "quantitative"}, {"title", "useful TFLOP/s"}}},
-                   {"color", {{"field", "backend"}, {"type", "nominal"}}},
-                   {"shape", {{"field", "mask"}, {"type", "nominal"}}},
-                   {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}},
-                                            {{"field", "packing_ratio"}, {"format", ".3f"}},
-                                            {{"field", "tflops"}, {"format", ".1f"}}})}}}});
-  }
-  {
-    json pts = json::array();
-    for (const auto& r : rows)
-      for (const auto& t : r["tensors"])
-        pts.push_back({{"backend", r["backend"]}, {"tensor", t["tensor"]}, {"ratio", t["ratio"]}, {"pass", t["pass"]},
-                       {"case_id", r["case_id"]}});
-    if (!pts.empty()) {
-      const json order = json::array({"O", "LSE", "dQ", "dK", "dV", "dBias"});
-      add_chart("error_ratios", "Error ratio e / max(e_lp, ulp) per tensor (rule: r = 2 for O and LSE, 3 for gradients)",
-                {{"width", 420},
-                 {"height", 260},
-                 {"layer",
-                  json::array(
-                      {{{"data", {{"values", pts}}},
-                        {"mark", {{"type", "point"}, {"filled", true}, {"size", 50}}},
+  json seqs = json::array();  // axis ticks at the measured lengths only
+  for (const auto& p : pts)
+    if (std::find(seqs.begin(), seqs.end(), p["seq_q"]) == seqs.end()) seqs.push_back(p["seq_q"]);
+  if (pts.empty()) return nullptr;
+  return chart_entry("throughput_vs_seq", "Useful TFLOP/s against sequence length, per backend and mask",
+                     {{"data", {{"values", pts}}},
+                      {"facet", {{"row", {{"field", "pass"}, {"type", "nominal"}, {"title", "pass"}}},
+                                 {"column", {{"field", "mask"}, {"type", "nominal"}, {"title", "mask"}}}}},
+                      {"spec",
+                       {{"width", 260},
+                        {"height", 180},
+                        {"mark", {{"type", "line"}, {"point", true}}},
                         {"encoding",
-                         {{"x", {{"field", "tensor"}, {"type", "nominal"}, {"sort", order}, {"title", "tensor"}}},
-                          {"xOffset", {{"field", "backend"}, {"type", "nominal"}}},
-                          {"y", {{"field", "ratio"}, {"type", "quantitative"}, {"title", "error ratio"}}},
+                         {{"x", {{"field", "seq_q"}, {"type", "quantitative"}, {"scale", {{"type", "log"}, {"base", 2}}},
+                                 {"axis", {{"values", seqs}, {"format", "d"}, {"labelAngle", 0}}},
+                                 {"title", "sequence length (Sq)"}}},
+                          {"y", {{"field", "tflops"}, {"type", "quantitative"}, {"title", "useful TFLOP/s"}}},
                           {"color", {{"field", "backend"}, {"type", "nominal"}}},
-                          {"shape", {{"field", "pass"}, {"type", "nominal"}, {"title", "tensor passed"}}},
-                          {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}}, {{"field", "tensor"}},
-                                                   {{"field", "ratio"}, {"format", ".3g"}}})}}}},
-                       {{"data", {{"values", json::array({{{"y", 2}, {"label", "r = 2"}}, {{"y", 3}, {"label", "r = 3"}}})}}},
-                        {"mark", {{"type", "rule"}, {"strokeDash", json::array({4, 4})}, {"color", "#888"}}},
-                        {"encoding", {{"y", {{"field", "y"}, {"type", "quantitative"}}}}}}})}});
-    }
-  }
+                          {"detail", {{"field", "config"}, {"type", "nominal"}}},
+                          {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}},
+                                                   {{"field", "tflops"}, {"format", ".1f"}}, {{"field", "config"}}})}}}}},
+                      {"resolve", {{"scale", {{"y", "independent"}}}}}});
+}
 
-  std::string charts_html;
-  std::string bundles;
+/// Forward and backward medians (ms) stacked per row that timed both passes.
+json fwd_bwd_split_chart(const json& rows) {
+  json bars = json::array();
+  for (const auto& r : rows) {
+    if (!r["fwd_ms"].is_number() || !r["bwd_ms"].is_number()) continue;
+    const std::string label = r["case_id"].get<std::string>() + " | " + r["backend"].get<std::string>();
+    bars.push_back({{"row", label}, {"part", "forward"}, {"ms", r["fwd_ms"]}, {"order", 0}});
+    bars.push_back({{"row", label}, {"part", "backward"}, {"ms", r["bwd_ms"]}, {"order", 1}});
+  }
+  if (bars.empty()) return nullptr;
+  return chart_entry("fwd_bwd_split", "Forward and backward time (medians, ms)",
+                     {{"data", {{"values", bars}}},
+                      {"width", 520},
+                      {"mark", "bar"},
+                      {"encoding",
+                       {{"y", {{"field", "row"}, {"type", "nominal"}, {"title", nullptr}, {"sort", nullptr}}},
+                        {"x", {{"field", "ms"}, {"type", "quantitative"}, {"stack", "zero"}, {"title", "ms"}}},
+                        {"color", {{"field", "part"}, {"type", "nominal"}, {"sort", json::array({"forward", "backward"})}}},
+                        {"order", {{"field", "order"}, {"type", "ordinal"}}},
+                        {"tooltip", json::array({{{"field", "row"}}, {{"field", "part"}}, {{"field", "ms"}, {"format", ".4g"}}})}}}});
+}
+
+/// Packing ratio (real / padded tokens) against useful TFLOP/s, fwd+bwd where
+/// timed else fwd, for the rows of packed cases.
+json packing_chart(const json& rows) {
+  json pts = json::array();
+  for (const auto& r : rows) {
+    if (!r["packing_ratio"].is_number()) continue;
+    const json& t = r["useful_tflops_fwd_bwd"].is_number() ? r["useful_tflops_fwd_bwd"] : r["useful_tflops_fwd"];
+    if (!t.is_number()) continue;
+    pts.push_back({{"backend", r["backend"]}, {"packing_ratio", r["packing_ratio"]}, {"tflops", t},
+                   {"case_id", r["case_id"]}, {"mask", r["mask"]}});
+  }
+  if (pts.empty()) return nullptr;
+  return chart_entry("packing_vs_throughput", "Packing ratio against useful TFLOP/s (fwd+bwd where timed, else fwd)",
+                     {{"data", {{"values", pts}}},
+                      {"width", 420},
+                      {"height", 260},
+                      {"mark", {{"type", "point"}, {"filled", true}, {"size", 60}}},
+                      {"encoding",
+                       {{"x", {{"field", "packing_ratio"}, {"type", "quantitative"}, {"title", "packing ratio (real / padded tokens)"},
+                               {"scale", {{"zero", false}}}}},
+                        {"y", {{"field", "tflops"}, {"type", "quantitative"}, {"title", "useful TFLOP/s"}}},
+                        {"color", {{"field", "backend"}, {"type", "nominal"}}},
+                        {"shape", {{"field", "mask"}, {"type", "nominal"}}},
+                        {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}},
+                                                 {{"field", "packing_ratio"}, {"format", ".3f"}},
+                                                 {{"field", "tflops"}, {"format", ".1f"}}})}}}});
+}
+
+/// Error ratio e / max(e_lp, ulp) per checked tensor and backend, with rules at
+/// the correctness rule's r = 2 (O, LSE) and r = 3 (gradients).
+json error_ratio_chart(const json& rows) {
+  json pts = json::array();
+  for (const auto& r : rows)
+    for (const auto& t : r["tensors"])
+      pts.push_back({{"backend", r["backend"]}, {"tensor", t["tensor"]}, {"ratio", t["ratio"]}, {"pass", t["pass"]},
+                     {"case_id", r["case_id"]}});
+  if (pts.empty()) return nullptr;
+  const json order = json::array({"O", "LSE", "dQ", "dK", "dV", "dBias"});
+  return chart_entry(
+      "error_ratios", "Error ratio e / max(e_lp, ulp) per tensor (rule: r = 2 for O and LSE, 3 for gradients)",
+      {{"width", 420},
+       {"height", 260},
+       {"layer",
+        json::array(
+            {{{"data", {{"values", pts}}},
+              {"mark", {{"type", "point"}, {"filled", true}, {"size", 50}}},
+              {"encoding",
+               {{"x", {{"field", "tensor"}, {"type", "nominal"}, {"sort", order}, {"title", "tensor"}}},
+                {"xOffset", {{"field", "backend"}, {"type", "nominal"}}},
+                {"y", {{"field", "ratio"}, {"type", "quantitative"}, {"title", "error ratio"}}},
+                {"color", {{"field", "backend"}, {"type", "nominal"}}},
+                {"shape", {{"field", "pass"}, {"type", "nominal"}, {"title", "tensor passed"}}},
+                {"tooltip", json::array({{{"field", "case_id"}}, {{"field", "backend"}}, {{"field", "tensor"}},
+                                         {{"field", "ratio"}, {"format", ".3g"}}})}}}},
+             {{"data", {{"values", json::array({{{"y", 2}, {"label", "r = 2"}}, {{"y", 3}, {"label", "r = 3"}}})}}},
+              {"mark", {{"type", "rule"}, {"strokeDash", json::array({4, 4})}, {"color", "#888"}}},
+              {"encoding", {{"y", {{"field", "y"}, {"type", "quantitative"}}}}}}})}});
+}
+
+/// The page's charts, in page order, leaving out those without data.
+json chart_specs(const json& rows) {
+  json charts = json::array();
+  for (json c : {throughput_chart(rows), fwd_bwd_split_chart(rows), packing_chart(rows), error_ratio_chart(rows)})
+    if (!c.is_null()) charts.push_back(std::move(c));
+  return charts;
+}
+
+/// What the chart section puts into the page.
+struct ChartSection {
+  std::string html;     ///< {{CHARTS}}: a box per chart, or a notice saying why there are none
+  std::string bundles;  ///< {{BUNDLES}}: the inlined Vega, Vega-Lite and vega-embed scripts, or ""
+  json specs;           ///< {{CHART_SPECS}}: the chart list the page script draws ([] without bundles)
+};
+
+/// The chart section for `charts` (chart_specs()): the bundles come from
+/// options.node_modules or find_chart_assets(); without them (or with
+/// inline_charts false) a notice says how to get them and no chart is kept.
+/// Throws std::runtime_error when a bundle that exists cannot be read.
+ChartSection chart_section(json charts, const HtmlOptions& opt) {
+  ChartSection out;
   std::string why;
   const std::string assets = !opt.inline_charts ? std::string()
                              : !opt.node_modules.empty() ? opt.node_modules
@@ -695,28 +791,34 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
   }
   const bool have_assets = opt.inline_charts && !assets.empty() && why.empty();
   if (charts.empty()) {
-    charts_html = "<p class=\"notice\">No chart has data: no row was timed.</p>";
+    out.html = "<p class=\"notice\">No chart has data: no row was timed.</p>";
   } else if (!have_assets) {
-    charts_html = "<p class=\"notice\" id=\"charts-missing\">The charts need the Vega bundles: run <code>npm ci</code> in "
-                  "<code>reports/</code> (or <code>ci/install_browser.sh</code>) and render the report again" +
-                  (why.empty() ? std::string() : " (" + escape_html(why) + ")") + ".</p>";
+    out.html = "<p class=\"notice\" id=\"charts-missing\">The charts need the Vega bundles: run <code>npm ci</code> in "
+               "<code>reports/</code> (or <code>ci/install_browser.sh</code>) and render the report again" +
+               (why.empty() ? std::string() : " (" + escape_html(why) + ")") + ".</p>";
     charts = json::array();
   } else {
     for (size_t i = 0; i < charts.size(); ++i)
-      charts_html += "<section class=\"chart-box\"><h3>" + escape_html(charts[i]["title"].get<std::string>()) +
-                     "</h3><div class=\"chart\" id=\"chart-" + std::to_string(i) + "\" data-chart=\"" +
-                     escape_html(charts[i]["name"].get<std::string>()) + "\"></div></section>";
+      out.html += "<section class=\"chart-box\"><h3>" + escape_html(charts[i]["title"].get<std::string>()) +
+                  "</h3><div class=\"chart\" id=\"chart-" + std::to_string(i) + "\" data-chart=\"" +
+                  escape_html(charts[i]["name"].get<std::string>()) + "\"></div></section>";
     for (const char* b : kBundles)
-      bundles += "<script>" + script_safe(read_file((std::filesystem::path(assets) / b).string())) + "</script>\n";
+      out.bundles += "<script>" + script_safe(read_file((std::filesystem::path(assets) / b).string())) + "</script>\n";
   }
+  out.specs = std::move(charts);
+  return out;
+}
 
-  // ---- environment
+/// {{ENVIRONMENT}}: key/value tables of the run (command, git revision, times,
+/// scenario, merged_from), the measured ceilings, the measurement policy (when
+/// stored) and the environment.
+std::string environment_html(const json& report) {
   std::ostringstream envs;
   json run = {{"command", report.value("command", json())},
               {"git_revision", report.value("git_revision", json())},
               {"started", report.value("started", json())},
               {"finished", report.value("finished", json())},
-              {"scenario", scenario}};
+              {"scenario", report.value("scenario", json::object())}};
   if (report.contains("merged_from")) run["merged_from"] = report["merged_from"];
   envs << "<h3>Run</h3>" << kv_table(run);
   envs << "<h3>Ceilings</h3>"
@@ -724,7 +826,12 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
                                                                          : "<p>not measured</p>");
   if (report.contains("measurement")) envs << "<h3>Measurement policy</h3>" << kv_table(report["measurement"]);
   envs << "<h3>Environment</h3>" << kv_table(report.value("environment", json::object()));
+  return envs.str();
+}
 
+/// {{SUBTITLE}} (markup): GPU name, git revision, start time, the source file
+/// when given, and a warning when the run did not finish (partial report).
+std::string subtitle_html(const json& report, const HtmlOptions& opt) {
   const json environment = report.value("environment", json::object());
   const json gpu = environment.value("gpu", json::object());
   // each part escaped; the separators are ours
@@ -734,25 +841,45 @@ std::string render_report(const json& report, const HtmlOptions& opt) {
   if (!opt.source_file.empty()) subtitle += " &middot; " + escape_html(opt.source_file);
   if (!report.contains("finished") || report["finished"].is_null())
     subtitle += " &middot; <b>run not finished (partial report)</b>";
+  return subtitle;
+}
 
+/// {{CEILINGS}} (plain text, escaped by the caller): the measured bf16 GEMM rate
+/// (TFLOP/s) and copy bandwidth (GB/s), or a line saying they were not measured.
+std::string ceiling_line(const json& report) {
   const json ceil = report.value("ceilings", json());
-  std::string ceiling_line = "Ceilings not measured: fractions of peak are blank.";
   if (ceil.is_object() && ceil.value("measured", false))
-    ceiling_line = "Measured ceilings: bf16 GEMM " + fmt("%.0f", num(ceil, "gemm_bf16_tflops", 0)) +
-                   " TFLOP/s, device copy " + fmt("%.0f", num(ceil, "copy_gbps", 0)) + " GB/s.";
+    return "Measured ceilings: bf16 GEMM " + fmt("%.0f", num(ceil, "gemm_bf16_tflops", 0)) +
+           " TFLOP/s, device copy " + fmt("%.0f", num(ceil, "copy_gbps", 0)) + " GB/s.";
+  return "Ceilings not measured: fractions of peak are blank.";
+}
 
+}  // namespace
+
+std::string render_report(const json& report, const HtmlOptions& opt) {
+  const json& results = report.at("results");
+  check_baseline(results, opt.baseline_backend);
+  const json rows = derive_rows(report, opt.baseline_backend);
+  const json scenario = report.value("scenario", json::object());
+  const std::string title =
+      !opt.title.empty() ? opt.title : "attnbench report: " + str(scenario, "name", "unnamed scenario");
+  const std::string summary = summary_counts_html(rows);
+  const std::string table = summary_table_html(rows, opt.baseline_backend);
+  const std::string cases = cases_html(results);
+  const std::string kernels = kernels_html(results);
+  const ChartSection charts = chart_section(chart_specs(rows), opt);
   return fill(kReportTemplate,
               {{"TITLE", escape_html(title)},
-               {"SUBTITLE", subtitle},
-               {"SUMMARY", summary.str()},
-               {"CEILINGS", escape_html(ceiling_line)},
-               {"TABLE", table.str()},
-               {"CASES", cases.str()},
-               {"KERNELS", kernels_html},
-               {"CHARTS", charts_html},
-               {"ENVIRONMENT", envs.str()},
-               {"CHART_SPECS", json_for_script(charts)},
-               {"BUNDLES", bundles}});
+               {"SUBTITLE", subtitle_html(report, opt)},
+               {"SUMMARY", summary},
+               {"CEILINGS", escape_html(ceiling_line(report))},
+               {"TABLE", table},
+               {"CASES", cases},
+               {"KERNELS", kernels},
+               {"CHARTS", charts.html},
+               {"ENVIRONMENT", environment_html(report)},
+               {"CHART_SPECS", json_for_script(charts.specs)},
+               {"BUNDLES", charts.bundles}});
 }
 
 }  // namespace attnbench::html

@@ -380,3 +380,38 @@ TEST_CASE("fail rows say which failure class; unchecked rows are counted apart")
   CHECK(count(page, ">fully masked rows only</span>") == 1);
   CHECK(count(page, ">wrong numbers</span>") == 1);
 }
+
+TEST_CASE("the page head, ceiling line, environment tables and the notice when no chart has data") {
+  json doc = load_report(kBaseline);
+  html::HtmlOptions o;
+  o.node_modules = scratch("no_modules_head").string();
+  o.source_file = "runs/<a>.json";
+  std::string page = html::render_report(doc, o);
+  CHECK(page.find("GPU: NVIDIA H100 80GB HBM3 &middot; git example &middot; started 2026-03-02T10:00:00Z "
+                  "&middot; runs/&lt;a&gt;.json") != std::string::npos);
+  CHECK(page.find("run not finished") == std::string::npos);
+  CHECK(page.find("Measured ceilings: bf16 GEMM 745 TFLOP/s, device copy 2980 GB/s.") != std::string::npos);
+  CHECK(page.find("<h3>Run</h3>") != std::string::npos);
+  CHECK(page.find("<tr><th>git_revision</th><td>example</td></tr>") != std::string::npos);
+  CHECK(page.find("<h3>Ceilings</h3><table class=\"kv\"><tbody><tr><th>copy_d2d.how</th>") != std::string::npos);
+  CHECK(page.find("merged_from") == std::string::npos);
+  CHECK(page.find("No chart has data") == std::string::npos);
+
+  // A partial, merged run without ceilings, timings (so no rates) or checked tensors.
+  doc.erase("finished");
+  doc.erase("ceilings");
+  doc["merged_from"] = json::array({{{"file", "s<0>.json"}, {"rows", 4}}});
+  for (auto& r : doc["results"]) {
+    r.erase("timing");
+    r.erase("derived");  // load_report() derived the rates from the timings
+    if (r.contains("check") && r["check"].is_object()) r["check"].erase("tensors");
+  }
+  page = html::render_report(doc, o);
+  CHECK(page.find("&middot; <b>run not finished (partial report)</b>") != std::string::npos);
+  CHECK(page.find("Ceilings not measured: fractions of peak are blank.") != std::string::npos);
+  CHECK(page.find("<h3>Ceilings</h3><p>not measured</p>") != std::string::npos);
+  CHECK(page.find("<tr><th>merged_from[0].file</th><td>s&lt;0&gt;.json</td></tr>") != std::string::npos);
+  CHECK(page.find("<p class=\"notice\">No chart has data: no row was timed.</p>") != std::string::npos);
+  CHECK(page.find("id=\"charts-missing\"") == std::string::npos);
+  CHECK(chart_json_of(page) == "[]");
+}
