@@ -21,7 +21,7 @@ if [[ -n "${CUDNN_ROOT:-}" ]]; then export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   ${CUDNN_ROOT:+-DCUDNN_ROOT=$CUDNN_ROOT} >"$OUT/configure.log" 2>&1 || { tail -n 30 "$OUT/configure.log"; exit 2; }
 log "build"
-cmake --build "$BUILD" -j "$(nproc)" --target attnbench gpu_test_flash gpu_test_varlen gpu_test_flex >"$OUT/build.log" 2>&1 ||
+cmake --build "$BUILD" -j "$(nproc)" --target attnbench gpu_test_flash gpu_test_varlen gpu_test_flex gpu_probe_wgmma >"$OUT/build.log" 2>&1 ||
   { grep -E "error" "$OUT/build.log" | head -n 30; exit 2; }
 log "build done"
 obj=$(find "$BUILD" -name 'attn_hdim128.cu.o' | head -n 1)
@@ -32,10 +32,7 @@ status=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     test)
-      if [[ -f tests/gpu/probe_wgmma.cu ]]; then
-        nvcc -std=c++20 -I. -gencode=arch=compute_90a,code=sm_90a tests/gpu/probe_wgmma.cu -o "$BUILD/probe_wgmma" \
-          >"$OUT/probe.log" 2>&1 && "$BUILD/probe_wgmma" | tail -n 5 || status=1
-      fi
+      "$BUILD/tests/gpu_probe_wgmma" | tail -n 5 || status=1
       for s in flash varlen flex; do
         log "gpu_test_$s"
         timeout 300 "$BUILD/tests/gpu_test_$s" ${TEST_ARGS:-} >"$OUT/test_$s.log" 2>&1 || status=1

@@ -614,22 +614,14 @@ __device__ __forceinline__ void dq_ds(const AttnParams& p, const SeqInfo& si, in
       }
     return;
   }
-  // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
-  uint32_t bits = ~0u;
-  if constexpr (kFlex) {
-    if (!full && mask_needs_pairs(p.mask))
-      bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
-        *i = row_t[k / (2 * kNt)];
-        *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
-      });
-  }
+  const RowPairBits<kFlex, kNt> pairs(p, si, b, full, n0, qd, row_t[0], row_t[1]);  // documents / block_sparse
 #pragma unroll
   for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
       const float x = s[nt].c[e];
-      const bool ok = full || (rb[r].allows(j) && ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u));
+      const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
       const float pe = ok ? fast_exp2(mod.template apply<kFlex>(x, row_t[r], j) - lse2[r]) : 0.f;
       dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * mod.grad(x);
     }

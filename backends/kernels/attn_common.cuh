@@ -243,4 +243,33 @@ __device__ __forceinline__ uint32_t flex_mask_bits(const AttnParams& p, const Se
   return bits;
 }
 
+/// The flex pair mask of one thread's share of a partial query-row tile (its
+/// rows row0 / row1 against keys n0 + 8 nt + 2 qd + c of kNt n-tiles, the m16n8
+/// accumulator layout of the forward and dQ kernels): bit r * 2 kNt + 2 nt + c.
+/// Off the flex path, on full tiles and for interval masks every pair is
+/// allowed (the row interval RowBounds decides).
+template <bool kFlex, int kNt>
+struct RowPairBits {
+  static_assert(!kFlex || kNt <= 8, "flex: one 32-bit word of mask bits per thread (4 kNt pairs)");
+  uint32_t bits = ~0u;
+
+  __device__ __forceinline__ RowPairBits(const AttnParams& p, const SeqInfo& si, int b, bool full, int n0, int qd,
+                                         int row0, int row1) {
+    if constexpr (kFlex) {
+      if (!full && mask_needs_pairs(p.mask))
+        bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
+          *i = k / (2 * kNt) ? row1 : row0;
+          *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
+        });
+    }
+  }
+  /// Whether pair (row r, key n0 + 8 nt + 2 qd + c) is allowed.
+  __device__ __forceinline__ bool allows(int r, int nt, int c) const {
+    if constexpr (kFlex)
+      return (bits >> (r * 2 * kNt + 2 * nt + c)) & 1u;
+    else
+      return true;
+  }
+};
+
 }  // namespace attnbench::kernels

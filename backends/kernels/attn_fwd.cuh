@@ -70,23 +70,14 @@ __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo
       }
   } else {
     const RowBounds rb[2] = {RowBounds::of(p.mask, row0, si.lq, si.lk), RowBounds::of(p.mask, row1, si.lq, si.lk)};
-    // flex with documents / block_sparse: bit r * 2 kNt + 2 nt + c for pair (row r, key nt * 8 + 2 qd + c)
-    uint32_t bits = ~0u;
-    static_assert(!kFlex || kNt <= 8, "flex: one 32-bit word of mask bits per thread (4 kNt pairs)");
-    if constexpr (kFlex) {
-      if (!full && mask_needs_pairs(p.mask))
-        bits = flex_mask_bits<4 * kNt>(p, si, b, [&](int k, int* i, int* j) {
-          *i = k / (2 * kNt) ? row1 : row0;
-          *j = n0 + (k % (2 * kNt)) / 2 * 8 + 2 * qd + k % 2;
-        });
-    }
+    const RowPairBits<kFlex, kNt> pairs(p, si, b, full, n0, qd, row0, row1);  // documents / block_sparse
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
         float x = mod.template apply<kFlex>(s[nt].c[e], r ? row1 : row0, j);
-        const bool ok = full || (rb[r].allows(j) && (!kFlex || ((bits >> (r * 2 * kNt + 2 * nt + (e & 1))) & 1u)));
+        const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
         if (!ok) x = -INFINITY;
         s[nt].c[e] = x;
         mx[r] = fmaxf(mx[r], x);

@@ -163,14 +163,6 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
       : "memory");
 #endif
 }
-/// Arrive on `bar` when every cp.async this thread issued so far has landed
-/// (cp.async.mbarrier.arrive.noinc: the arrival counts toward the barrier's
-/// expected count; the thread does not wait).
-__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
-#if ATTNBENCH_SM90A
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-#endif
-}
 /// Named barrier `id` (1..15) over the first `threads` threads of the CTA.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
