@@ -105,7 +105,7 @@ fi
 # ---------------------------------------------------------------- tests
 status=$BUILD_FAILED
 log "GPU tests: ctest -L gpu (log: $OUT/ctest_gpu.log)"
-if ! timeout "$GPU_TEST_LIMIT" ctest --test-dir "$BUILD" -L gpu --output-on-failure >"$OUT/ctest_gpu.log" 2>&1; then
+if ! timeout "$GPU_TEST_LIMIT" ctest --test-dir "$BUILD" -L gpu -j 3 --output-on-failure >"$OUT/ctest_gpu.log" 2>&1; then
   status=1
 fi
 GPU_SUMMARY=$(grep -E "tests passed|tests failed" "$OUT/ctest_gpu.log" | tail -n 1 || true)

@@ -6,8 +6,9 @@
 #
 #   ci/sm90_check.sh [test] [bench SCENARIO CASES_RE BACKENDS]... [table SCENARIO CASES_RE BACKENDS]...
 #
-# bench times the backends with ATTNBENCH_FWD_PATH=sm90 and =sm80; table once
-# with the default path (for comparisons with cudnn and the PyTorch peers).
+# bench times the backends with ATTNBENCH_FWD_PATH=sm90 and =sm80; bwdbench with
+# atomic dQ and ATTNBENCH_BWD_PATH=sm90 and =sm80 (forward on its default path);
+# table once with the default paths (for comparisons with cudnn and the PyTorch peers).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
@@ -46,6 +47,15 @@ while [[ $# -gt 0 ]]; do
         ATTNBENCH_FWD_PATH=$path timeout 300 "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$backends" \
           --check off --no-determinism --max-seconds 0.5 --out "$OUT/bench_$path" >"$OUT/bench_$path.log" 2>&1 || status=1
         python3 ci/timing_table.py "$OUT/bench_$path/report.json" 2>&1 | tail -n 20
+      done ;;
+    bwdbench)
+      scen=$2 cases=$3 backends=$4; shift 4
+      for path in sm90 sm80; do
+        log "bwdbench $scen '$cases' $backends ATTNBENCH_BWD_PATH=$path (atomic dQ)"
+        ATTNBENCH_BWD_PATH=$path ATTNBENCH_FLASH_DETERMINISTIC=0 ATTNBENCH_VARLEN_DETERMINISTIC=0 timeout 300 \
+          "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$backends" --check off --no-determinism \
+          --max-seconds 0.5 --out "$OUT/bwdbench_$path" >"$OUT/bwdbench_$path.log" 2>&1 || status=1
+        python3 ci/timing_table.py "$OUT/bwdbench_$path/report.json" 2>&1 | tail -n 20
       done ;;
     table)  # one run with the default forward path, every backend named, checked off
       scen=$2 cases=$3 backends=$4; shift 4

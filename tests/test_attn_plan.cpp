@@ -165,6 +165,16 @@ TEST_CASE("tile plan: longest work first, executed pairs, packing") {
   CHECK(plan_tiles(m, lens, 8, 4, 4, 128, FwdPath::sm90).tile_keys == 64);
   CHECK(t4.q_items.size() == 8);
   CHECK(t4.q_items.front().start >= t4.q_items.back().start);
+  // The Hopper backward: 128-key dK/dV tiles (two warpgroups of 64 keys).
+  CHECK(t.bwd_tile_keys == kBwdBlockN);
+  const SeqLengths lens300{{300}, {300}, {300}, {300}};
+  const TilePlan tb = plan_tiles(m, lens300, 2, 1, 1, 128, FwdPath::sm90, BwdPath::sm90);
+  CHECK(tb.bwd_tile_keys == 128);
+  REQUIRE(tb.k_items.size() == 3);  // keys 0, 128, 256 (the last tile partial)
+  CHECK(tb.k_items[0].start == 0);  // causal: key tile 0 meets the most query tiles
+  CHECK(tb.k_items[2].start == 256);
+  CHECK(plan_tiles(m, lens300, 2, 1, 1, 128).k_items.size() == 5);  // 64-key tiles on the portable backward
+  CHECK(describe(tb, 2, 2).find("k tiles 128: 6 CTAs") != std::string::npos);
   CHECK_THROWS_AS(plan_tiles(m, lens, 6, 3, 2, 64), std::invalid_argument);
 }
 

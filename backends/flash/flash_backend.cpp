@@ -13,12 +13,13 @@ namespace {
 
 class FlashBackend : public Backend {
  public:
-  FlashBackend() : deterministic_(env_flag("ATTNBENCH_FLASH_DETERMINISTIC", true)) {}
+  FlashBackend() : deterministic_(env_flag("ATTNBENCH_FLASH_DETERMINISTIC", false)) {}
   std::string name() const override { return "flash"; }
   std::string description() const override {
-    return "attnbench's fused FlashAttention-2-style kernels (mma.sync, cp.async; online softmax, dK/dV per key "
-           "tile with the GQA group inside, dQ by a deterministic kernel or, with ATTNBENCH_FLASH_DETERMINISTIC=0, "
-           "float32 atomics); bf16/fp16, D 64/128; causal, window, padding, prefix_lm, softcap, alibi";
+    return "attnbench's fused FlashAttention-style kernels (Hopper: TMA + wgmma warp-specialised forward and "
+           "backward; portable: mma.sync, cp.async; online softmax, dK/dV per key tile with the GQA group inside, "
+           "dQ by float32 atomics or, with ATTNBENCH_FLASH_DETERMINISTIC=1, a deterministic kernel); bf16/fp16, "
+           "D 64/128; causal, window, padding, prefix_lm, softcap, alibi";
   }
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("flash", why); }

@@ -56,6 +56,28 @@ kernels::FwdPath choose_fwd_path(const std::string& backend, int pack, int64_t h
   return kernels::FwdPath::sm90;
 }
 
+/// The dK/dV kernel of a non-flex instance: ATTNBENCH_BWD_PATH = auto (the
+/// default: the Hopper kernel where kernels::fwd_sm90_usable() and dQ is atomic,
+/// as it has no deterministic dQ mode), sm80 or sm90. Throws InputError for
+/// another value and std::invalid_argument (an error row naming why) when sm90
+/// is asked for but cannot run: no sm_90a / compute capability 9.0, or the
+/// deterministic mode.
+kernels::BwdPath choose_bwd_path(const std::string& backend, bool deterministic) {
+  const char* v = std::getenv("ATTNBENCH_BWD_PATH");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto")
+    return !deterministic && kernels::fwd_sm90_usable() ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
+  if (s == "sm80") return kernels::BwdPath::sm80;
+  if (s != "sm90")
+    throw InputError("environment variable ATTNBENCH_BWD_PATH", "", "value '" + s + "' is not auto, sm80 or sm90");
+  std::string why;
+  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(backend + ": ATTNBENCH_BWD_PATH=sm90: " + why);
+  if (deterministic)
+    throw std::invalid_argument(backend + ": ATTNBENCH_BWD_PATH=sm90 has no deterministic dQ mode (dQ is added "
+                                          "with float32 atomics); use the atomic mode or sm80");
+  return kernels::BwdPath::sm90;
+}
+
 /// Device copies of what the flex path reads besides the tensors: the BlockMask
 /// lists, the arrays mask_allowed() reads (document ids, padding lengths), the
 /// learnable bias with its offset table, dBias and its deterministic scratch.
@@ -174,7 +196,7 @@ class FusedInstance final : public BackendInstance {
     }
     kernels::launch_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
                              k_items_.as<const WorkItem>(), static_cast<int>(plan_.k_items.size()), plan_.pack,
-                             opt_.deterministic, static_cast<int64_t>(dq_.count()), stream_.s);
+                             opt_.deterministic, static_cast<int64_t>(dq_.count()), stream_.s, bwd_path_, &bwd_maps_);
   }
   void poison_outputs() override {
     device::poison_nan(o_, p_.dtype, stream_.s);
@@ -215,6 +237,8 @@ class FusedInstance final : public BackendInstance {
   PhysicalLayout lq_, lk_, lv_, lo_;
   kernels::TilePlan plan_;
   kernels::FwdPath fwd_path_ = kernels::FwdPath::sm80;
+  kernels::BwdPath bwd_path_ = kernels::BwdPath::sm80;  // the flex path: always sm80
+  kernels::BwdTensorMaps bwd_maps_{};
   kernels::KvTensorMaps kv_maps_{};  // the Hopper forward's TMA descriptors
   AttnParams params_;
   double setup_ms_ = 0.0;
@@ -315,8 +339,9 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     fwd_path_ = choose_fwd_path(opt.name, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
   } else {
     fwd_path_ = choose_fwd_path(opt.name, pack, p.head_dim);
+    bwd_path_ = choose_bwd_path(opt.name, opt.deterministic);
     plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
-                                static_cast<int>(p.head_dim), fwd_path_);
+                                static_cast<int>(p.head_dim), fwd_path_, bwd_path_);
   }
 
   // Inputs, outputs, workspaces.
@@ -382,6 +407,9 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   if (fwd_path_ == kernels::FwdPath::sm90)
     kv_maps_ = kernels::make_kv_tensor_maps(a, packed_ ? seqs_.cu_k.back() : p.seq_k, packed_ ? 1 : p.batch,
                                             plan_.tile_keys);
+  if (bwd_path_ == kernels::BwdPath::sm90)
+    bwd_maps_ = kernels::make_bwd_tensor_maps(a, packed_ ? seqs_.cu_q.back() : p.seq_q,
+                                              packed_ ? seqs_.cu_k.back() : p.seq_k, packed_ ? 1 : p.batch);
   ATTNBENCH_CHECK(cudaStreamSynchronize(st));
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -439,11 +467,14 @@ nlohmann::json FusedInstance::extra() const {
                             : "not computed";
     return j;
   }
-  j["kernel"] = fwd_path_ == kernels::FwdPath::sm90
-                    ? "attnbench fused: forward on the Hopper path (wgmma m64nNk16, 128-byte swizzled smem, "
-                      "cp.async double buffering; sm_90a), backward on mma.sync m16n8k16 (sm_80 path)"
-                    : "attnbench fused (mma.sync m16n8k16, ldmatrix, cp.async double buffering; sm_80 path)";
-  j["fwd_path"] = fwd_path_ == kernels::FwdPath::sm90 ? "sm90" : "sm80";
+  const bool f90 = fwd_path_ == kernels::FwdPath::sm90, b90 = bwd_path_ == kernels::BwdPath::sm90;
+  j["kernel"] = std::string("attnbench fused: forward on ") +
+                (f90 ? "the Hopper path (TMA, wgmma m64nNk16, producer / consumer warpgroups; sm_90a)"
+                     : "mma.sync m16n8k16 (ldmatrix, cp.async; sm_80 path)") +
+                ", backward on " +
+                (b90 ? "the Hopper path (TMA, wgmma; sm_90a)" : "mma.sync m16n8k16 (sm_80 path)");
+  j["fwd_path"] = f90 ? "sm90" : "sm80";
+  j["bwd_path"] = b90 ? "sm90" : "sm80";
   j["placement"] = packed_ ? (opt_.placement == Placement::documents ? "documents as packed sequences (THD)"
                                                                       : "THD, one sequence per batch row")
                            : std::string(to_string(p_.layout)) + " padded batch";

@@ -82,7 +82,10 @@ bool fwd_sm90_usable(std::string* why) {
 #endif
 }
 
-KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batch, int box_rows) {
+namespace {
+
+/// cuTensorMapEncodeTiled from the driver (once per process).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   using Encode = PFN_cuTensorMapEncodeTiled_v12000;
   static const Encode encode = [] {
     void* fn = nullptr;
@@ -92,31 +95,56 @@ KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batc
       throw device::DeviceError("the driver has no cuTensorMapEncodeTiled (TMA descriptors need CUDA 12 drivers)");
     return reinterpret_cast<Encode>(fn);
   }();
-  auto one = [&](const char* name, const void* base, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
-    CUtensorMap m{};
-    const cuuint64_t e = 2;  // bytes per element
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(rows),
-                                static_cast<cuuint64_t>(p.heads_kv), static_cast<cuuint64_t>(batch)};
-    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride) * e, static_cast<cuuint64_t>(head_stride) * e,
-                                   batch_stride > 0 ? static_cast<cuuint64_t>(batch_stride) * e
-                                                    : static_cast<cuuint64_t>(rows * row_stride) * e};
-    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-    const cuuint32_t unit[4] = {1, 1, 1, 1};
-    const CUresult r = encode(&m, p.dtype == ElemType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                              4, const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-      throw device::DeviceError(std::string("cuTensorMapEncodeTiled rejected ") + name + " [" +
-                                std::to_string(batch) + ", " + std::to_string(p.heads_kv) + ", " +
-                                std::to_string(rows) + ", " + std::to_string(p.head_dim) + "] (CUresult " +
-                                std::to_string(static_cast<int>(r)) + ")");
-    return m;
-  };
+  return encode;
+}
+
+/// One 4-D map (head_dim, rows, heads, batch) of a 16-bit tensor at `base` with
+/// AttnParams-style element strides (batch_stride 0: one batch row), boxes of
+/// 64 x box_rows, 128-byte swizzle, rows past the tensor zero-filled.
+CUtensorMap encode_map(const AttnParams& p, const char* name, const void* base, int64_t rows, int64_t heads,
+                       int64_t batch, int64_t batch_stride, int64_t row_stride, int64_t head_stride, int box_rows) {
+  CUtensorMap m{};
+  const cuuint64_t e = 2;  // bytes per element
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride) * e, static_cast<cuuint64_t>(head_stride) * e,
+                                 batch_stride > 0 ? static_cast<cuuint64_t>(batch_stride) * e
+                                                  : static_cast<cuuint64_t>(rows * row_stride) * e};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &m, p.dtype == ElemType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+      const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw device::DeviceError(std::string("cuTensorMapEncodeTiled rejected ") + name + " [" + std::to_string(batch) +
+                              ", " + std::to_string(heads) + ", " + std::to_string(rows) + ", " +
+                              std::to_string(p.head_dim) + "] (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  return m;
+}
+
+}  // namespace
+
+KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batch, int box_rows) {
   KvTensorMaps maps;
-  maps.k = one("K", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  maps.v = one("V", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  maps.k = encode_map(p, "K", p.k, rows, p.heads_kv, batch, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                      box_rows);
+  maps.v = encode_map(p, "V", p.v, rows, p.heads_kv, batch, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                      box_rows);
+  return maps;
+}
+
+BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch) {
+  BwdTensorMaps maps;
+  constexpr int kKeyBox = bwd_block_n(BwdPath::sm90), kRowBox = 64;
+  maps.k = encode_map(p, "K", p.k, k_rows, p.heads_kv, batch, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                      kKeyBox);
+  maps.v = encode_map(p, "V", p.v, k_rows, p.heads_kv, batch, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                      kKeyBox);
+  maps.q = encode_map(p, "Q", p.q, q_rows, p.heads_q, batch, p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                      kRowBox);
+  maps.dout = encode_map(p, "dO", p.dout, q_rows, p.heads_q, batch, p.o_batch_stride, p.o_row_stride,
+                         p.o_head_stride, kRowBox);
   return maps;
 }
 
@@ -133,14 +161,20 @@ void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items,
 }
 
 void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
-                     int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream) {
+                     int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream, BwdPath path,
+                     const BwdTensorMaps* maps) {
   check_launch(p, pack);
+  if (path == BwdPath::sm90 && (!maps || deterministic))
+    throw std::invalid_argument(deterministic ? "fused attention: the Hopper backward has no deterministic dQ mode"
+                                              : "fused attention: the Hopper backward needs its tensor maps");
+  const BwdTensorMaps* m = path == BwdPath::sm90 ? maps : nullptr;
   switch (p.head_dim) {
     case 64:
-      return launch_backward_hdim<64>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream);
+      return launch_backward_hdim<64>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream,
+                                      m);
     case 128:
       return launch_backward_hdim<128>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel,
-                                       stream);
+                                       stream, m);
     default: throw std::invalid_argument("fused attention: no kernel for head_dim " + std::to_string(p.head_dim));
   }
 }

@@ -45,6 +45,18 @@ struct KvTensorMaps {
 /// missing or rejects the tensor (the message names the tensor and its shape).
 KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batch, int box_rows);
 
+/// TMA descriptors of the Hopper backward (attn_bwd_sm90.cuh): K and V with
+/// kBwdSm90 key-tile boxes (128 rows), Q and dO (O's strides) with 64-row boxes;
+/// same tensor form as KvTensorMaps (Q and dO over heads_q).
+struct BwdTensorMaps {
+  CUtensorMap q, k, v, dout;
+};
+
+/// Encode the backward's maps: q_rows / k_rows positions per (batch, head)
+/// (seq_q / seq_k padded, all tokens in THD), `batch` as make_kv_tensor_maps.
+/// Throws DeviceError like make_kv_tensor_maps.
+BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch);
+
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
                     FwdPath path = FwdPath::sm80, const KvTensorMaps* maps = nullptr);
 
@@ -54,13 +66,17 @@ void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items,
 /// the device query fails.
 bool fwd_sm90_usable(std::string* why = nullptr);
 
-/// Backward: dQ, dK, dV from O, LSE, dO. `k_items` lists key tiles of kBwdBlockN
-/// positions; `q_items` lists query tiles of kDqBlockM / pack positions for the
+/// Backward: dQ, dK, dV from O, LSE, dO. `k_items` lists key tiles of
+/// bwd_block_n(path) positions (the plan's bwd_tile_keys); `q_items` lists query tiles of kDqBlockM / pack positions for the
 /// deterministic dQ kernel (TilePlan::dq_items). `deterministic` = false accumulates dQ with float32 atomics into
 /// p.dq_accum (q_numel floats, Q's strides) and converts; true runs the
 /// deterministic dQ kernel (bitwise reproducible). Asynchronous on `stream`.
+/// `path` BwdPath::sm90 (atomic dQ only, where fwd_sm90_usable()) runs the
+/// Hopper dK/dV/dQ kernel and needs `maps` (make_bwd_tensor_maps); throws
+/// std::invalid_argument when they are missing or `deterministic` is set.
 void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
-                     int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);
+                     int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream,
+                     BwdPath path = BwdPath::sm80, const BwdTensorMaps* maps = nullptr);
 
 /// Flex forward: O and LSE under the BlockMask p.bm (q_block 64 or 128, kv_block
 /// 64 or 128): `q_items` lists one item per query block (start = qb * q_block).
@@ -85,7 +101,8 @@ void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_i
                          FwdPath path, const KvTensorMaps* maps);
 template <int D>
 void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
-                          int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream);
+                          int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream,
+                          const BwdTensorMaps* maps);
 template <int D>
 void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
                               const KvTensorMaps* maps);

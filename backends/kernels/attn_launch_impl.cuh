@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "backends/kernels/attn_bwd.cuh"
+#include "backends/kernels/attn_bwd_sm90.cuh"
 #include "backends/kernels/attn_fwd.cuh"
 #include "backends/kernels/attn_fwd_sm90.cuh"
 #include "backends/kernels/attn_launch.hpp"
@@ -89,6 +90,35 @@ void dsum(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
+/// dQ = scale * accumulator in the element type (atomic dQ mode).
+template <bool Bf16>
+void dq_convert(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
+  if (q_numel <= 0) return;
+  const int64_t vec = (q_numel + 3) / 4;  // grid-stride kernel: any grid covers every element
+  const unsigned blocks = static_cast<unsigned>(vec < 4096 * 256 ? (vec + 255) / 256 : 4096);
+  attn_bwd_dq_convert_kernel<Bf16><<<blocks, 256, 0, st>>>(p.dq_accum, static_cast<uint16_t*>(p.dq), q_numel, p.scale);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+/// The Hopper backward (attn_bwd_sm90.cuh): Dsum, the dK/dV/dQ kernel over key
+/// tiles of kBwdSm90BlockN, the dQ conversion.
+template <int D, bool Bf16>
+void backward_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_numel, const BwdTensorMaps& maps,
+                   cudaStream_t st) {
+  dsum<D, Bf16>(p, q_numel, st);
+  if (q_numel > 0)
+    ATTNBENCH_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(q_numel) * sizeof(float), st));
+  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16>;
+  constexpr size_t smem = bwd_sm90_smem_bytes<D>();
+  allow_smem<kernel>(smem);
+  const int64_t blocks = static_cast<int64_t>(n_k) * p.heads_kv;
+  if (blocks > 0) {
+    kernel<<<static_cast<unsigned>(blocks), kBwdSm90Threads, smem, st>>>(p, k_items, maps);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
+  dq_convert<Bf16>(p, q_numel, st);
+}
+
 template <int D, bool Bf16>
 void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k, int pack,
               bool deterministic, int64_t q_numel, cudaStream_t st) {
@@ -123,13 +153,7 @@ void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkI
     dkdv<<<k_blocks, kWarps * 32, smem, st>>>(p, k_items);
     ATTNBENCH_CHECK(cudaGetLastError());
   }
-  if (q_numel > 0) {
-    const int64_t vec = (q_numel + 3) / 4;  // grid-stride kernel: any grid covers every element
-    const unsigned blocks = static_cast<unsigned>(vec < 4096 * 256 ? (vec + 255) / 256 : 4096);
-    attn_bwd_dq_convert_kernel<Bf16><<<blocks, 256, 0, st>>>(p.dq_accum, static_cast<uint16_t*>(p.dq), q_numel,
-                                                             p.scale);
-    ATTNBENCH_CHECK(cudaGetLastError());
-  }
+  dq_convert<Bf16>(p, q_numel, st);
 }
 
 /// Flex forward: one CTA per (query block, head); 128-row blocks on the wide
@@ -211,7 +235,15 @@ void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_i
 
 template <int D>
 void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
-                          int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream) {
+                          int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream,
+                          const BwdTensorMaps* maps) {
+  if (maps) {
+    if (p.dtype == ElemType::bf16)
+      detail::backward_sm90<D, true>(p, k_items, n_k_items, q_numel, *maps, stream);
+    else
+      detail::backward_sm90<D, false>(p, k_items, n_k_items, q_numel, *maps, stream);
+    return;
+  }
   if (p.dtype == ElemType::bf16)
     detail::backward<D, true>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream);
   else

@@ -142,8 +142,11 @@ constexpr int kFwdBlockMWide = 128;  ///< forward: query rows per CTA without pa
 constexpr int fwd_block_m(int pack) { return pack == 1 ? kFwdBlockMWide : kFwdBlockM; }
 /// Which forward kernel runs: the portable mma.sync kernel (attn_fwd.cuh, sm_80
 /// and up) or the Hopper wgmma kernel (attn_fwd_sm90.cuh, sm_90a builds on
-/// compute capability 9.0). The backward and the flex path are portable only.
+/// compute capability 9.0).
 enum class FwdPath : int32_t { sm80 = 0, sm90 = 1 };
+/// Which dK/dV kernel runs: the portable one (attn_bwd.cuh, both dQ modes) or the
+/// Hopper one (attn_bwd_sm90.cuh: wgmma, TMA; atomic dQ, non-flex).
+enum class BwdPath : int32_t { sm80 = 0, sm90 = 1 };
 constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step
 /// Forward keys per mainloop step. The wide (pack 1) tile at head_dim 128 holds
 /// 2 x 16 rows of O and S per warp and spills 68 bytes per thread (to L1) with 64
@@ -157,8 +160,13 @@ constexpr int fwd_block_n(int /*head_dim*/, int pack, FwdPath path = FwdPath::sm
   return path == FwdPath::sm90 && pack == 1 ? 128 : kFwdBlockN;
 }
 constexpr int kBwdBlockN = 64;   ///< dK/dV: keys per CTA (4 warps)
-/// dK/dV: query rows per inner step (32 at head_dim 128, where 64 spills registers).
-constexpr int bwd_block_m(int head_dim) { return head_dim >= 128 ? 32 : 64; }
+/// dK/dV keys per CTA of a backward path (the Hopper kernel: two warpgroups of 64).
+constexpr int bwd_block_n(BwdPath path) { return path == BwdPath::sm90 ? 128 : kBwdBlockN; }
+/// dK/dV: query rows per inner step (portable: 32 at head_dim 128, where 64
+/// spills registers; Hopper: 64, the wgmma m64 of dQ).
+constexpr int bwd_block_m(int head_dim, BwdPath path = BwdPath::sm80) {
+  return path == BwdPath::sm90 || head_dim < 128 ? 64 : 32;
+}
 constexpr int kDqBlockM = 64;    ///< deterministic dQ: query rows per CTA
 constexpr int kDqBlockN = 64;    ///< deterministic dQ: keys per step
 

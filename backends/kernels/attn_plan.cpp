@@ -26,7 +26,7 @@ std::vector<WorkItem> longest_first(std::vector<WorkItem> items, const std::vect
 }  // namespace
 
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim,
-                    FwdPath path) {
+                    FwdPath path, BwdPath bwd) {
   if (pack < 1 || kFwdWarps % pack != 0 || group % pack != 0)
     throw std::invalid_argument("plan_tiles: pack " + std::to_string(pack) + " must divide " +
                                 std::to_string(kFwdWarps) + " and the GQA group " + std::to_string(group));
@@ -35,6 +35,8 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
   t.tile_rows = fwd_block_m(pack) / pack;
   t.tile_keys = fwd_block_n(head_dim, pack, path);
   t.dq_tile_rows = kDqBlockM / pack;
+  t.bwd_tile_keys = bwd_block_n(bwd);
+  const int bwd_rows = bwd_block_m(head_dim, bwd);
   const size_t n = s.lq.size();
   std::vector<WorkItem> q, dq, k;
   std::vector<int64_t> qc, dqc, kc;
@@ -52,9 +54,9 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
       dq.push_back({static_cast<int32_t>(b), m0});
       dqc.push_back(key_tiles(m, lq, lk, m0, t.dq_tile_rows, kDqBlockN, &first));
     }
-    for (int n0 = 0; n0 < s.store_k[b]; n0 += kBwdBlockN) {
+    for (int n0 = 0; n0 < s.store_k[b]; n0 += t.bwd_tile_keys) {
       k.push_back({static_cast<int32_t>(b), n0});
-      kc.push_back(static_cast<int64_t>(query_tiles(m, lq, lk, n0, kBwdBlockN, bwd_block_m(head_dim), &first)));
+      kc.push_back(static_cast<int64_t>(query_tiles(m, lq, lk, n0, t.bwd_tile_keys, bwd_rows, &first)));
     }
   }
   t.q_items = longest_first(std::move(q), qc);
@@ -221,7 +223,7 @@ HostTensor scatter_tokens(const std::vector<double>& packed, std::vector<int64_t
 std::string describe(const TilePlan& t, int heads_q, int heads_kv) {
   return "q tiles " + std::to_string(t.tile_rows) + "x" + std::to_string(t.tile_keys) + " (pack " +
          std::to_string(t.pack) + "): " + std::to_string(t.q_items.size() * static_cast<size_t>(heads_q / t.pack)) +
-         " CTAs; k tiles " + std::to_string(kBwdBlockN) + ": " +
+         " CTAs; k tiles " + std::to_string(t.bwd_tile_keys) + ": " +
          std::to_string(t.k_items.size() * static_cast<size_t>(heads_kv)) + " CTAs";
 }
 

@@ -32,6 +32,7 @@ struct TilePlan {
   int tile_rows = 0;   ///< query positions per forward tile (fwd_block_m(pack) / pack)
   int tile_keys = 0;   ///< keys per forward mainloop step (fwd_block_n)
   int dq_tile_rows = 0;  ///< query positions per deterministic-dQ tile (kDqBlockM / pack)
+  int bwd_tile_keys = kBwdBlockN;  ///< keys per dK/dV tile (bwd_block_n of the backward path)
   std::vector<WorkItem> q_items;   ///< forward tiles, longest first
   std::vector<WorkItem> dq_items;  ///< deterministic-dQ tiles, longest first
   std::vector<WorkItem> k_items;  ///< dK/dV tiles, longest first
@@ -44,11 +45,13 @@ struct TilePlan {
 /// picks the forward key-tile width, fwd_block_n) with `pack` heads per forward CTA (1, 2 or 4;
 /// must divide kFwdWarps and the GQA group). Query tiles cover [0, store_q) in
 /// steps of fwd_block_m(pack) / pack (kDqBlockM / pack for the dQ kernel); key
-/// tiles cover [0, store_k) in steps of kBwdBlockN, ordered by their query
-/// steps of bwd_block_m(head_dim) rows (the group multiplies every cost alike). Ties keep (sequence, start) order, so the plan is
-/// deterministic. Throws std::invalid_argument on a bad pack.
+/// tiles cover [0, store_k) in steps of bwd_block_n(bwd) (64, or 128 on the
+/// Hopper backward), ordered by their query steps of bwd_block_m(head_dim) rows
+/// (64 on the Hopper backward; the group multiplies every cost alike). Ties keep
+/// (sequence, start) order, so the plan is deterministic. Throws
+/// std::invalid_argument on a bad pack.
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim,
-                    FwdPath path = FwdPath::sm80);
+                    FwdPath path = FwdPath::sm80, BwdPath bwd = BwdPath::sm80);
 
 /// Work lists of the flex path for a BlockMask `bm` (block sizes 64 or 128) of a
 /// padded batch of `batch` rows with heads_q query heads: forward items are the

@@ -9,7 +9,8 @@ from shared-memory descriptors; RS: A from registers), as a macro taking the
 element type ("bf16" / "f16"); the wrappers pick the type at compile time.
 Operands: the N / 2 float accumulators of Acc[N / 8] ("+f"), the A descriptor or
 the four A registers, the B descriptor, scale-d (a predicate from a register) and
-the transpose immediates (PTX ISA, "wgmma.mma_async").
+the transpose immediates (PTX ISA, "wgmma.mma_async"; SS: trans-a and trans-b,
+RS: trans-b, A from registers is always K-major).
 """
 import pathlib
 import re
@@ -26,10 +27,11 @@ def shape(n, mode):
     acc = ", \\\n      ".join(", ".join(f'"+f"(d[{j}].c[{e}])' for e in range(4)) for j in range(n // 8))
     if mode == "ss":
         a_str, b, sd, tn = f"%{nreg}", nreg + 1, nreg + 2, nreg + 3
-        ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB)'
-        tail = f"p, 1, 1, 0, %{tn};"
+        ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB)'
+        tail = f"p, 1, 1, %{tn}, %{tn + 1};"
         sig = "uint64_t desc_a, uint64_t desc_b, int scale_d"
-        doc = f"/// D (m64n{n}, float32) {{+}}= A B with A and B from shared memory (descriptors)."
+        doc = (f"/// D (m64n{n}, float32) {{+}}= A B with A and B from shared memory (descriptors;\n"
+               "/// kTransA / kTransB = 1: that operand MN-major).")
         unused = "(void)desc_a;"
     else:
         a_str = "{" + ", ".join(f"%{nreg + i}" for i in range(4)) + "}"
@@ -50,7 +52,7 @@ def shape(n, mode):
         f"      : {acc} \\",
         f"      : {ins})",
         doc,
-        "template <bool Bf16, int kTransB>",
+        "template <bool Bf16, int kTransB, int kTransA = 0>" if mode == "ss" else "template <bool Bf16, int kTransB>",
         f"__device__ __forceinline__ void wgmma_{mode}_n{n}(Acc (&d)[{n // 8}], {sig}) {{",
         "#if ATTNBENCH_SM90A",
         "  if constexpr (Bf16) {",

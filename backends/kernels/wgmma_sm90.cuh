@@ -184,7 +184,7 @@ __device__ __forceinline__ void fence_acc(Acc (&d)[N]) {
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " \
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-      "%32, %33, p, 1, 1, 0, %35;\n}\n" \
+      "%32, %33, p, 1, 1, %35, %36;\n}\n" \
       : "+f"(d[0].c[0]), "+f"(d[0].c[1]), "+f"(d[0].c[2]), "+f"(d[0].c[3]), \
       "+f"(d[1].c[0]), "+f"(d[1].c[1]), "+f"(d[1].c[2]), "+f"(d[1].c[3]), \
       "+f"(d[2].c[0]), "+f"(d[2].c[1]), "+f"(d[2].c[2]), "+f"(d[2].c[3]), \
@@ -193,9 +193,10 @@ __device__ __forceinline__ void fence_acc(Acc (&d)[N]) {
       "+f"(d[5].c[0]), "+f"(d[5].c[1]), "+f"(d[5].c[2]), "+f"(d[5].c[3]), \
       "+f"(d[6].c[0]), "+f"(d[6].c[1]), "+f"(d[6].c[2]), "+f"(d[6].c[3]), \
       "+f"(d[7].c[0]), "+f"(d[7].c[1]), "+f"(d[7].c[2]), "+f"(d[7].c[3]) \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB))
-/// D (m64n64, float32) {+}= A B with A and B from shared memory (descriptors).
-template <bool Bf16, int kTransB>
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
+/// D (m64n64, float32) {+}= A B with A and B from shared memory (descriptors;
+/// kTransA / kTransB = 1: that operand MN-major).
+template <bool Bf16, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss_n64(Acc (&d)[8], uint64_t desc_a, uint64_t desc_b, int scale_d) {
 #if ATTNBENCH_SM90A
   if constexpr (Bf16) {
@@ -246,7 +247,7 @@ __device__ __forceinline__ void wgmma_rs_n64(Acc (&d)[8], const uint32_t (&a)[4]
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " " \
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
-      "%64, %65, p, 1, 1, 0, %67;\n}\n" \
+      "%64, %65, p, 1, 1, %67, %68;\n}\n" \
       : "+f"(d[0].c[0]), "+f"(d[0].c[1]), "+f"(d[0].c[2]), "+f"(d[0].c[3]), \
       "+f"(d[1].c[0]), "+f"(d[1].c[1]), "+f"(d[1].c[2]), "+f"(d[1].c[3]), \
       "+f"(d[2].c[0]), "+f"(d[2].c[1]), "+f"(d[2].c[2]), "+f"(d[2].c[3]), \
@@ -263,9 +264,10 @@ __device__ __forceinline__ void wgmma_rs_n64(Acc (&d)[8], const uint32_t (&a)[4]
       "+f"(d[13].c[0]), "+f"(d[13].c[1]), "+f"(d[13].c[2]), "+f"(d[13].c[3]), \
       "+f"(d[14].c[0]), "+f"(d[14].c[1]), "+f"(d[14].c[2]), "+f"(d[14].c[3]), \
       "+f"(d[15].c[0]), "+f"(d[15].c[1]), "+f"(d[15].c[2]), "+f"(d[15].c[3]) \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB))
-/// D (m64n128, float32) {+}= A B with A and B from shared memory (descriptors).
-template <bool Bf16, int kTransB>
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB))
+/// D (m64n128, float32) {+}= A B with A and B from shared memory (descriptors;
+/// kTransA / kTransB = 1: that operand MN-major).
+template <bool Bf16, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss_n128(Acc (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
 #if ATTNBENCH_SM90A
   if constexpr (Bf16) {

@@ -18,6 +18,9 @@ using namespace attnbench::kernels::sm90;
 
 // probe 0: D[64 x N] = A[64 x 64] * B^T, B stored [N][64] (K-major both), A rows a_row0.. of a 128-row tile
 // probe 1: D[64 x N] = A[64 x 64] (registers) * V[64 x N] (V stored [64 keys][N], MN-major)
+// probe 2: D[64 x 64] = A^T B with both MN-major, A stored [128 (K)][64 (M)], B stored [128 (K)][64 (N)]
+//          (the backward's dQ = dS K: dS^T and K as stored), K = 128 (8 k-steps)
+// probe 3: as probe 2 over K rows 64..127 only (k-steps 4..7: one warpgroup's keys)
 template <int N>
 __global__ void probe(const uint16_t* A, const uint16_t* B, float* D, int mode) {
   extern __shared__ uint8_t raw[];
@@ -29,7 +32,12 @@ __global__ void probe(const uint16_t* A, const uint16_t* B, float* D, int mode) 
     const int r = i / 8, c = i % 8;
     for (int e = 0; e < 8; ++e) sA[ATile::offset(r, c) + e] = A[r * 64 + c * 8 + e];
   }
-  if (mode == 0) {
+  if (mode >= 2) {
+    for (int i = tid; i < 128 * 8; i += 128) {
+      const int r = i / 8, c = i % 8;
+      for (int e = 0; e < 8; ++e) sB[ATile::offset(r, c) + e] = B[r * 64 + c * 8 + e];
+    }
+  } else if (mode == 0) {
     using BTile = Sw128Tile<N, 64>;
     for (int i = tid; i < N * 8; i += 128) {
       const int r = i / 8, c = i % 8;
@@ -48,7 +56,15 @@ __global__ void probe(const uint16_t* A, const uint16_t* B, float* D, int mode) 
   for (int j = 0; j < N / 8; ++j) d[j] = Acc{{0.f, 0.f, 0.f, 0.f}};
   const uint32_t a_addr = smem_u32(sA), b_addr = smem_u32(sB);
   wgmma_fence();
-  if (mode == 0) {
+  if (mode >= 2) {
+    if constexpr (N == 64) {
+      for (int ks = mode == 3 ? 4 : 0; ks < 8; ++ks) {
+        const uint64_t da = desc_mn_major(a_addr, ATile::kChunkBytes, ks);
+        const uint64_t db = desc_mn_major(b_addr, ATile::kChunkBytes, ks);
+        wgmma_ss_n64<true, 1, 1>(d, da, db, ks > (mode == 3 ? 4 : 0));
+      }
+    }
+  } else if (mode == 0) {
     for (int ks = 0; ks < 4; ++ks) {
       const uint64_t da = desc_k_major(a_addr, Sw128Tile<128, 64>::kChunkBytes, 64, ks);  // rows 64..127
       const uint64_t db = desc_k_major(b_addr, Sw128Tile<N, 64>::kChunkBytes, 0, ks);
@@ -112,12 +128,17 @@ int run(int mode) {
     for (int cb = 0; cb < N / 8; ++cb) map[r][cb] = '.';
     for (int c = 0; c < N; ++c) {
       double ref = 0;
-      for (int k = 0; k < 64; ++k)
-        ref += double(a[(64 + r) * 64 + k]) * (mode == 0 ? double(b[c * 64 + k]) : double(b[k * N + c]));
+      if (mode >= 2)
+        for (int k = mode == 3 ? 64 : 0; k < 128; ++k) ref += double(a[k * 64 + r]) * double(b[k * 64 + c]);
+      else
+        for (int k = 0; k < 64; ++k)
+          ref += double(a[(64 + r) * 64 + k]) * (mode == 0 ? double(b[c * 64 + k]) : double(b[k * N + c]));
       if (d[r * N + c] != float(ref)) { ++bad; map[r][c / 8] = 'X'; }
     }
   }
-  printf("probe %s N=%d: %d of %d wrong\n", mode == 0 ? "SS (Q K^T, K-major)" : "RS (P V, V MN-major)", N, bad, 64 * N);
+  const char* names[4] = {"SS (Q K^T, K-major)", "RS (P V, V MN-major)", "SS (dS K, both MN-major)",
+                          "SS (dS K, both MN-major, k-steps 4..7)"};
+  printf("probe %s N=%d: %d of %d wrong\n", names[mode], N, bad, 64 * N);
   if (bad) for (int r = 0; r < 16; ++r) printf("  row %2d: %s\n", r, map[r]);
   return bad != 0;
 }
@@ -134,7 +155,7 @@ int main() {
     printf("SKIPPED: wgmma needs compute capability 9.0; the device has %d.%d\n", prop.major, prop.minor);
     return 77;
   }
-  int fails = run<64>(0) + run<128>(0) + run<64>(1) + run<128>(1);
+  int fails = run<64>(0) + run<128>(0) + run<64>(1) + run<128>(1) + run<64>(2) + run<64>(3);
   printf("%s\n", fails ? "PROBE FAILED" : "PROBE OK");
   return fails ? 1 : 0;
 }

@@ -26,15 +26,21 @@ std::unique_ptr<Backend> flash(bool deterministic) {
   return be;
 }
 
-/// Both dQ modes and both forward kernels on one problem: the deterministic run
-/// with the default forward (the Hopper one on an sm_90a build on an H100), the
-/// atomic run with the portable forward (ATTNBENCH_FWD_PATH=sm80).
+/// Both dQ modes and both kernel paths on one problem: the deterministic run
+/// with the default forward (the Hopper one on an sm_90a build on an H100) and
+/// the portable backward; the atomic run with the default paths (the Hopper
+/// forward and backward there); the atomic run with the portable forward and
+/// backward (ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH = sm80).
 void run_case(const Problem& p) {
   setenv("ATTNBENCH_FWD_PATH", "auto", 1);
+  setenv("ATTNBENCH_BWD_PATH", "auto", 1);
   check_gpu_case(*flash(true), p, true);
+  check_gpu_case(*flash(false), p, false);
   setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
+  setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
   check_gpu_case(*flash(false), p, false);
   unsetenv("ATTNBENCH_FWD_PATH");
+  unsetenv("ATTNBENCH_BWD_PATH");
 }
 
 Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0) {
@@ -53,6 +59,24 @@ TEST_CASE("flash: registry, availability, determinism flag") {
   CHECK_MESSAGE(be->available(&why), why);
   CHECK(be->deterministic());
   CHECK_FALSE(flash(false)->deterministic());
+}
+
+TEST_CASE("flash: backward path choice (ATTNBENCH_BWD_PATH)") {
+  const Problem p = make_problem(1, 2, 1, 128, 128, 128, DType::bf16);
+  const ProblemData in = make_inputs(p);
+  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
+  setenv("ATTNBENCH_BWD_PATH", "auto", 1);
+  const nlohmann::json atomic = flash(false)->prepare(p, in)->extra();
+  const bool hopper = atomic["fwd_path"] == "sm90";  // auto takes the Hopper kernels where they run
+  CHECK(atomic["bwd_path"] == (hopper ? "sm90" : "sm80"));
+  // The Hopper backward has no deterministic dQ: auto keeps the portable one, sm90 is refused.
+  CHECK(flash(true)->prepare(p, in)->extra()["bwd_path"] == "sm80");
+  setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
+  CHECK_THROWS(flash(true)->prepare(p, in));
+  setenv("ATTNBENCH_BWD_PATH", "sm9", 1);
+  CHECK_THROWS(flash(false)->prepare(p, in));
+  unsetenv("ATTNBENCH_FWD_PATH");
+  unsetenv("ATTNBENCH_BWD_PATH");
 }
 
 TEST_CASE("flash: unsupported combinations name what is missing") {

@@ -27,12 +27,19 @@ std::unique_ptr<Backend> varlen(bool deterministic) {
   return be;
 }
 
+/// As flash's run_case: deterministic with the default forward, atomic with the
+/// default (Hopper where it runs) forward and backward, atomic on the portable
+/// kernels.
 void run_case(const Problem& p) {
-  setenv("ATTNBENCH_FWD_PATH", "auto", 1);  // the Hopper forward where it runs
+  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
+  setenv("ATTNBENCH_BWD_PATH", "auto", 1);
   check_gpu_case(*varlen(true), p, true);
-  setenv("ATTNBENCH_FWD_PATH", "sm80", 1);  // and the portable one
+  check_gpu_case(*varlen(false), p, false);
+  setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
+  setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
   check_gpu_case(*varlen(false), p, false);
   unsetenv("ATTNBENCH_FWD_PATH");
+  unsetenv("ATTNBENCH_BWD_PATH");
 }
 
 }  // namespace

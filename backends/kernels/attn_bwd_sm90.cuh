@@ -1,0 +1,270 @@
+// The dK / dV / dQ kernel of the fused attention family, Hopper path (sm_90a):
+// the algorithm of attn_bwd_dkdv_kernel (FlashAttention-2's Algorithm 2, the key
+// tile outer, atomic dQ) with its five GEMMs on warpgroup MMAs
+// (wgmma_sm90.cuh), laid out as FlashAttention-3 (Shah et al. 2024, section 3
+// and appendix B.2) runs its backward: K and V stay in shared memory, Q / dO
+// tiles stream in by TMA, two consumer warpgroups own 64 keys each.
+//
+// Per query tile (64 rows of one query head) and warpgroup w (keys 64 w ..):
+//   S^T  = K_w Q^T        SS, m64n64, K-major A (K) and B (Q)
+//   dP^T = V_w dO^T       SS, m64n64
+//   P^T, dS^T in registers (dkdv_probs: masks, score mods, LSE / Dsum)
+//   dV  += P^T dO         RS, m64nD, dO MN-major
+//   dK  += dS^T Q         RS, m64nD, Q MN-major
+//   dQ  += dS K           SS, m64n64, dS^T (stored as [keys][queries]) and K
+//                         both MN-major; at head_dim 128 warpgroup w takes
+//                         columns 64 w .. over all 128 keys (every dQ element
+//                         added once per tile), at 64 its own 64 keys; float32
+//                         atomics (vector float2) into p.dq_accum.
+// The register layouts of S^T / dP^T are the portable kernel's (one 16-key
+// m-tile per warp), so dkdv_probs and dkdv_store are shared with it.
+#pragma once
+
+#include "backends/kernels/attn_bwd.cuh"
+#include "backends/kernels/attn_fwd_sm90.cuh"  // sm90::pv (the RS product with an MN-major B)
+#include "backends/kernels/attn_launch.hpp"
+#include "backends/kernels/wgmma_sm90.cuh"
+
+namespace attnbench::kernels {
+
+/// Keys per CTA (two warpgroups of 64) and query rows per step of the Hopper dK/dV kernel.
+constexpr int kBwdSm90BlockN = bwd_block_n(BwdPath::sm90);
+constexpr int kBwdSm90BlockM = bwd_block_m(128, BwdPath::sm90);
+static_assert(kBwdSm90BlockN == 128 && kBwdSm90BlockM == 64, "two warpgroups of 64 keys, m64 query steps");
+/// Q / dO stages: the tile of step t + 1 loads while step t computes.
+constexpr int kBwdSm90Stages = 2;
+
+/// Shared memory of attn_bwd_sm90_kernel: K and V tiles, kBwdSm90Stages stages of
+/// Q and dO tiles and of the rows' LSE / Dsum, two dS^T tiles (dQ of step t
+/// reads one while step t + 1 writes the other), the barriers. 161 KB at
+/// head_dim 128, 97 KB at 64.
+template <int D>
+constexpr size_t bwd_sm90_smem_bytes() {
+  constexpr size_t n = kBwdSm90BlockN, m = kBwdSm90BlockM, st = kBwdSm90Stages;
+  return 2u * (2u * n * D + 2u * st * m * D + 2u * n * m) + 2u * st * m * sizeof(float) +
+         (1u + 2u * st) * sizeof(uint64_t);
+}
+constexpr int kBwdSm90Threads = 3 * 128;  ///< two consumer warpgroups and the producer warpgroup
+constexpr int kBwdSm90ProducerRegs = 24;
+constexpr int kBwdSm90ConsumerRegs = 240;  ///< 2 x 128 x 240 + 128 x 24 <= 64 K registers
+
+namespace sm90 {
+
+/// Issue the m64n64 product of warpgroup `wg`'s 64 rows of the [128][D] K-major
+/// tile at `a_tile` with the [64][D] K-major tile at `b_tile` (S^T = K Q^T,
+/// dP^T = V dO^T), D / 16 wgmmas overwriting `acc`.
+template <int D, bool Bf16>
+__device__ __forceinline__ void bwd_scores(uint32_t a_tile, uint32_t b_tile, int wg, Acc (&acc)[8]) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint64_t a = desc_k_major(a_tile, Sw128Tile<kBwdSm90BlockN, D>::kChunkBytes, wg * 64, ks);
+    const uint64_t b = desc_k_major(b_tile, Sw128Tile<kBwdSm90BlockM, D>::kChunkBytes, 0, ks);
+    wgmma_ss_n64<Bf16, 0>(acc, a, b, ks > 0);
+  }
+}
+
+/// Store the warp's dS^T fragments (A-operand form, 16 keys x 64 queries) into
+/// the [128 keys][64 queries] Sw128Tile at sdS: key row `r0` (and r0 + 8).
+__device__ __forceinline__ void store_ds_t(uint16_t* sdS, const uint32_t (&sa)[4][4], int r0, int qd) {
+  using DsTile = Sw128Tile<kBwdSm90BlockN, kBwdSm90BlockM>;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // columns 16 kk + 8 half + 2 qd ..+1
+      const int unit = 2 * kk + half;
+      *reinterpret_cast<uint32_t*>(sdS + DsTile::offset(r0, unit) + 2 * qd) = sa[kk][2 * half];
+      *reinterpret_cast<uint32_t*>(sdS + DsTile::offset(r0 + 8, unit) + 2 * qd) = sa[kk][2 * half + 1];
+    }
+  }
+}
+
+/// Issue dQ (m64 queries x 64 columns) = dS K for warpgroup `wg`: head_dim 128,
+/// columns 64 wg .. over the 128 keys; head_dim 64, all columns over keys 64 wg ...
+template <int D, bool Bf16>
+__device__ __forceinline__ void bwd_dq(uint32_t ds_tile, uint32_t k_tile, int wg, Acc (&dq)[8]) {
+  using KTile = Sw128Tile<kBwdSm90BlockN, D>;
+  using DsTile = Sw128Tile<kBwdSm90BlockN, kBwdSm90BlockM>;
+  constexpr int kSteps = D == 128 ? kBwdSm90BlockN / 16 : 4;
+  const int k0 = D == 128 ? 0 : 4 * wg;
+  const uint32_t b_tile = k_tile + (D == 128 ? wg * KTile::kChunkBytes : 0);
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const uint64_t a = desc_mn_major(ds_tile, DsTile::kChunkBytes, k0 + kk);
+    const uint64_t b = desc_mn_major(b_tile, KTile::kChunkBytes, k0 + kk);
+    wgmma_ss_n64<Bf16, 1, 1>(dq, a, b, kk > 0);
+  }
+}
+
+}  // namespace sm90
+
+/// Item-lists, arguments and results of attn_bwd_dkdv_kernel<..., kAtomicDq =
+/// true> (non-flex): blockIdx.x = item * heads_kv + KV head, items of
+/// kBwdSm90BlockN keys. `maps`: K / V with 128-row boxes, Q / dO with 64-row
+/// boxes (make_bwd_tensor_maps).
+///
+/// Warp specialization: the producer warpgroup (setmaxnreg 24) has one thread
+/// issue the TMA copies (K and V once on `kv_bar`; per step the Q and dO tiles
+/// of the stage on `full`) and one warp write the stage's LSE (log2 domain) and
+/// Dsum rows, its 32 lanes arriving on `full` too (count 33). The consumers
+/// release a stage on `empty` after its last read. The two consumer warpgroups
+/// meet once per step, after both stored their dS^T (head_dim 128: each reads
+/// all 128 keys of dS for its dQ columns); dS^T is double-buffered, so that one
+/// barrier also orders step t + 2's writes after step t's dQ reads.
+template <int D, bool Bf16>
+__global__ void __launch_bounds__(kBwdSm90Threads, 1)
+    attn_bwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items,
+                         const __grid_constant__ BwdTensorMaps maps) {
+#if ATTNBENCH_SM90A
+  constexpr int kBlockN = kBwdSm90BlockN, kBlockM = kBwdSm90BlockM, kStages = kBwdSm90Stages;
+  constexpr int kConsumers = 256, kDt = D / 8;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzle needs 1024-byte aligned tiles
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sV = sK + kBlockN * D;
+  uint16_t* sQ = sV + kBlockN * D;              // [kStages][kBlockM][D]
+  uint16_t* sdO = sQ + kStages * kBlockM * D;   // [kStages][kBlockM][D]
+  uint16_t* sdS = sdO + kStages * kBlockM * D;  // [2][kBlockN][kBlockM]
+  float* sLse = reinterpret_cast<float*>(sdS + 2 * kBlockN * kBlockM);  // [kStages][kBlockM]
+  float* sDsum = sLse + kStages * kBlockM;
+  uint64_t* kv_bar = reinterpret_cast<uint64_t*>(sDsum + kStages * kBlockM);
+  uint64_t* full = kv_bar + 1;
+  uint64_t* empty = full + kStages;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  const WorkItem item = items[blockIdx.x / p.heads_kv];
+  const int kvh = blockIdx.x % p.heads_kv;
+  const int b = item.seq, n0 = item.start;
+  const SeqInfo si = seq_info(p, b);
+  int q_begin = 0;
+  const int n_qt = query_tiles(p.mask, si.lq, si.lk, n0, kBlockN, kBlockM, &q_begin);
+  const int iters = n_qt * p.group;
+  // Step it: query head kvh * group + it / n_qt, rows q_begin + (it % n_qt) * kBlockM ..
+  auto head_of = [&](int it) { return kvh * p.group + it / n_qt; };
+  auto row_of = [&](int it) { return q_begin + (it % n_qt) * kBlockM; };
+  constexpr uint32_t kTileBytes = 2u * kBlockM * D;
+
+  if (tid == 0) {
+    sm90::mbar_init(kv_bar, 1);
+    for (int st = 0; st < kStages; ++st) {
+      sm90::mbar_init(&full[st], 1 + 32);
+      sm90::mbar_init(&empty[st], kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();  // the only CTA-wide barrier
+
+  if (wg == 2) {  // producer warpgroup
+    sm90::regs_dec<kBwdSm90ProducerRegs>();
+    const int ptid = tid - kConsumers;
+    if (ptid == 0) {
+      const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
+      const int qb = p.q_batch_stride == 0 ? 0 : b, ob = p.o_batch_stride == 0 ? 0 : b;
+      const int k_row = static_cast<int>(si.tok0_k) + n0, q_row = static_cast<int>(si.tok0_q);
+      sm90::mbar_arrive_expect_tx(kv_bar, 2u * 2u * kBlockN * D);
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) {
+        sm90::tma_load_4d(sK + c * kBlockN * 64, &maps.k, c * 64, k_row, kvh, kb, kv_bar);
+        sm90::tma_load_4d(sV + c * kBlockN * 64, &maps.v, c * 64, k_row, kvh, vb, kv_bar);
+      }
+      for (int it = 0; it < iters; ++it) {
+        const int stage = it % kStages;
+        if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
+        const int h = head_of(it), m0 = row_of(it);
+        sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTileBytes);  // Q and dO
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          sm90::tma_load_4d(sQ + stage * kBlockM * D + c * kBlockM * 64, &maps.q, c * 64, q_row + m0, h, qb,
+                            &full[stage]);
+          sm90::tma_load_4d(sdO + stage * kBlockM * D + c * kBlockM * 64, &maps.dout, c * 64, q_row + m0, h, ob,
+                            &full[stage]);
+        }
+      }
+    } else if (ptid / 32 == 1) {  // the LSE / Dsum rows of each stage
+      for (int it = 0; it < iters; ++it) {
+        const int stage = it % kStages;
+        if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
+        const int h = head_of(it), m0 = row_of(it);
+        for (int r = lane; r < kBlockM; r += 32) {
+          sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
+          sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
+        }
+        sm90::mbar_arrive(&full[stage]);
+      }
+    }
+  } else {  // consumer warpgroups
+    sm90::regs_inc<kBwdSm90ConsumerRegs>();
+    const int g = lane / 4, qd = lane % 4, wrow = (warp % 4) * 16;  // the warp's 16 rows of a warpgroup tile
+    const int key_row[2] = {n0 + wg * 64 + wrow + g, n0 + wg * 64 + wrow + g + 8};
+    const uint32_t k_addr = smem_u32(sK), v_addr = smem_u32(sV), q_addr = smem_u32(sQ), do_addr = smem_u32(sdO);
+    Acc dk[kDt], dv[kDt];
+    zero_acc(dk);
+    zero_acc(dv);
+    DbiasAcc no_dbias;
+    sm90::mbar_wait(kv_bar, 0);
+
+    for (int it = 0; it < iters; ++it) {
+      const int stage = it % kStages;
+      const int h = head_of(it), m0 = row_of(it);
+      const bool full_tile = tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
+      const ScoreMod2 mod = ScoreMod2::of(p, h);
+      const uint32_t tq = q_addr + stage * kTileBytes, tdo = do_addr + stage * kTileBytes;
+      sm90::mbar_wait(&full[stage], (it / kStages) & 1);
+
+      Acc st[8], dpt[8];
+      sm90::wgmma_fence();
+      sm90::bwd_scores<D, Bf16>(k_addr, tq, wg, st);
+      sm90::bwd_scores<D, Bf16>(v_addr, tdo, wg, dpt);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_acc(st);
+      sm90::fence_acc(dpt);
+      dkdv_probs<false, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, sLse + stage * kBlockM,
+                                    sDsum + stage * kBlockM, false, nullptr, no_dbias, st, dpt);
+      uint32_t pa[4][4], sa[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        acc_to_a<Bf16>(st[2 * kk], st[2 * kk + 1], pa[kk]);
+        acc_to_a<Bf16>(dpt[2 * kk], dpt[2 * kk + 1], sa[kk]);
+      }
+      uint16_t* ds_buf = sdS + (it & 1) * kBlockN * kBlockM;
+      sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow + g, qd);
+      sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
+      if constexpr (D == 128)
+        sm90::named_barrier(1, kConsumers);  // both halves of dS^T
+      else
+        sm90::named_barrier(2 + wg, 128);  // this warpgroup's keys
+
+      sm90::wgmma_fence();
+      sm90::pv<D, Bf16, kBlockM>(pa, tdo, dv);  // dV += P^T dO
+      sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);   // dK += dS^T Q
+      Acc dq[8];
+      sm90::bwd_dq<D, Bf16>(smem_u32(ds_buf), k_addr, wg, dq);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_acc(dk);
+      sm90::fence_acc(dv);
+      sm90::fence_acc(dq);
+      sm90::mbar_arrive(&empty[stage]);  // Q, dO, LSE, Dsum of this stage are read
+
+      const int c0 = D == 128 ? wg * 64 : 0;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int t = m0 + wrow + g + 8 * r;
+        if (t >= si.lq) continue;
+        float* row = p.dq_accum + q_off(p, si, b, t, h) + c0 + 2 * qd;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+          atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(dq[nt].c[2 * r], dq[nt].c[2 * r + 1]));
+      }
+    }
+    dkdv_store<Bf16, kDt>(p, si, b, kvh, key_row, qd, dk, dv);
+  }
+#else
+  (void)p;
+  (void)items;
+  __trap();  // built without sm_90a: the host never launches this (fwd_sm90_usable)
+#endif
+}
+
+}  // namespace attnbench::kernels
