@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The benchmark tables of the kernel issues on a GPU machine: each step runs one
+# scenario with our fused backend, cuDNN and the PyTorch peers the issue names
+# (timing only: --check off, correctness is the GPU suites' job), prints the
+# timing table (ci/timing_table.py) and copies report.json to $OUT/STEP.json
+# (run directories stay under $RUNS, so that $OUT holds few files).
+#
+#   ci/issue_tables.sh STEP...
+#
+#   dense        scenarios/dense_sweep.json: flash, cudnn, torch-sdpa-flash, torch-sdpa-cudnn
+#   peers-dense  scenarios/peers_h100.json dense rows: the same backends plus flex, torch-flex
+#   trace-dense  kernel trace (--kernel-trace) of flash and cudnn on causal S16384
+#   packed       scenarios/packed_codealpaca.json: varlen, cudnn, torch-varlen, torch-flex
+#   long         scenarios/packed_long_docs.json: the same backends
+#   trace-packed kernel trace of varlen and cudnn on the packed Llama-3-8B row
+#   masks        scenarios/masks.json: flex, flash, cudnn (every case), torch-flex (MASKS_PEER_CASES)
+#   window       scenarios/sliding_window.json: flex, flash, cudnn, torch-flex
+#   bias         scenarios/flex_bias.json: flex, torch-flex
+#
+# Environment: OUT (default ./out-tables), RUNS (default /tmp/attnbench-tables),
+# STEP_LIMIT (seconds per attnbench run, default 280), MAX_SECONDS (timing cap per
+# row and pass, default 0.3). Builds attnbench first unless build-gpu has it.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/out-tables}
+RUNS=${RUNS:-/tmp/attnbench-tables}
+BUILD=$ROOT/build-gpu
+LIMIT=${STEP_LIMIT:-280}
+MAXS=${MAX_SECONDS:-0.3}
+MASKS_PEER_CASES=${MASKS_PEER_CASES:-_nomod$}
+mkdir -p "$OUT" "$RUNS"
+START=$(date +%s)
+log() { printf '[tables %4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
+source "$ROOT/ci/find_cudnn.sh"
+if [[ -n "${CUDNN_ROOT:-}" ]]; then export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+if [[ ! -x "$BUILD/attnbench" ]]; then
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${CUDNN_ROOT:+-DCUDNN_ROOT=$CUDNN_ROOT} >"$OUT/configure.log" 2>&1 &&
+    cmake --build "$BUILD" -j "$(nproc)" --target attnbench >"$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; exit 2; }
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+status=0
+
+# run NAME SCENARIO CASES_RE BACKENDS [attnbench run options...]
+run() {
+  local name=$1 scen=$2 cases=$3 backends=$4
+  shift 4
+  log "$name: attnbench run scenarios/$scen.json --cases '$cases' --backends $backends $*"
+  rm -rf "${RUNS:?}/$name"
+  timeout "$LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/$scen.json" --cases "$cases" --backends "$backends" \
+    --check off --no-determinism --max-seconds "$MAXS" "$@" --out "$RUNS/$name" >"$OUT/$name.log" 2>&1 || status=1
+  if [[ -f "$RUNS/$name/report.json" ]]; then
+    cp "$RUNS/$name/report.json" "$OUT/$name.json"
+    python3 "$ROOT/ci/timing_table.py" "$OUT/$name.json" | grep -v '^|---'
+  else
+    echo "  no report.json (see $name.log):"
+    tail -n 5 "$OUT/$name.log"
+  fi
+}
+
+for step in "$@"; do
+  case "$step" in
+    dense) run dense dense_sweep '.' flash,cudnn,torch-sdpa-flash,torch-sdpa-cudnn ;;
+    peers-dense) run peers_dense peers_h100 'dense' flash,flex,cudnn,torch-sdpa-flash,torch-sdpa-cudnn,torch-flex ;;
+    trace-dense) run trace_dense peers_h100 'dense-causal-S16384' flash,cudnn --kernel-trace ;;
+    packed) run packed packed_codealpaca '.' varlen,cudnn,torch-varlen,torch-flex ;;
+    long) run long packed_long_docs '.' varlen,cudnn,torch-varlen,torch-flex ;;
+    trace-packed) run trace_packed packed_codealpaca 'llama3-8b_greedy_fill1_padmax' varlen,cudnn --kernel-trace ;;
+    masks)
+      run masks masks '.' flex,flash,cudnn
+      run masks_peer masks "$MASKS_PEER_CASES" torch-flex ;;
+    window) run window sliding_window '.' flex,flash,cudnn,torch-flex ;;
+    bias) run bias flex_bias '.' flex,torch-flex ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done
+log "done, status $status"
+exit $status
