@@ -43,14 +43,26 @@ while [[ $# -gt 0 ]]; do
       done
       shift ;;
     sanitize)
+      # memcheck and racecheck run side by side (independent processes on one GPU;
+      # sequential they were most of ci/gpu.sh's 10-minute budget).
+      sanitize_tool() {
+        local tool=$1 rc=0
+        timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flash" \
+          -tc="flash: padding*,flash: softcap*" >"$OUT/sanitize_$tool.log" 2>&1 || rc=1
+        timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_varlen" \
+          -tc="varlen: document lengths*" >>"$OUT/sanitize_$tool.log" 2>&1 || rc=1
+        timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flex" \
+          -tc="flex: sanitizer-sized*" >>"$OUT/sanitize_$tool.log" 2>&1 || rc=1
+        return $rc
+      }
+      log "compute-sanitizer memcheck and racecheck on small cases (logs: $OUT/sanitize_{memcheck,racecheck}.log)"
+      sanitize_tool memcheck &
+      mem_pid=$!
+      sanitize_tool racecheck &
+      race_pid=$!
+      wait "$mem_pid" || status=1
+      wait "$race_pid" || status=1
       for tool in memcheck racecheck; do
-        log "compute-sanitizer --tool $tool on small cases (log: $OUT/sanitize_$tool.log)"
-        if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flash" \
-             -tc="flash: padding*,flash: softcap*" >"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
-        if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_varlen" \
-             -tc="varlen: document lengths*" >>"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
-        if ! timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flex" \
-             -tc="flex: sanitizer-sized*" >>"$OUT/sanitize_$tool.log" 2>&1; then status=1; fi
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases" "$OUT/sanitize_$tool.log" | head -n 8
       done
       shift ;;
