@@ -213,6 +213,15 @@ TEST_CASE("flex plan: every block tile listed once, longest first, executed pair
     const int64_t first = bm.kv_num_blocks[static_cast<size_t>(bm.row(1, 0, 0))] +
                           bm.full_kv_num_blocks[static_cast<size_t>(bm.row(1, 0, 0))];
     CHECK(first == 1);
+    // The Hopper backward: 128-key dK/dV tiles, one per KV block of 128; KV blocks of 64 are refused.
+    if (block == 128) {
+      const TilePlan h = plan_block_tiles(bm, p.batch, 4, 64, BwdPath::sm90);
+      CHECK(h.bwd_tile_keys == 128);
+      REQUIRE(h.k_items.size() == static_cast<size_t>(2 * ((300 + 127) / 128)));
+      for (const WorkItem& w : h.k_items) CHECK(w.start % 128 == 0);
+    } else {
+      CHECK_THROWS_AS(plan_block_tiles(bm, p.batch, 4, 64, BwdPath::sm90), std::invalid_argument);
+    }
   }
   const BlockMask odd = build_block_mask(make_problem(1, 1, 1, 100, 100, 64, DType::bf16), 32, 32);
   CHECK_THROWS_AS(plan_block_tiles(odd, 1, 1, 64), std::invalid_argument);

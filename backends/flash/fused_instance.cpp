@@ -191,7 +191,8 @@ class FusedInstance final : public BackendInstance {
     if (flex_) {
       kernels::launch_flex_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
                                     k_items_.as<const WorkItem>(), static_cast<int>(plan_.k_items.size()),
-                                    static_cast<int64_t>(dq_.count()), flex_->scratch_floats, stream_.s);
+                                    static_cast<int64_t>(dq_.count()), flex_->scratch_floats, stream_.s,
+                                    bwd_path_ == kernels::BwdPath::sm90 ? &bwd_maps_ : nullptr);
       return;
     }
     kernels::launch_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
@@ -237,7 +238,7 @@ class FusedInstance final : public BackendInstance {
   PhysicalLayout lq_, lk_, lv_, lo_;
   kernels::TilePlan plan_;
   kernels::FwdPath fwd_path_ = kernels::FwdPath::sm80;
-  kernels::BwdPath bwd_path_ = kernels::BwdPath::sm80;  // the flex path: always sm80
+  kernels::BwdPath bwd_path_ = kernels::BwdPath::sm80;
   kernels::BwdTensorMaps bwd_maps_{};
   kernels::KvTensorMaps kv_maps_{};  // the Hopper forward's TMA descriptors
   AttnParams params_;
@@ -335,8 +336,17 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   if (opt.placement == Placement::block_mask) {
     flex_ = std::make_unique<FlexBuffers>();
     flex_->host = build_block_mask(p, opt.block_size, opt.block_size);
-    plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim));
     fwd_path_ = choose_fwd_path(opt.name, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
+    bwd_path_ = choose_bwd_path(opt.name, opt.deterministic);
+    if (bwd_path_ == kernels::BwdPath::sm90 && opt.block_size != kernels::bwd_block_n(kernels::BwdPath::sm90))
+      throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper "
+                                  "backward's 128-key tiles are one KV block)");
+    if (bwd_path_ == kernels::BwdPath::sm90 && p.score_mod.kind == ScoreMod::Kind::rel_bias &&
+        opt.dbias != kernels::DbiasMode::none)
+      throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 has no rel_bias dBias (use the portable "
+                                  "backward, ATTNBENCH_BWD_PATH=auto)");
+    plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim),
+                                      bwd_path_);
   } else {
     fwd_path_ = choose_fwd_path(opt.name, pack, p.head_dim);
     bwd_path_ = choose_bwd_path(opt.name, opt.deterministic);
@@ -449,17 +459,18 @@ nlohmann::json FusedInstance::extra() const {
   nlohmann::json j;
   if (flex_) {
     const BlockMask& bm = flex_->host;
-    j["kernel"] = fwd_path_ == kernels::FwdPath::sm90
-                      ? "attnbench fused, BlockMask walk: forward on the Hopper path (TMA, wgmma), backward on "
-                        "mma.sync m16n8k16 (sm_80 path)"
-                      : "attnbench fused, BlockMask walk (mma.sync m16n8k16, ldmatrix, cp.async; sm_80 path)";
-    j["fwd_path"] = fwd_path_ == kernels::FwdPath::sm90 ? "sm90" : "sm80";
+    const bool f90 = fwd_path_ == kernels::FwdPath::sm90, b90 = bwd_path_ == kernels::BwdPath::sm90;
+    j["kernel"] = std::string("attnbench fused, BlockMask walk: forward on ") +
+                  (f90 ? "the Hopper path (TMA, wgmma)" : "mma.sync m16n8k16 (sm_80 path)") + ", backward on " +
+                  (b90 ? "the Hopper path (TMA, wgmma, atomic dQ)" : "mma.sync m16n8k16 (sm_80 path)");
+    j["fwd_path"] = f90 ? "sm90" : "sm80";
+    j["bwd_path"] = b90 ? "sm90" : "sm80";
     j["path"] = "BlockMask tiles (partial tiles evaluate mask_allowed, full tiles skip it)";
     j["block_size"] = std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block);
     j["block_mask"] = {{"partial_tiles", bm.num_partial()}, {"full_tiles", bm.num_full()},
                        {"q_blocks", bm.num_q_blocks}, {"kv_blocks", bm.num_kv_blocks}, {"batch_broadcast", bm.B == 1}};
     j["tiles"] = kernels::describe(plan_, static_cast<int>(p_.heads_q), static_cast<int>(p_.heads_kv));
-    j["dq_mode"] = "deterministic (dQ kernel, no atomics)";
+    j["dq_mode"] = b90 ? "float32 atomics" : "deterministic (dQ kernel, no atomics)";
     if (p_.has_learnable_bias())
       j["dbias_mode"] = opt_.dbias == kernels::DbiasMode::atomic ? "float32 atomics (one per bias entry per tile)"
                         : opt_.dbias == kernels::DbiasMode::deterministic

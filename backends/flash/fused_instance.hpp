@@ -36,8 +36,9 @@ enum class Placement { padded, documents, block_mask };
 /// Options of one fused instance.
 struct FusedOptions {
   Placement placement = Placement::padded;
-  /// Deterministic backward: dQ by its own kernel (bitwise reproducible; the
-  /// default, measured faster on the H100) instead of float32 atomics.
+  /// Deterministic backward: dQ by its own kernel (bitwise reproducible)
+  /// instead of float32 atomics (flash / varlen default to atomics, where the
+  /// Hopper backward runs; flex to this unless ATTNBENCH_BWD_PATH=sm90).
   bool deterministic = true;
   /// Query heads per forward / dQ CTA (GQA packing); 0 = the plan's choice
   /// (kernels::choose_pack for documents, 1 otherwise). Must divide the group.

@@ -40,9 +40,18 @@ kernels::DbiasMode env_dbias() {
                    "value '" + s + "' is not deterministic, atomic or none");
 }
 
+/// ATTNBENCH_BWD_PATH=sm90 moves the flex backward onto the Hopper kernel (dQ by
+/// float32 atomics, so the backward is no longer bitwise reproducible); any
+/// other value keeps the portable dK/dV + deterministic dQ kernels. The value
+/// itself is checked where the instance is made (choose_bwd_path).
+bool env_bwd_sm90() {
+  const char* v = std::getenv("ATTNBENCH_BWD_PATH");
+  return v && std::string(v) == "sm90";
+}
+
 class FlexBackend : public Backend {
  public:
-  FlexBackend() : block_(env_block()), dbias_(env_dbias()) {}
+  FlexBackend() : block_(env_block()), dbias_(env_dbias()), bwd_sm90_(env_bwd_sm90()) {}
   std::string name() const override { return "flex"; }
   std::string description() const override {
     return "FlexAttention-style block-sparse attention on attnbench's fused kernels: the problem's BlockMask "
@@ -66,17 +75,19 @@ class FlexBackend : public Backend {
     const Support s = supports(p);
     if (!s) throw Unsupported(s.reason);
     ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
-    FusedOptions opt{Placement::block_mask, true, 1, "flex"};
+    FusedOptions opt{Placement::block_mask, !bwd_sm90_, 1, "flex"};
     opt.block_size = block_;
     opt.dbias = dbias_;
     return make_instance(p, in, opt);
   }
-  /// dQ, dK, dV come without atomics; dBias too unless ATTNBENCH_FLEX_DBIAS=atomic.
-  bool deterministic() const override { return dbias_ != kernels::DbiasMode::atomic; }
+  /// dQ, dK, dV come without atomics (unless ATTNBENCH_BWD_PATH=sm90: dQ by
+  /// atomics); dBias too unless ATTNBENCH_FLEX_DBIAS=atomic.
+  bool deterministic() const override { return dbias_ != kernels::DbiasMode::atomic && !bwd_sm90_; }
 
  private:
   int block_;
   kernels::DbiasMode dbias_;
+  bool bwd_sm90_;
 };
 
 ATTNBENCH_REGISTER_BACKEND(FlexBackend);

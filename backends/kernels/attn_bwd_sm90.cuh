@@ -98,8 +98,12 @@ __device__ __forceinline__ void bwd_dq(uint32_t ds_tile, uint32_t k_tile, int wg
 }  // namespace sm90
 
 /// Item-lists, arguments and results of attn_bwd_dkdv_kernel<..., kAtomicDq =
-/// true> (non-flex): blockIdx.x = item * heads_kv + KV head, items of
-/// kBwdSm90BlockN keys. `maps`: K / V with 128-row boxes, Q / dO with 64-row
+/// true>: blockIdx.x = item * heads_kv + KV head, items of kBwdSm90BlockN keys.
+/// kFlex: the query steps come from the BlockMask's query lists of the CTA's key
+/// block (kv_block must be kBwdSm90BlockN), partial steps evaluate the pair mask
+/// in dkdv_probs, and an offset_bias dBias (p.dbias_mode) leaves the CTA as in
+/// the portable kernel; rel_bias dBias stays on the portable kernel (the host
+/// does not launch this one for it). `maps`: K / V with 128-row boxes, Q / dO with 64-row
 /// boxes (make_bwd_tensor_maps).
 ///
 /// Warp specialization: the producer warpgroup (setmaxnreg 24) has one thread
@@ -110,7 +114,7 @@ __device__ __forceinline__ void bwd_dq(uint32_t ds_tile, uint32_t k_tile, int wg
 /// meet once per step, after both stored their dS^T (head_dim 128: each reads
 /// all 128 keys of dS for its dQ columns); dS^T is double-buffered, so that one
 /// barrier also orders step t + 2's writes after step t's dQ reads.
-template <int D, bool Bf16>
+template <int D, bool Bf16, bool kFlex = false>
 __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     attn_bwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items,
                          const __grid_constant__ BwdTensorMaps maps) {
@@ -136,12 +140,27 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   const int kvh = blockIdx.x % p.heads_kv;
   const int b = item.seq, n0 = item.start;
   const SeqInfo si = seq_info(p, b);
-  int q_begin = 0;
-  const int n_qt = query_tiles(p.mask, si.lq, si.lk, n0, kBlockN, kBlockM, &q_begin);
+  int q_begin = 0, n_qt;
+  BlockWalk walk;
+  if constexpr (kFlex) {
+    walk = q_walk(p.bm, b, n0 / kBlockN, kBlockM);
+    n_qt = walk.count;
+  } else {
+    n_qt = query_tiles(p.mask, si.lq, si.lk, n0, kBlockN, kBlockM, &q_begin);
+  }
   const int iters = n_qt * p.group;
-  // Step it: query head kvh * group + it / n_qt, rows q_begin + (it % n_qt) * kBlockM ..
+  // Step it: query head kvh * group + it / n_qt, its (it % n_qt)-th query tile.
   auto head_of = [&](int it) { return kvh * p.group + it / n_qt; };
-  auto row_of = [&](int it) { return q_begin + (it % n_qt) * kBlockM; };
+  auto row_of = [&](int it, bool* full) {
+    int m0;
+    if constexpr (kFlex) {
+      walk.at(it % n_qt, &m0, full);
+    } else {
+      m0 = q_begin + (it % n_qt) * kBlockM;
+      *full = tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
+    }
+    return m0;
+  };
   constexpr uint32_t kTileBytes = 2u * kBlockM * D;
 
   if (tid == 0) {
@@ -170,7 +189,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       for (int it = 0; it < iters; ++it) {
         const int stage = it % kStages;
         if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
-        const int h = head_of(it), m0 = row_of(it);
+        bool full_unused;
+        const int h = head_of(it), m0 = row_of(it, &full_unused);
         sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTileBytes);  // Q and dO
 #pragma unroll
         for (int c = 0; c < D / 64; ++c) {
@@ -184,7 +204,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       for (int it = 0; it < iters; ++it) {
         const int stage = it % kStages;
         if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
-        const int h = head_of(it), m0 = row_of(it);
+        bool full_unused;
+        const int h = head_of(it), m0 = row_of(it, &full_unused);
         for (int r = lane; r < kBlockM; r += 32) {
           sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
           sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
@@ -200,13 +221,13 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     Acc dk[kDt], dv[kDt];
     zero_acc(dk);
     zero_acc(dv);
-    DbiasAcc no_dbias;
+    DbiasAcc dbias;  // offset_bias dBias on the flex path (per-key sums)
     sm90::mbar_wait(kv_bar, 0);
 
     for (int it = 0; it < iters; ++it) {
       const int stage = it % kStages;
-      const int h = head_of(it), m0 = row_of(it);
-      const bool full_tile = tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
+      bool full_tile;
+      const int h = head_of(it), m0 = row_of(it, &full_tile);
       const ScoreMod2 mod = ScoreMod2::of(p, h);
       const uint32_t tq = q_addr + stage * kTileBytes, tdo = do_addr + stage * kTileBytes;
       sm90::mbar_wait(&full[stage], (it / kStages) & 1);
@@ -219,8 +240,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       sm90::wgmma_wait<0>();
       sm90::fence_acc(st);
       sm90::fence_acc(dpt);
-      dkdv_probs<false, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, sLse + stage * kBlockM,
-                                    sDsum + stage * kBlockM, false, nullptr, no_dbias, st, dpt);
+      dkdv_probs<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, sLse + stage * kBlockM,
+                                    sDsum + stage * kBlockM, false, nullptr, dbias, st, dpt);
       uint32_t pa[4][4], sa[4][4];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -257,6 +278,10 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         for (int nt = 0; nt < 8; ++nt)
           atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(dq[nt].c[2 * r], dq[nt].c[2 * r + 1]));
       }
+    }
+    if constexpr (kFlex) {
+      if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias)
+        flush_offset_bias(p, si, b, kvh, key_row, qd, dbias);
     }
     dkdv_store<Bf16, kDt>(p, si, b, kvh, key_row, qd, dk, dv);
   }

@@ -55,13 +55,24 @@ void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_i
 }
 
 void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
-                          int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream) {
+                          int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
+                          const BwdTensorMaps* maps) {
   check_flex(p);
+  if (maps) {
+    if (p.bm.kv_block != bwd_block_n(BwdPath::sm90))
+      throw std::invalid_argument("flex attention: the Hopper backward needs KV_BLOCK " +
+                                  std::to_string(bwd_block_n(BwdPath::sm90)) + " (got " +
+                                  std::to_string(p.bm.kv_block) + ")");
+    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias)
+      throw std::invalid_argument("flex attention: the Hopper backward has no rel_bias dBias");
+    if (!p.dq_accum) throw std::invalid_argument("flex attention: the Hopper backward needs the dQ accumulator");
+  }
   if (p.head_dim == 64)
-    return launch_flex_backward_hdim<64>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream);
+    return launch_flex_backward_hdim<64>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream,
+                                         maps);
   if (p.head_dim == 128)
     return launch_flex_backward_hdim<128>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats,
-                                          stream);
+                                          stream, maps);
   no_kernel(p.head_dim);
 }
 

@@ -91,9 +91,14 @@ void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_i
 /// lists query tiles of kDqBlockM rows, `k_items` key tiles of kBwdBlockN keys;
 /// `q_numel` elements of Q (Dsum rows), `scratch_floats` the size of
 /// p.dbias_scratch (deterministic mode). Throws like launch_flex_forward, and
-/// for a rel_bias max_distance above kMaxRelBiasDistance.
+/// for a rel_bias max_distance above kMaxRelBiasDistance. `maps` (from
+/// make_bwd_tensor_maps; only where fwd_sm90_usable()) selects the Hopper
+/// kernel: k_items of bwd_block_n(BwdPath::sm90) keys, kv_block 128, dQ by
+/// float32 atomics into p.dq_accum (q_numel floats), no rel_bias dBias
+/// (std::invalid_argument otherwise).
 void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
-                          int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream);
+                          int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
+                          const BwdTensorMaps* maps = nullptr);
 
 /// Per-head-dimension implementations (attn_launch_impl.cuh, one file each).
 template <int D>
@@ -108,6 +113,7 @@ void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int 
                               const KvTensorMaps* maps);
 template <int D>
 void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
-                               int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream);
+                               int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
+                               const BwdTensorMaps* maps);
 
 }  // namespace attnbench::kernels

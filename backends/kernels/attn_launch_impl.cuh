@@ -102,13 +102,14 @@ void dq_convert(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
 
 /// The Hopper backward (attn_bwd_sm90.cuh): Dsum, the dK/dV/dQ kernel over key
 /// tiles of kBwdSm90BlockN, the dQ conversion.
-template <int D, bool Bf16>
+/// kFlex: the BlockMask form (the caller has run Dsum and cleared dBias).
+template <int D, bool Bf16, bool kFlex = false>
 void backward_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_numel, const BwdTensorMaps& maps,
                    cudaStream_t st) {
-  dsum<D, Bf16>(p, q_numel, st);
+  if constexpr (!kFlex) dsum<D, Bf16>(p, q_numel, st);
   if (q_numel > 0)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(q_numel) * sizeof(float), st));
-  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16>;
+  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex>;
   constexpr size_t smem = bwd_sm90_smem_bytes<D>();
   allow_smem<kernel>(smem);
   const int64_t blocks = static_cast<int64_t>(n_k) * p.heads_kv;
@@ -173,16 +174,33 @@ void flex_forward(const AttnParams& p, const WorkItem* items, int n, cudaStream_
     forward_tiles<D, Bf16, 1, kFwdBlockN, true>(p, items, n, 1, st);
 }
 
+/// The ordered dBias reduction of the flex path's deterministic mode.
+inline void flex_dbias_reduce(const AttnParams& p, cudaStream_t st) {
+  if (p.dbias_mode != DbiasMode::deterministic || p.bias_size <= 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((p.bias_size + 255) / 256, 4096));
+  if (p.mod == ModKind::rel_bias)
+    attn_dbias_rel_reduce_kernel<<<blocks, 256, 0, st>>>(p);
+  else
+    attn_dbias_offset_reduce_kernel<<<blocks, 256, 0, st>>>(p);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
 /// Flex backward: Dsum, dK/dV (and dBias) per key tile, the deterministic dQ
-/// kernel, then the ordered dBias reduction in deterministic mode.
+/// kernel, then the ordered dBias reduction in deterministic mode. With `maps`
+/// the Hopper kernel (128-key tiles, dQ by atomics) replaces dK/dV and dQ.
 template <int D, bool Bf16>
 void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k,
-                   int64_t q_numel, int64_t scratch_floats, cudaStream_t st) {
+                   int64_t q_numel, int64_t scratch_floats, cudaStream_t st, const BwdTensorMaps* maps) {
   dsum<D, Bf16>(p, q_numel, st);
   if (p.dbias_mode == DbiasMode::atomic)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias, 0, static_cast<size_t>(p.bias_size) * sizeof(float), st));
   if (p.dbias_mode == DbiasMode::deterministic && scratch_floats > 0)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias_scratch, 0, static_cast<size_t>(scratch_floats) * sizeof(float), st));
+  if (maps) {
+    backward_sm90<D, Bf16, true>(p, k_items, n_k, q_numel, *maps, st);
+    flex_dbias_reduce(p, st);
+    return;
+  }
   constexpr int kWarps = kBwdBlockN / 16;
   constexpr auto dkdv = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), false, true>;
   const size_t rel = p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias
@@ -205,14 +223,7 @@ void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const 
     dq<<<static_cast<unsigned>(q_blocks), kDqWarps * 32, dq_smem, st>>>(p, q_items, 1);
     ATTNBENCH_CHECK(cudaGetLastError());
   }
-  if (p.dbias_mode == DbiasMode::deterministic && p.bias_size > 0) {
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((p.bias_size + 255) / 256, 4096));
-    if (p.mod == ModKind::rel_bias)
-      attn_dbias_rel_reduce_kernel<<<blocks, 256, 0, st>>>(p);
-    else
-      attn_dbias_offset_reduce_kernel<<<blocks, 256, 0, st>>>(p);
-    ATTNBENCH_CHECK(cudaGetLastError());
-  }
+  flex_dbias_reduce(p, st);
 }
 
 }  // namespace detail
@@ -265,11 +276,13 @@ void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int 
 
 template <int D>
 void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
-                               int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream) {
+                               int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
+                               const BwdTensorMaps* maps) {
   if (p.dtype == ElemType::bf16)
-    detail::flex_backward<D, true>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream);
+    detail::flex_backward<D, true>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream, maps);
   else
-    detail::flex_backward<D, false>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream);
+    detail::flex_backward<D, false>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream,
+                                    maps);
 }
 
 }  // namespace attnbench::kernels

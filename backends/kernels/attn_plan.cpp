@@ -65,7 +65,7 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
   return t;
 }
 
-TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim) {
+TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim, BwdPath bwd) {
   if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
     throw std::invalid_argument("plan_block_tiles: block sizes " + std::to_string(bm.q_block) + " x " +
                                 std::to_string(bm.kv_block) + " not supported (64 or 128 each)");
@@ -73,6 +73,10 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int h
     throw std::invalid_argument("plan_block_tiles: BlockMask batch " + std::to_string(bm.B) +
                                 " does not match the problem's " + std::to_string(batch));
   TilePlan t;
+  t.bwd_tile_keys = bwd_block_n(bwd);
+  if (bm.kv_block % t.bwd_tile_keys != 0)
+    throw std::invalid_argument("plan_block_tiles: dK/dV tiles of " + std::to_string(t.bwd_tile_keys) +
+                                " keys do not fit KV blocks of " + std::to_string(bm.kv_block));
   t.tile_rows = static_cast<int>(bm.q_block);
   t.tile_keys = fwd_block_n(head_dim, 1);
   t.dq_tile_rows = kDqBlockM;
@@ -96,7 +100,7 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int h
       dq.push_back({static_cast<int32_t>(b), static_cast<int32_t>(m0)});
       dqc.push_back(row_blocks(b, m0 / bm.q_block));
     }
-    for (int64_t n0 = 0; n0 < bm.seq_k; n0 += kBwdBlockN) {
+    for (int64_t n0 = 0; n0 < bm.seq_k; n0 += t.bwd_tile_keys) {
       k.push_back({static_cast<int32_t>(b), static_cast<int32_t>(n0)});
       kc.push_back(col_blocks(b, n0 / bm.kv_block));
     }

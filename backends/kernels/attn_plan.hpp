@@ -56,12 +56,15 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
 /// Work lists of the flex path for a BlockMask `bm` (block sizes 64 or 128) of a
 /// padded batch of `batch` rows with heads_q query heads: forward items are the
 /// query blocks (start = qb * q_block, one CTA each), dQ items the kDqBlockM-row
-/// tiles, dK/dV items the kBwdBlockN-key tiles, each ordered by the blocks its
-/// lists hold (longest first; ties in (row, start) order). Every tile is listed,
-/// also those with no block (they write O = 0, LSE = -inf, zero gradients).
-/// executed_pairs = bm.executed_pairs_per_head(batch) * heads_q. Throws
-/// std::invalid_argument for other block sizes or a batch that does not match bm.
-TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim);
+/// tiles, dK/dV items the bwd_block_n(bwd)-key tiles (the Hopper backward's
+/// 128 need kv_block 128), each ordered by the blocks its lists hold (longest
+/// first; ties in (row, start) order). Every tile is listed, also those with no
+/// block (they write O = 0, LSE = -inf, zero gradients). executed_pairs =
+/// bm.executed_pairs_per_head(batch) * heads_q. Throws std::invalid_argument for
+/// other block sizes, a batch that does not match bm, or a dK/dV tile that is
+/// not inside one KV block.
+TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim,
+                          BwdPath bwd = BwdPath::sm80);
 
 /// CSR of the inverse of an offset_bias table: for each bias entry e in [0, size),
 /// the keys j with offset[j] = e in ascending order, as keys[ptr[e] .. ptr[e+1]).

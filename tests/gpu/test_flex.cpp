@@ -31,9 +31,24 @@ std::unique_ptr<Backend> flex(int block, const char* dbias) {
   return be;
 }
 
+/// Whether the Hopper kernels run here (an sm_90a build on compute capability
+/// 9.0): the default forward path of a small instance says so.
+bool hopper() {
+  static const bool yes = [] {
+    setenv("ATTNBENCH_FWD_PATH", "auto", 1);
+    const Problem p = make_problem(1, 1, 1, 64, 64, 64, DType::bf16);
+    const bool sm90 = flex(128, "deterministic")->prepare(p, make_inputs(p))->extra()["fwd_path"] == "sm90";
+    unsetenv("ATTNBENCH_FWD_PATH");
+    return sm90;
+  }();
+  return yes;
+}
+
 /// Deterministic dBias at `block`, bitwise checked, with the default forward (the
 /// Hopper kernel on an sm_90a build on an H100); then with the portable forward
-/// (ATTNBENCH_FWD_PATH=sm80): atomic dBias when asked, else deterministic again.
+/// (ATTNBENCH_FWD_PATH=sm80): atomic dBias when asked, else deterministic again;
+/// then, where the Hopper kernels run, block 128 and no rel_bias dBias, with the
+/// Hopper backward (ATTNBENCH_BWD_PATH=sm90: dQ by atomics, not bitwise).
 void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
   setenv("ATTNBENCH_FWD_PATH", "auto", 1);
   check_gpu_case(*flex(block, "deterministic"), p, true);
@@ -42,6 +57,12 @@ void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
     check_gpu_case(*flex(block, "atomic"), p, false);
   else
     check_gpu_case(*flex(block, "deterministic"), p, true);
+  if (block == 128 && p.score_mod.kind != ScoreMod::Kind::rel_bias && hopper()) {
+    setenv("ATTNBENCH_FWD_PATH", "auto", 1);
+    setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
+    check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic"), p, false);
+    unsetenv("ATTNBENCH_BWD_PATH");
+  }
   unsetenv("ATTNBENCH_FWD_PATH");
 }
 
@@ -68,6 +89,25 @@ TEST_CASE("flex: registry, availability, determinism follows the dBias mode") {
   setenv("ATTNBENCH_FLEX_BLOCK", "128", 1);
   setenv("ATTNBENCH_FLEX_DBIAS", "sometimes", 1);
   CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_DBIAS"));
+}
+
+TEST_CASE("flex: the Hopper backward (ATTNBENCH_BWD_PATH=sm90) and what it refuses") {
+  if (!hopper()) {
+    MESSAGE("SKIPPED: the Hopper kernels do not run here (sm_90a build on compute capability 9.0)");
+    return;
+  }
+  setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
+  const Problem p = with_causal(make_problem(1, 2, 1, 256, 256, 64, DType::bf16));
+  const ProblemData in = make_inputs(p);
+  const nlohmann::json x = flex(128, "deterministic")->prepare(p, in)->extra();
+  CHECK(x["bwd_path"] == "sm90");
+  CHECK(x["dq_mode"] == "float32 atomics");
+  CHECK_FALSE(flex(128, "deterministic")->deterministic());  // dQ by atomics
+  CHECK_THROWS(flex(64, "deterministic")->prepare(p, in));   // 128-key tiles are one KV block
+  const Problem rel = with_mod(p, ScoreMod::Kind::rel_bias, 8);
+  CHECK_THROWS(flex(128, "deterministic")->prepare(rel, make_inputs(rel)));  // no rel_bias dBias there
+  unsetenv("ATTNBENCH_BWD_PATH");
+  CHECK(flex(128, "deterministic")->deterministic());
 }
 
 TEST_CASE("flex: unsupported combinations name what is missing") {
