@@ -78,6 +78,22 @@ kernels::BwdPath choose_bwd_path(const std::string& backend, bool deterministic)
   return kernels::BwdPath::sm90;
 }
 
+/// The flex path's dK/dV kernel: choose_bwd_path (auto keeps the portable one, as
+/// flex's dQ is deterministic unless ATTNBENCH_BWD_PATH=sm90), and the Hopper one
+/// only for 128-key KV blocks without a rel_bias dBias (std::invalid_argument,
+/// an error row naming why, otherwise).
+kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt) {
+  const kernels::BwdPath path = choose_bwd_path(opt.name, opt.deterministic);
+  if (path != kernels::BwdPath::sm90) return path;
+  if (opt.block_size != kernels::bwd_block_n(kernels::BwdPath::sm90))
+    throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper "
+                                "backward's 128-key tiles are one KV block)");
+  if (p.score_mod.kind == ScoreMod::Kind::rel_bias && opt.dbias != kernels::DbiasMode::none)
+    throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 has no rel_bias dBias (use the portable "
+                                "backward, ATTNBENCH_BWD_PATH=auto)");
+  return path;
+}
+
 /// Device copies of what the flex path reads besides the tensors: the BlockMask
 /// lists, the arrays mask_allowed() reads (document ids, padding lengths), the
 /// learnable bias with its offset table, dBias and its deterministic scratch.
@@ -337,14 +353,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     flex_ = std::make_unique<FlexBuffers>();
     flex_->host = build_block_mask(p, opt.block_size, opt.block_size);
     fwd_path_ = choose_fwd_path(opt.name, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
-    bwd_path_ = choose_bwd_path(opt.name, opt.deterministic);
-    if (bwd_path_ == kernels::BwdPath::sm90 && opt.block_size != kernels::bwd_block_n(kernels::BwdPath::sm90))
-      throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper "
-                                  "backward's 128-key tiles are one KV block)");
-    if (bwd_path_ == kernels::BwdPath::sm90 && p.score_mod.kind == ScoreMod::Kind::rel_bias &&
-        opt.dbias != kernels::DbiasMode::none)
-      throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 has no rel_bias dBias (use the portable "
-                                  "backward, ATTNBENCH_BWD_PATH=auto)");
+    bwd_path_ = choose_flex_bwd_path(p, opt);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim),
                                       bwd_path_);
   } else {
