@@ -356,7 +356,7 @@ TEST_CASE("run context: a backend's own context wins over the process-wide defau
   set_default_run_context(saved);
 }
 
-TEST_CASE("write_work_dir writes problem.json, float64 inputs, bias/offset and request.json") {
+TEST_CASE("write_work_dir writes problem.json, float32 inputs, bias/offset and request.json") {
   TempDir d;
   Problem p = make_problem(2, 4, 2, 24, 24, 8, {CausalTerm{}, document_term_from_lengths({{10, 6}, {24}}, 24)},
                            mod_of(ScoreMod::Kind::rel_bias));
@@ -374,7 +374,7 @@ TEST_CASE("write_work_dir writes problem.json, float64 inputs, bias/offset and r
   } wants[] = {{"q.npy", &in.q}, {"k.npy", &in.k}, {"v.npy", &in.v}, {"do.npy", &in.d_o}};
   for (const auto& w : wants) {
     npy::Array a = npy::read(d / w.file);
-    CHECK(a.dtype == npy::Dtype::f8);
+    CHECK(a.dtype == npy::Dtype::f4);  // bf16 values are float32s
     CHECK(a.shape == w.t->shape);
     CHECK(a.to_double() == w.t->data);  // bitwise: rounded values travel exactly
   }
@@ -393,6 +393,16 @@ TEST_CASE("write_work_dir writes problem.json, float64 inputs, bias/offset and r
   std::vector<int64_t> want(ino.offset.begin(), ino.offset.end());
   CHECK(off.to_int64() == want);
   CHECK(npy::read(d2 / "bias.npy").shape == std::vector<int64_t>{6});
+
+  // A value that is not a float32 keeps the tensor in float64 (nothing is rounded on the way).
+  ProblemData wide = in;
+  wide.k.data[5] = 0.1;
+  TempDir d3;
+  write_work_dir(d3.path, "torch-flex", p, wide, ctx);
+  npy::Array k = npy::read(d3 / "k.npy");
+  CHECK(k.dtype == npy::Dtype::f8);
+  CHECK(k.to_double() == wide.k.data);
+  CHECK(npy::read(d3 / "q.npy").dtype == npy::Dtype::f4);
 
   ProblemData wrong = in;
   wrong.q = HostTensor({2, 4, 24, 7});

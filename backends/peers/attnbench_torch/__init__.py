@@ -1,13 +1,14 @@
 """attnbench_torch: PyTorch's attention backends behind attnbench's peer protocol.
 
 attnbench (backends/peers/peer_backend.cpp) writes a work directory with
-problem.json, q/k/v/do.npy (float64, logical [B, H, S, D] layout, values already
-rounded to the problem dtype), bias/offset.npy for learnable score mods and
+problem.json, q/k/v/do.npy (float32, or float64 when a value is not a float32;
+logical [B, H, S, D] layout, values already rounded to the problem dtype), bias/offset.npy for learnable score mods and
 request.json, then runs
 
     python3 backends/peers/attnbench_torch --request DIR/request.json
 
-This worker answers with o/lse/dq/dk/dv(/dbias).npy (float64, logical layout) and
+This worker answers with o/lse/dq/dk/dv(/dbias).npy (float32, exact for its
+bf16 / fp16 / fp32 results; float64 results stay float64; logical layout) and
 result.json (status ok | unsupported | error, raw timing samples in ms, compile and
 setup time, bitwise determinism, versions, notes). The protocol is specified in
 docs/peers.md; backends/peers/README.md describes this worker.

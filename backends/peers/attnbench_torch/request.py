@@ -21,7 +21,7 @@ from .timing import StreamHold, time_pass
 
 
 def load_inputs(T, req_dir, req, p):
-    """Logical float64 host arrays -> device tensors of the problem dtype.
+    """Logical float32 / float64 host arrays -> device tensors of the problem dtype.
     Returns a dict with logical [B, H, S, D] device tensors q, k, v, do (strides of
     the problem's physical layout), and bias (float32) / offset (int64) if used."""
     np, torch = T.np, T.torch
@@ -133,7 +133,9 @@ def _save_outputs(T, req_dir, res, want_grads):
             continue
         if key in ("dq", "dk", "dv", "dbias") and not want_grads:
             continue
-        a = t.detach().to("cpu", dtype=T.torch.float64).contiguous().numpy()
+        # float32 is exact for bf16 / fp16 / fp32 results (half the bytes of float64)
+        wide = T.torch.float64 if t.dtype == T.torch.float64 else T.torch.float32
+        a = t.detach().to("cpu", dtype=wide).contiguous().numpy()
         name = f"{key}.npy"
         np.save(os.path.join(req_dir, name), a, allow_pickle=False)
         files[key] = name
