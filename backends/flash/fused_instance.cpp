@@ -78,13 +78,17 @@ kernels::BwdPath choose_bwd_path(const std::string& backend, bool deterministic)
   return kernels::BwdPath::sm90;
 }
 
-/// The flex path's dK/dV kernel: choose_bwd_path (auto keeps the portable one, as
-/// flex's dQ is deterministic unless ATTNBENCH_BWD_PATH=sm90), and the Hopper one
-/// only for 128-key KV blocks without a rel_bias dBias (std::invalid_argument,
-/// an error row naming why, otherwise).
+/// The flex path's dK/dV kernel. The backend asks for the Hopper one by a
+/// non-deterministic `opt` (it does so when ATTNBENCH_BWD_PATH=sm90 was set as it
+/// was made); otherwise choose_bwd_path decides (auto and sm80: the portable one;
+/// sm90 set since: refused, the backend promised deterministic dQ). The Hopper
+/// one needs compute capability 9.0 with sm_90a code, 128-key KV blocks and no
+/// rel_bias dBias (std::invalid_argument, an error row naming why, otherwise).
 kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt) {
-  const kernels::BwdPath path = choose_bwd_path(opt.name, opt.deterministic);
-  if (path != kernels::BwdPath::sm90) return path;
+  if (opt.deterministic) return choose_bwd_path(opt.name, true);
+  std::string why;
+  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90: " + why);
+  const kernels::BwdPath path = kernels::BwdPath::sm90;
   if (opt.block_size != kernels::bwd_block_n(kernels::BwdPath::sm90))
     throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper "
                                 "backward's 128-key tiles are one KV block)");

@@ -46,7 +46,12 @@ constexpr size_t bwd_sm90_smem_bytes() {
 }
 constexpr int kBwdSm90Threads = 3 * 128;  ///< two consumer warpgroups and the producer warpgroup
 constexpr int kBwdSm90ProducerRegs = 24;
-constexpr int kBwdSm90ConsumerRegs = 240;  ///< 2 x 128 x 240 + 128 x 24 <= 64 K registers
+constexpr int kBwdSm90ConsumerRegs = 240;
+/// setmaxnreg moves registers inside the CTA's allocation at launch: 384 threads
+/// x 168 (the __launch_bounds__(384, 1) cap, a multiple of 8); asking for more
+/// would hang in setmaxnreg.inc instead of failing.
+static_assert(2 * 128 * kBwdSm90ConsumerRegs + 128 * kBwdSm90ProducerRegs <= kBwdSm90Threads * 168,
+              "consumer + producer registers exceed the CTA's allocation");
 
 namespace sm90 {
 
@@ -114,6 +119,12 @@ __device__ __forceinline__ void bwd_dq(uint32_t ds_tile, uint32_t k_tile, int wg
 /// meet once per step, after both stored their dS^T (head_dim 128: each reads
 /// all 128 keys of dS for its dQ columns); dS^T is double-buffered, so that one
 /// barrier also orders step t + 2's writes after step t's dQ reads.
+///
+/// Rows a TMA box reads past a sequence (padding positions, the next THD
+/// sequence; zeros only past the tensor) get P = dS = 0, so they must hold finite
+/// values (0 x NaN = NaN in the MMAs): true of every buffer attnbench makes, as in
+/// the Hopper forward. CTAs with no query step skip the K / V loads and store
+/// zero dK / dV.
 template <int D, bool Bf16, bool kFlex = false>
 __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     attn_bwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items,
@@ -151,15 +162,22 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   const int iters = n_qt * p.group;
   // Step it: query head kvh * group + it / n_qt, its (it % n_qt)-th query tile.
   auto head_of = [&](int it) { return kvh * p.group + it / n_qt; };
-  auto row_of = [&](int it, bool* full) {
+  auto row_of = [&](int it) {  // first query row of step it
     int m0;
-    if constexpr (kFlex) {
-      walk.at(it % n_qt, &m0, full);
-    } else {
-      m0 = q_begin + (it % n_qt) * kBlockM;
-      *full = tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
-    }
+    bool is_full;
+    if constexpr (kFlex) walk.at(it % n_qt, &m0, &is_full);
+    else m0 = q_begin + (it % n_qt) * kBlockM;
     return m0;
+  };
+  auto tile_is_full = [&](int it, int m0) {  // no pair of step it is masked
+    if constexpr (kFlex) {
+      int m0_unused;
+      bool is_full;
+      walk.at(it % n_qt, &m0_unused, &is_full);
+      return is_full;
+    } else {
+      return tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
+    }
   };
   constexpr uint32_t kTileBytes = 2u * kBlockM * D;
 
@@ -180,17 +198,18 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
       const int qb = p.q_batch_stride == 0 ? 0 : b, ob = p.o_batch_stride == 0 ? 0 : b;
       const int k_row = static_cast<int>(si.tok0_k) + n0, q_row = static_cast<int>(si.tok0_q);
-      sm90::mbar_arrive_expect_tx(kv_bar, 2u * 2u * kBlockN * D);
+      if (iters > 0) {
+        sm90::mbar_arrive_expect_tx(kv_bar, 2u * 2u * kBlockN * D);
 #pragma unroll
-      for (int c = 0; c < D / 64; ++c) {
-        sm90::tma_load_4d(sK + c * kBlockN * 64, &maps.k, c * 64, k_row, kvh, kb, kv_bar);
-        sm90::tma_load_4d(sV + c * kBlockN * 64, &maps.v, c * 64, k_row, kvh, vb, kv_bar);
+        for (int c = 0; c < D / 64; ++c) {
+          sm90::tma_load_4d(sK + c * kBlockN * 64, &maps.k, c * 64, k_row, kvh, kb, kv_bar);
+          sm90::tma_load_4d(sV + c * kBlockN * 64, &maps.v, c * 64, k_row, kvh, vb, kv_bar);
+        }
       }
       for (int it = 0; it < iters; ++it) {
         const int stage = it % kStages;
         if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
-        bool full_unused;
-        const int h = head_of(it), m0 = row_of(it, &full_unused);
+        const int h = head_of(it), m0 = row_of(it);
         sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTileBytes);  // Q and dO
 #pragma unroll
         for (int c = 0; c < D / 64; ++c) {
@@ -204,8 +223,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       for (int it = 0; it < iters; ++it) {
         const int stage = it % kStages;
         if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
-        bool full_unused;
-        const int h = head_of(it), m0 = row_of(it, &full_unused);
+        const int h = head_of(it), m0 = row_of(it);
         for (int r = lane; r < kBlockM; r += 32) {
           sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
           sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
@@ -222,12 +240,12 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     zero_acc(dk);
     zero_acc(dv);
     DbiasAcc dbias;  // offset_bias dBias on the flex path (per-key sums)
-    sm90::mbar_wait(kv_bar, 0);
+    if (iters > 0) sm90::mbar_wait(kv_bar, 0);
 
     for (int it = 0; it < iters; ++it) {
       const int stage = it % kStages;
-      bool full_tile;
-      const int h = head_of(it), m0 = row_of(it, &full_tile);
+      const int h = head_of(it), m0 = row_of(it);
+      const bool full_tile = tile_is_full(it, m0);
       const ScoreMod2 mod = ScoreMod2::of(p, h);
       const uint32_t tq = q_addr + stage * kTileBytes, tdo = do_addr + stage * kTileBytes;
       sm90::mbar_wait(&full[stage], (it / kStages) & 1);
@@ -253,8 +271,10 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
       if constexpr (D == 128)
         sm90::named_barrier(1, kConsumers);  // both halves of dS^T
+      else if (wg == 0)
+        sm90::named_barrier(2, 128);  // this warpgroup's keys (constant ids: ptxas reserves only these)
       else
-        sm90::named_barrier(2 + wg, 128);  // this warpgroup's keys
+        sm90::named_barrier(3, 128);
 
       sm90::wgmma_fence();
       sm90::pv<D, Bf16, kBlockM>(pa, tdo, dv);  // dV += P^T dO

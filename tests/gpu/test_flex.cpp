@@ -159,6 +159,20 @@ TEST_CASE("flex: ragged lengths, Sq != Sk, GQA 7:1, head_dim 128, fp16") {
   }
 }
 
+TEST_CASE("flex: head_dim 128 on block 128 (the Hopper backward's forms): documents, padding, block_sparse") {
+  for (DType t : {DType::bf16, DType::fp16}) {
+    run_case(with_mod(with_documents(make_problem(2, 4, 1, 300, 300, 128, t, Layout::bshd, 505),
+                                     {{100, 1, 199}, {17, 283}}),
+                      ScoreMod::Kind::offset_bias, 13),
+             128, true);
+    Problem pad = with_padding(make_problem(3, 2, 1, 190, 150, 128, t, Layout::bhsd, 506), {190, 1, 0}, {150, 77, 3});
+    run_case(with_mod(with_causal(pad), ScoreMod::Kind::softcap, 20));
+    Problem sparse = make_problem(1, 4, 2, 600, 600, 128, t, Layout::bshd, 507);
+    sparse.mask.push_back(BlockSparseTerm{0.5, 11});
+    run_case(with_mod(sparse, ScoreMod::Kind::alibi));
+  }
+}
+
 TEST_CASE("flex: block_sparse with causal at S 1000, rel_bias m 0 and m larger than the sequence") {
   Problem p = make_problem(1, 4, 2, 1000, 1000, 64, DType::bf16, Layout::bshd, 510);
   p.mask.push_back(BlockSparseTerm{0.4, 9});
