@@ -200,24 +200,15 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       const int k_row = static_cast<int>(si.tok0_k) + n0, q_row = static_cast<int>(si.tok0_q);
       if (iters > 0) {
         sm90::mbar_arrive_expect_tx(kv_bar, 2u * 2u * kBlockN * D);
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          sm90::tma_load_4d(sK + c * kBlockN * 64, &maps.k, c * 64, k_row, kvh, kb, kv_bar);
-          sm90::tma_load_4d(sV + c * kBlockN * 64, &maps.v, c * 64, k_row, kvh, vb, kv_bar);
-        }
+        sm90::tma_load_tile_pair<kBlockN, D>(sK, &maps.k, kb, sV, &maps.v, vb, k_row, kvh, kv_bar);
       }
       for (int it = 0; it < iters; ++it) {
         const int stage = it % kStages;
         if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
         const int h = head_of(it), m0 = row_of(it);
         sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTileBytes);  // Q and dO
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          sm90::tma_load_4d(sQ + stage * kBlockM * D + c * kBlockM * 64, &maps.q, c * 64, q_row + m0, h, qb,
-                            &full[stage]);
-          sm90::tma_load_4d(sdO + stage * kBlockM * D + c * kBlockM * 64, &maps.dout, c * 64, q_row + m0, h, ob,
-                            &full[stage]);
-        }
+        sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
+                                             &maps.dout, ob, q_row + m0, h, &full[stage]);
       }
     } else if (ptid / 32 == 1) {  // the LSE / Dsum rows of each stage
       for (int it = 0; it < iters; ++it) {

@@ -161,13 +161,8 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
         bool full_unused;
         steps.at(p, si, tile, &n0, &full_unused);
         sm90::mbar_arrive_expect_tx(&full[stage], 2 * kStageBytes);  // K and V
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          sm90::tma_load_4d(sK + stage * kBlockN * D + c * kBlockN * 64, &maps.k, c * 64, row_base + n0, kvh, kb,
-                            &full[stage]);
-          sm90::tma_load_4d(sV + stage * kBlockN * D + c * kBlockN * 64, &maps.v, c * 64, row_base + n0, kvh, vb,
-                            &full[stage]);
-        }
+        sm90::tma_load_tile_pair<kBlockN, D>(sK + stage * kBlockN * D, &maps.k, kb, sV + stage * kBlockN * D, &maps.v,
+                                             vb, row_base + n0, kvh, &full[stage]);
       }
     }
   } else {  // consumer warpgroups

@@ -163,6 +163,20 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
       : "memory");
 #endif
 }
+/// TMA the [Rows][D] boxes of two tensors of one shape (K and V, Q and dO) at row
+/// `row` of head `head` into the Sw128Tiles at `a` and `b` (D / 64 chunk copies
+/// each; batch coordinates ba / bb), all completing on `bar`.
+template <int Rows, int D>
+__device__ __forceinline__ void tma_load_tile_pair(uint16_t* a, const CUtensorMap* map_a, int ba, uint16_t* b,
+                                                   const CUtensorMap* map_b, int bb, int row, int head,
+                                                   uint64_t* bar) {
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c) {
+    tma_load_4d(a + c * Rows * 64, map_a, c * 64, row, head, ba, bar);
+    tma_load_4d(b + c * Rows * 64, map_b, c * 64, row, head, bb, bar);
+  }
+}
+
 /// Named barrier `id` (1..15) over the first `threads` threads of the CTA.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
