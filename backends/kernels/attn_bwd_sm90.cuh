@@ -257,7 +257,11 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         acc_to_a<Bf16>(st[2 * kk], st[2 * kk + 1], pa[kk]);
         acc_to_a<Bf16>(dpt[2 * kk], dpt[2 * kk + 1], sa[kk]);
       }
+      // Three commit groups, as FlashAttention-3 orders them (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp,
+      // bwd_step): dV first, so that it runs across the dS^T stores and the barrier; then dQ and
+      // dK; the dQ atomics wait for dQ only (wgmma_wait<1>) and run while dK is on the tensor cores.
       uint16_t* ds_buf = sdS + (it & 1) * kBlockN * kBlockM;
+      sm90::pv<D, Bf16, kBlockM>(pa, tdo, dv);  // dV += P^T dO (group 1)
       sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow + g, qd);
       sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
       if constexpr (D == 128)
@@ -267,18 +271,13 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       else
         sm90::named_barrier(3, 128);
 
-      sm90::wgmma_fence();
-      sm90::pv<D, Bf16, kBlockM>(pa, tdo, dv);  // dV += P^T dO
-      sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);   // dK += dS^T Q
       Acc dq[8];
-      sm90::bwd_dq<D, Bf16>(smem_u32(ds_buf), k_addr, wg, dq);
+      sm90::wgmma_fence();
+      sm90::bwd_dq<D, Bf16>(smem_u32(ds_buf), k_addr, wg, dq);  // dQ = dS K (group 2)
       sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::fence_acc(dk);
-      sm90::fence_acc(dv);
+      sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
+      sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
       sm90::fence_acc(dq);
-      sm90::mbar_arrive(&empty[stage]);  // Q, dO, LSE, Dsum of this stage are read
-
       const int c0 = D == 128 ? wg * 64 : 0;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -289,6 +288,10 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         for (int nt = 0; nt < 8; ++nt)
           atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(dq[nt].c[2 * r], dq[nt].c[2 * r + 1]));
       }
+      sm90::wgmma_wait<0>();
+      sm90::fence_acc(dk);
+      sm90::fence_acc(dv);
+      sm90::mbar_arrive(&empty[stage]);  // Q, dO, LSE, Dsum of this stage are read
     }
     if constexpr (kFlex) {
       if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias)
