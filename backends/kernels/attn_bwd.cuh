@@ -468,29 +468,14 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
                                      static_cast<const uint16_t*>(p.v) + v_off(p, si, b, 0, kvh), p.k_row_stride,
                                      p.v_row_stride, n0, si.lk, tid);
 
-  // Query tiles of this CTA's keys: (first row, whether no pair of it is masked).
-  int q_begin = 0, n_qt;
-  BlockWalk walk;
-  if constexpr (kFlex) {
-    walk = q_walk(p.bm, b, n0 / p.bm.kv_block, kBlockM);
-    n_qt = walk.count;
-  } else {
-    n_qt = query_tiles(p.mask, si.lq, si.lk, n0, kBlockN, kBlockM, &q_begin);
-  }
-  auto q_at = [&](int qi, int* m0, bool* full) {
-    if constexpr (kFlex) {
-      walk.at(qi, m0, full);
-    } else {
-      *m0 = q_begin + qi * kBlockM;
-      *full = tile_full(p.mask, si.lq, si.lk, *m0, kBlockM, n0, kBlockN);
-    }
-  };
+  const QuerySteps<kFlex> q_steps(p, si, b, n0, kBlockN, kBlockM);  // the query tiles of this CTA's keys
+  const int n_qt = q_steps.count;
   const int iters = n_qt * p.group;
   auto load_q = [&](int it, int stage) {
     const int h = kvh * p.group + it / n_qt;
     int m0;
     bool full_unused;
-    q_at(it % n_qt, &m0, &full_unused);
+    q_steps.at(p, si, it % n_qt, &m0, &full_unused);
     const uint16_t* q_base = static_cast<const uint16_t*>(p.q) + q_off(p, si, b, m0, h);
     const uint16_t* o_base = static_cast<const uint16_t*>(p.dout) + o_off(p, si, b, m0, h);
     load_tile_async<kBlockM, D, kThreads>(
@@ -533,7 +518,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
     const int h = kvh * p.group + it / n_qt;
     int m0;
     bool full;
-    q_at(it % n_qt, &m0, &full);
+    q_steps.at(p, si, it % n_qt, &m0, &full);
     const uint16_t* tQ = sQ + stage * kBlockM * D;
     const uint16_t* tdO = sdO + stage * kBlockM * D;
     const ScoreMod2 mod = ScoreMod2::of(p, h);

@@ -151,34 +151,11 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   const int kvh = blockIdx.x % p.heads_kv;
   const int b = item.seq, n0 = item.start;
   const SeqInfo si = seq_info(p, b);
-  int q_begin = 0, n_qt;
-  BlockWalk walk;
-  if constexpr (kFlex) {
-    walk = q_walk(p.bm, b, n0 / kBlockN, kBlockM);
-    n_qt = walk.count;
-  } else {
-    n_qt = query_tiles(p.mask, si.lq, si.lk, n0, kBlockN, kBlockM, &q_begin);
-  }
+  const QuerySteps<kFlex> q_steps(p, si, b, n0, kBlockN, kBlockM);
+  const int n_qt = q_steps.count;
   const int iters = n_qt * p.group;
   // Step it: query head kvh * group + it / n_qt, its (it % n_qt)-th query tile.
   auto head_of = [&](int it) { return kvh * p.group + it / n_qt; };
-  auto row_of = [&](int it) {  // first query row of step it
-    int m0;
-    bool is_full;
-    if constexpr (kFlex) walk.at(it % n_qt, &m0, &is_full);
-    else m0 = q_begin + (it % n_qt) * kBlockM;
-    return m0;
-  };
-  auto tile_is_full = [&](int it, int m0) {  // no pair of step it is masked
-    if constexpr (kFlex) {
-      int m0_unused;
-      bool is_full;
-      walk.at(it % n_qt, &m0_unused, &is_full);
-      return is_full;
-    } else {
-      return tile_full(p.mask, si.lq, si.lk, m0, kBlockM, n0, kBlockN);
-    }
-  };
   constexpr uint32_t kTileBytes = 2u * kBlockM * D;
 
   if (tid == 0) {
@@ -205,7 +182,10 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       for (int it = 0; it < iters; ++it) {
         const int stage = it % kStages;
         if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
-        const int h = head_of(it), m0 = row_of(it);
+        const int h = head_of(it);
+        int m0;
+        bool full_unused;
+        q_steps.at(p, si, it % n_qt, &m0, &full_unused);
         sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTileBytes);  // Q and dO
         sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
                                              &maps.dout, ob, q_row + m0, h, &full[stage]);
@@ -214,7 +194,10 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       for (int it = 0; it < iters; ++it) {
         const int stage = it % kStages;
         if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
-        const int h = head_of(it), m0 = row_of(it);
+        const int h = head_of(it);
+        int m0;
+        bool full_unused;
+        q_steps.at(p, si, it % n_qt, &m0, &full_unused);
         for (int r = lane; r < kBlockM; r += 32) {
           sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
           sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
@@ -235,8 +218,10 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
 
     for (int it = 0; it < iters; ++it) {
       const int stage = it % kStages;
-      const int h = head_of(it), m0 = row_of(it);
-      const bool full_tile = tile_is_full(it, m0);
+      const int h = head_of(it);
+      int m0;
+      bool full_tile;
+      q_steps.at(p, si, it % n_qt, &m0, &full_tile);
       const ScoreMod2 mod = ScoreMod2::of(p, h);
       const uint32_t tq = q_addr + stage * kTileBytes, tdo = do_addr + stage * kTileBytes;
       sm90::mbar_wait(&full[stage], (it / kStages) & 1);

@@ -218,6 +218,34 @@ struct KeySteps {
   }
 };
 
+/// The query tiles of `rows` rows that the key tile [n0, n0 + keys) of sequence b
+/// meets, as (first row, whether no pair of it is masked): the BlockMask lists of
+/// its KV block on the flex path, else the keys' query interval (query_tiles,
+/// tile_full). Shared by the portable and the Hopper dK/dV kernels.
+template <bool kFlex>
+struct QuerySteps {
+  BlockWalk walk;
+  int m_first = 0, count = 0, n0 = 0, keys = 0, rows = 0;
+
+  __device__ __forceinline__ QuerySteps(const AttnParams& p, const SeqInfo& si, int b, int n0_, int keys_, int rows_)
+      : n0(n0_), keys(keys_), rows(rows_) {
+    if constexpr (kFlex) {
+      walk = q_walk(p.bm, b, n0 / p.bm.kv_block, rows);
+      count = walk.count;
+    } else {
+      count = query_tiles(p.mask, si.lq, si.lk, n0, keys, rows, &m_first);
+    }
+  }
+  __device__ __forceinline__ void at(const AttnParams& p, const SeqInfo& si, int t, int* m0, bool* full) const {
+    if constexpr (kFlex) {
+      walk.at(t, m0, full);
+    } else {
+      *m0 = m_first + t * rows;
+      *full = tile_full(p.mask, si.lq, si.lk, *m0, rows, n0, keys);
+    }
+  }
+};
+
 /// Whether a mask has terms beyond the per-row key interval (documents,
 /// block_sparse): only then do flex partial tiles evaluate mask_allowed() pair by
 /// pair; interval masks use RowBounds like the flash path.

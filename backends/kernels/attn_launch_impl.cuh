@@ -100,13 +100,12 @@ void dq_convert(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
-/// The Hopper backward (attn_bwd_sm90.cuh): Dsum, the dK/dV/dQ kernel over key
-/// tiles of kBwdSm90BlockN, the dQ conversion.
-/// kFlex: the BlockMask form (the caller has run Dsum and cleared dBias).
+/// The Hopper dK/dV/dQ kernel (attn_bwd_sm90.cuh) over key tiles of
+/// kBwdSm90BlockN and the dQ conversion, after Dsum (kFlex: the BlockMask form,
+/// after dBias was cleared).
 template <int D, bool Bf16, bool kFlex = false>
-void backward_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_numel, const BwdTensorMaps& maps,
-                   cudaStream_t st) {
-  if constexpr (!kFlex) dsum<D, Bf16>(p, q_numel, st);
+void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_numel, const BwdTensorMaps& maps,
+               cudaStream_t st) {
   if (q_numel > 0)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(q_numel) * sizeof(float), st));
   constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex>;
@@ -120,10 +119,16 @@ void backward_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_
   dq_convert<Bf16>(p, q_numel, st);
 }
 
+/// Dsum, then dK/dV and dQ: the Hopper kernel with `maps`, else the portable
+/// dK/dV kernel with atomic dQ or with the deterministic dQ kernel.
 template <int D, bool Bf16>
 void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k, int pack,
-              bool deterministic, int64_t q_numel, cudaStream_t st) {
+              bool deterministic, int64_t q_numel, const BwdTensorMaps* maps, cudaStream_t st) {
   dsum<D, Bf16>(p, q_numel, st);
+  if (maps) {
+    dkdv_sm90<D, Bf16>(p, k_items, n_k, q_numel, *maps, st);
+    return;
+  }
   constexpr int kWarps = kBwdBlockN / 16;
   const unsigned k_blocks = static_cast<unsigned>(static_cast<int64_t>(n_k) * p.heads_kv);
   if (deterministic) {
@@ -197,7 +202,7 @@ void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const 
   if (p.dbias_mode == DbiasMode::deterministic && scratch_floats > 0)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias_scratch, 0, static_cast<size_t>(scratch_floats) * sizeof(float), st));
   if (maps) {
-    backward_sm90<D, Bf16, true>(p, k_items, n_k, q_numel, *maps, st);
+    dkdv_sm90<D, Bf16, true>(p, k_items, n_k, q_numel, *maps, st);
     flex_dbias_reduce(p, st);
     return;
   }
@@ -248,17 +253,10 @@ template <int D>
 void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
                           int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream,
                           const BwdTensorMaps* maps) {
-  if (maps) {
-    if (p.dtype == ElemType::bf16)
-      detail::backward_sm90<D, true>(p, k_items, n_k_items, q_numel, *maps, stream);
-    else
-      detail::backward_sm90<D, false>(p, k_items, n_k_items, q_numel, *maps, stream);
-    return;
-  }
   if (p.dtype == ElemType::bf16)
-    detail::backward<D, true>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream);
+    detail::backward<D, true>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, maps, stream);
   else
-    detail::backward<D, false>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream);
+    detail::backward<D, false>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, maps, stream);
 }
 
 }  // namespace attnbench::kernels
