@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -35,47 +36,44 @@ constexpr int64_t kMaxPositions = int64_t{1} << 30;  // positions and token coun
 
 using kernels::Sequences;
 
-/// The forward kernel of a non-flex instance with GQA pack `pack` at head_dim:
-/// ATTNBENCH_FWD_PATH = auto (the default: sm90 where kernels::fwd_sm90_usable(),
-/// except the GQA-packed 64-row tile at head_dim 64, which measured slower there
-/// than the portable kernel on the H100: packed CodeAlpaca Llama-3.2-1B forward
-/// 0.444 vs 0.397 ms, docs/results/2026-11-24-h100-session8.md), sm80 or sm90.
-/// Throws InputError for another value and std::invalid_argument (an error row
-/// naming why) when sm90 is asked for but cannot run here.
-kernels::FwdPath choose_fwd_path(const std::string& backend, int pack, int64_t head_dim) {
-  const char* v = std::getenv("ATTNBENCH_FWD_PATH");
+/// ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH (`var`): unset or "auto" -> nullopt (the
+/// caller's default), "sm80" -> false, "sm90" -> true. Throws InputError for
+/// another value and std::invalid_argument (an error row naming why) when sm90 is
+/// asked for but cannot run here (kernels::fwd_sm90_usable()).
+std::optional<bool> env_sm90_path(const char* var, const std::string& backend) {
+  const char* v = std::getenv(var);
   const std::string s = v ? v : "";
-  std::string why;
-  if (s.empty() || s == "auto")
-    return kernels::fwd_sm90_usable() && !(pack > 1 && head_dim == 64) ? kernels::FwdPath::sm90
-                                                                         : kernels::FwdPath::sm80;
-  if (s == "sm80") return kernels::FwdPath::sm80;
+  if (s.empty() || s == "auto") return std::nullopt;
+  if (s == "sm80") return false;
   if (s != "sm90")
-    throw InputError("environment variable ATTNBENCH_FWD_PATH", "", "value '" + s + "' is not auto, sm80 or sm90");
-  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(backend + ": ATTNBENCH_FWD_PATH=sm90: " + why);
-  return kernels::FwdPath::sm90;
+    throw InputError(std::string("environment variable ") + var, "", "value '" + s + "' is not auto, sm80 or sm90");
+  std::string why;
+  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(backend + ": " + var + "=sm90: " + why);
+  return true;
 }
 
-/// The dK/dV kernel of a non-flex instance: ATTNBENCH_BWD_PATH = auto (the
-/// default: the Hopper kernel where kernels::fwd_sm90_usable() and dQ is atomic,
-/// as it has no deterministic dQ mode), sm80 or sm90. Throws InputError for
-/// another value and std::invalid_argument (an error row naming why) when sm90
-/// is asked for but cannot run: no sm_90a / compute capability 9.0, or the
-/// deterministic mode.
+/// The forward kernel of a non-flex instance with GQA pack `pack` at head_dim:
+/// ATTNBENCH_FWD_PATH (env_sm90_path); auto = sm90 where kernels::fwd_sm90_usable(),
+/// except the GQA-packed 64-row tile at head_dim 64, which measured slower there
+/// than the portable kernel on the H100: packed CodeAlpaca Llama-3.2-1B forward
+/// 0.444 vs 0.397 ms, docs/results/2026-11-24-h100-session8.md.
+kernels::FwdPath choose_fwd_path(const std::string& backend, int pack, int64_t head_dim) {
+  const std::optional<bool> asked = env_sm90_path("ATTNBENCH_FWD_PATH", backend);
+  const bool sm90 = asked ? *asked : kernels::fwd_sm90_usable() && !(pack > 1 && head_dim == 64);
+  return sm90 ? kernels::FwdPath::sm90 : kernels::FwdPath::sm80;
+}
+
+/// The dK/dV kernel of a non-flex instance: ATTNBENCH_BWD_PATH (env_sm90_path);
+/// auto = the Hopper kernel where kernels::fwd_sm90_usable() and dQ is atomic, as
+/// it has no deterministic dQ mode. Throws as env_sm90_path, and
+/// std::invalid_argument when sm90 is asked for in the deterministic mode.
 kernels::BwdPath choose_bwd_path(const std::string& backend, bool deterministic) {
-  const char* v = std::getenv("ATTNBENCH_BWD_PATH");
-  const std::string s = v ? v : "";
-  if (s.empty() || s == "auto")
-    return !deterministic && kernels::fwd_sm90_usable() ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
-  if (s == "sm80") return kernels::BwdPath::sm80;
-  if (s != "sm90")
-    throw InputError("environment variable ATTNBENCH_BWD_PATH", "", "value '" + s + "' is not auto, sm80 or sm90");
-  std::string why;
-  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(backend + ": ATTNBENCH_BWD_PATH=sm90: " + why);
-  if (deterministic)
+  const std::optional<bool> asked = env_sm90_path("ATTNBENCH_BWD_PATH", backend);
+  if (!asked) return !deterministic && kernels::fwd_sm90_usable() ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
+  if (*asked && deterministic)
     throw std::invalid_argument(backend + ": ATTNBENCH_BWD_PATH=sm90 has no deterministic dQ mode (dQ is added "
                                           "with float32 atomics); use the atomic mode or sm80");
-  return kernels::BwdPath::sm90;
+  return *asked ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
 }
 
 /// The flex path's dK/dV kernel. The backend asks for the Hopper one by a
