@@ -30,6 +30,16 @@ cuobjdump -sass "$obj" >"$OUT/hdim128.sass" 2>&1 || true
 echo "  SASS of attn_hdim128 (sm_90a): $(grep -c HGMMA "$OUT/hdim128.sass") HGMMA, $(grep -c HMMA "$OUT/hdim128.sass") HMMA instructions"
 grep -o "HGMMA\.[A-Z0-9x.]*" "$OUT/hdim128.sass" | sort | uniq -c | head -n 8
 status=0
+# both_paths NAME VAR SCENARIO CASES_RE BACKENDS: time the backends with VAR=sm90 and VAR=sm80.
+both_paths() {
+  local name=$1 var=$2 scen=$3 cases=$4 backends=$5 path
+  for path in sm90 sm80; do
+    log "$name $scen '$cases' $backends $var=$path"
+    env "$var=$path" timeout 300 "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$backends" \
+      --check off --no-determinism --max-seconds 0.5 --out "$OUT/${name}_$path" >"$OUT/${name}_$path.log" 2>&1 || status=1
+    python3 ci/timing_table.py "$OUT/${name}_$path/report.json" 2>&1 | tail -n 20
+  done
+}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     test)
@@ -41,22 +51,10 @@ while [[ $# -gt 0 ]]; do
       done
       shift ;;
     bench)
-      scen=$2 cases=$3 backends=$4; shift 4
-      for path in sm90 sm80; do
-        log "bench $scen '$cases' $backends ATTNBENCH_FWD_PATH=$path"
-        ATTNBENCH_FWD_PATH=$path timeout 300 "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$backends" \
-          --check off --no-determinism --max-seconds 0.5 --out "$OUT/bench_$path" >"$OUT/bench_$path.log" 2>&1 || status=1
-        python3 ci/timing_table.py "$OUT/bench_$path/report.json" 2>&1 | tail -n 20
-      done ;;
-    bwdbench)
-      scen=$2 cases=$3 backends=$4; shift 4
-      for path in sm90 sm80; do
-        log "bwdbench $scen '$cases' $backends ATTNBENCH_BWD_PATH=$path (atomic dQ)"
-        ATTNBENCH_BWD_PATH=$path ATTNBENCH_FLASH_DETERMINISTIC=0 ATTNBENCH_VARLEN_DETERMINISTIC=0 timeout 300 \
-          "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$backends" --check off --no-determinism \
-          --max-seconds 0.5 --out "$OUT/bwdbench_$path" >"$OUT/bwdbench_$path.log" 2>&1 || status=1
-        python3 ci/timing_table.py "$OUT/bwdbench_$path/report.json" 2>&1 | tail -n 20
-      done ;;
+      both_paths bench ATTNBENCH_FWD_PATH "$2" "$3" "$4"; shift 4 ;;
+    bwdbench)  # atomic dQ: the Hopper backward has no deterministic mode
+      ATTNBENCH_FLASH_DETERMINISTIC=0 ATTNBENCH_VARLEN_DETERMINISTIC=0 both_paths bwdbench ATTNBENCH_BWD_PATH "$2" "$3" "$4"
+      shift 4 ;;
     table)  # one run with the default forward path, every backend named, checked off
       scen=$2 cases=$3 backends=$4; shift 4
       name=$(basename "$scen" .json)
