@@ -100,7 +100,36 @@ __device__ __forceinline__ void bwd_dq(uint32_t ds_tile, uint32_t k_tile, int wg
   }
 }
 
+/// The consumers' per-step barrier after the dS^T stores: head_dim 128, both
+/// warpgroups (each reads all 128 keys of dS^T for its dQ columns); 64, this
+/// warpgroup only (it reads its own keys). Constant ids, so that ptxas reserves
+/// only these (a run-time id reserves all 16).
+template <int D>
+__device__ __forceinline__ void ds_barrier(int wg) {
+  if constexpr (D == 128)
+    named_barrier(1, 256);
+  else if (wg == 0)
+    named_barrier(2, 128);
+  else
+    named_barrier(3, 128);
+}
+
 }  // namespace sm90
+
+/// dQ accumulator += this warp's m64n64 dQ fragment (rows t0 + g, t0 + g + 8 of
+/// query head h, columns c0 ..), float2 atomics; rows past lq are skipped.
+__device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int t0, int c0,
+                                           int g, int qd, const Acc (&dq)[8]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = t0 + g + 8 * r;
+    if (t >= si.lq) continue;
+    float* row = p.dq_accum + q_off(p, si, b, t, h) + c0 + 2 * qd;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+      atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(dq[nt].c[2 * r], dq[nt].c[2 * r + 1]));
+  }
+}
 
 /// Item-lists, arguments and results of attn_bwd_dkdv_kernel<..., kAtomicDq =
 /// true>: blockIdx.x = item * heads_kv + KV head, items of kBwdSm90BlockN keys.
@@ -249,12 +278,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       sm90::pv<D, Bf16, kBlockM>(pa, tdo, dv);  // dV += P^T dO (group 1)
       sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow + g, qd);
       sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
-      if constexpr (D == 128)
-        sm90::named_barrier(1, kConsumers);  // both halves of dS^T
-      else if (wg == 0)
-        sm90::named_barrier(2, 128);  // this warpgroup's keys (constant ids: ptxas reserves only these)
-      else
-        sm90::named_barrier(3, 128);
+      sm90::ds_barrier<D>(wg);
 
       Acc dq[8];
       sm90::wgmma_fence();
@@ -263,16 +287,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
       sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
       sm90::fence_acc(dq);
-      const int c0 = D == 128 ? wg * 64 : 0;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int t = m0 + wrow + g + 8 * r;
-        if (t >= si.lq) continue;
-        float* row = p.dq_accum + q_off(p, si, b, t, h) + c0 + 2 * qd;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-          atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(dq[nt].c[2 * r], dq[nt].c[2 * r + 1]));
-      }
+      bwd_add_dq(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, g, qd, dq);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(dk);
       sm90::fence_acc(dv);
