@@ -200,33 +200,27 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   if (wg == 2) {  // producer warpgroup
     sm90::regs_dec<kBwdSm90ProducerRegs>();
     const int ptid = tid - kConsumers;
-    if (ptid == 0) {
-      const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
-      const int qb = p.q_batch_stride == 0 ? 0 : b, ob = p.o_batch_stride == 0 ? 0 : b;
-      const int k_row = static_cast<int>(si.tok0_k) + n0, q_row = static_cast<int>(si.tok0_q);
-      if (iters > 0) {
-        sm90::mbar_arrive_expect_tx(kv_bar, 2u * 2u * kBlockN * D);
-        sm90::tma_load_tile_pair<kBlockN, D>(sK, &maps.k, kb, sV, &maps.v, vb, k_row, kvh, kv_bar);
-      }
-      for (int it = 0; it < iters; ++it) {
-        const int stage = it % kStages;
-        if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
-        const int h = head_of(it);
-        int m0;
-        bool full_unused;
-        q_steps.at(p, si, it % n_qt, &m0, &full_unused);
+    const bool tma = ptid == 0, rows = ptid / 32 == 1;  // the copy thread; the LSE / Dsum warp
+    const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
+    const int qb = p.q_batch_stride == 0 ? 0 : b, ob = p.o_batch_stride == 0 ? 0 : b;
+    const int q_row = static_cast<int>(si.tok0_q);
+    if (tma && iters > 0) {
+      sm90::mbar_arrive_expect_tx(kv_bar, 2u * 2u * kBlockN * D);
+      sm90::tma_load_tile_pair<kBlockN, D>(sK, &maps.k, kb, sV, &maps.v, vb, static_cast<int>(si.tok0_k) + n0, kvh,
+                                           kv_bar);
+    }
+    for (int it = 0; (tma || rows) && it < iters; ++it) {
+      const int stage = it % kStages;
+      if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
+      const int h = head_of(it);
+      int m0;
+      bool full_unused;
+      q_steps.at(p, si, it % n_qt, &m0, &full_unused);
+      if (tma) {
         sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTileBytes);  // Q and dO
         sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
                                              &maps.dout, ob, q_row + m0, h, &full[stage]);
-      }
-    } else if (ptid / 32 == 1) {  // the LSE / Dsum rows of each stage
-      for (int it = 0; it < iters; ++it) {
-        const int stage = it % kStages;
-        if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
-        const int h = head_of(it);
-        int m0;
-        bool full_unused;
-        q_steps.at(p, si, it % n_qt, &m0, &full_unused);
+      } else {
         for (int r = lane; r < kBlockM; r += 32) {
           sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
           sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
