@@ -117,9 +117,11 @@ __device__ __forceinline__ void ds_barrier(int wg) {
 }  // namespace sm90
 
 /// dQ accumulator += this warp's m64n64 dQ fragment (rows t0 + g, t0 + g + 8 of
-/// query head h, columns c0 ..), float2 atomics; rows past lq are skipped.
+/// query head h, columns c0 ..), float2 atomics (sm_90: only built there); rows
+/// past lq are skipped.
 __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int t0, int c0,
                                            int g, int qd, const Acc (&dq)[8]) {
+#if ATTNBENCH_SM90A
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = t0 + g + 8 * r;
@@ -129,6 +131,10 @@ __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& s
     for (int nt = 0; nt < 8; ++nt)
       atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(dq[nt].c[2 * r], dq[nt].c[2 * r + 1]));
   }
+#else
+  (void)p, (void)si, (void)b, (void)h, (void)t0, (void)c0, (void)g, (void)qd, (void)dq;
+  __trap();  // the Hopper backward only
+#endif
 }
 
 /// Item-lists, arguments and results of attn_bwd_dkdv_kernel<..., kAtomicDq =
