@@ -22,7 +22,8 @@
 # row and pass, default 0.3), ISOLATE (--isolate, default off: a child process per
 # GPU row cost about 6 s per row on the H100 in session 9, against about 0.2 s for
 # the masks rows in process; the backends timed here pass the GPU suites, and a
-# crash leaves the journal for --resume). Builds attnbench first unless build-gpu has it.
+# crash leaves the journal for --resume), ATTNBENCH_PEER_WORKDIR (default /dev/shm
+# when it has 16 GB free). Builds attnbench first unless build-gpu has it.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
@@ -36,6 +37,13 @@ mkdir -p "$OUT" "$RUNS"
 START=$(date +%s)
 log() { printf '[tables %4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
 source "$ROOT/ci/find_cudnn.sh"
+# The PyTorch peers exchange inputs and outputs as .npy files (about 2.7 GB per
+# packed Llama-3-8B row): on a tmpfs with room for them when there is one.
+if [[ -z "${ATTNBENCH_PEER_WORKDIR:-}" && -d /dev/shm ]] &&
+   (( $(df -Pk /dev/shm | awk 'NR==2{print $4}') > 16 * 1024 * 1024 )); then
+  export ATTNBENCH_PEER_WORKDIR=/dev/shm
+fi
+log "peer work directories under ${ATTNBENCH_PEER_WORKDIR:-the system temp directory}"
 if [[ -n "${CUDNN_ROOT:-}" ]]; then export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 if [[ ! -x "$BUILD/attnbench" ]]; then
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${CUDNN_ROOT:+-DCUDNN_ROOT=$CUDNN_ROOT} >"$OUT/configure.log" 2>&1 &&

@@ -342,3 +342,26 @@ TEST_CASE("golden_differences notices a changed value, a missing entry and an ex
   CHECK(golden_differences(bit, masks_document()).size() == 1);
   CHECK(golden_differences(json::array(), doc).size() == 1);
 }
+
+TEST_CASE("make_inputs fills large tensors (many pool chunks) with the per-element counter values") {
+  // Q here holds 4 x 2^18 + 3 elements: the pool splits it into chunks, and every
+  // element must still be round_to(dtype, counter_normal(seed, stream 1, index)).
+  Problem p;
+  p.batch = 1;
+  p.heads_q = 4;
+  p.heads_kv = 1;
+  p.seq_q = 4099;
+  p.seq_k = 64;
+  p.head_dim = p.head_dim_v = 256;
+  p.dtype = DType::bf16;
+  p.seed = 7;
+  const ProblemData d = make_inputs(p);
+  REQUIRE(d.q.data.size() == size_t{4} * 4099 * 256);
+  size_t wrong = 0;
+  for (size_t i = 0; i < d.q.data.size(); i += 997)
+    wrong += d.q.data[i] != round_to(DType::bf16, counter_normal(7, 1, i));
+  const size_t last = d.q.data.size() - 1;
+  wrong += d.q.data[last] != round_to(DType::bf16, counter_normal(7, 1, last));
+  CHECK(wrong == 0);
+  CHECK(d.q.data[1] != d.q.data[2]);
+}

@@ -69,3 +69,23 @@ TEST_CASE("pool sizes: resolve_threads and bad sizes") {
   CHECK(ThreadPool::shared().size() == hardware_threads());
   CHECK_THROWS_AS(ThreadPool(0), std::invalid_argument);
 }
+
+TEST_CASE("parallel_chunks covers [0, n) once with disjoint ranges of at most grain elements") {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1000}, size_t{1025}}) {
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<int> calls{0}, too_long{0};
+    parallel_chunks(
+        n,
+        [&](size_t begin, size_t end) {
+          ++calls;
+          if (end <= begin || end - begin > 64) ++too_long;
+          for (size_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+        },
+        64);
+    int once = 0;
+    for (auto& h : hits) once += h.load() == 1;
+    CHECK(once == static_cast<int>(n));
+    CHECK(too_long.load() == 0);
+    CHECK(calls.load() == static_cast<int>((n + 63) / 64));
+  }
+}

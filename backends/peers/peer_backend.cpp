@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -31,6 +32,7 @@
 #include "harness/model/json_util.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/npy.hpp"
+#include "harness/model/thread_pool.hpp"
 
 extern char** environ;
 
@@ -504,14 +506,15 @@ void write_tensor(const std::string& path, const HostTensor& t, const std::vecto
   if (t.shape != want || static_cast<int64_t>(t.data.size()) != t.numel())
     throw std::invalid_argument(std::string("peer inputs: ") + name + " does not have the problem's shape");
   std::vector<float> f(t.data.size());
-  for (size_t i = 0; i < f.size(); ++i) {
-    f[i] = static_cast<float>(t.data[i]);
-    if (static_cast<double>(f[i]) != t.data[i]) {  // not a float32 (or NaN): keep float64
-      npy::write(path, t.shape, t.data.data());
-      return;
+  std::atomic<bool> exact{true};
+  parallel_chunks(f.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end && exact.load(std::memory_order_relaxed); ++i) {
+      f[i] = static_cast<float>(t.data[i]);
+      if (static_cast<double>(f[i]) != t.data[i]) exact.store(false);  // not a float32 (or NaN)
     }
-  }
-  npy::write(path, t.shape, f.data());
+  });
+  if (exact.load()) npy::write(path, t.shape, f.data());
+  else npy::write(path, t.shape, t.data.data());  // keep float64
 }
 
 std::vector<int64_t> bias_shape(const Problem& p) {

@@ -1,6 +1,7 @@
 #include "harness/check/check.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "harness/model/errors.hpp"
 #include "harness/model/mask_desc.hpp"
+#include "harness/model/thread_pool.hpp"
 
 namespace attnbench {
 
@@ -358,9 +360,13 @@ nlohmann::json count_nonfinite(const AttentionOutputs& out) {
   nlohmann::json j = nlohmann::json::object();
   auto count = [&](const char* name, const std::vector<double>& v, bool lse) {
     if (v.empty()) return;
-    int64_t n = 0;
-    for (double x : v) n += !std::isfinite(x) && !(lse && x == -kInf);
-    j[name] = n;
+    std::atomic<int64_t> n{0};
+    parallel_chunks(v.size(), [&](size_t begin, size_t end) {
+      int64_t c = 0;
+      for (size_t i = begin; i < end; ++i) c += !std::isfinite(v[i]) && !(lse && v[i] == -kInf);
+      n.fetch_add(c, std::memory_order_relaxed);
+    });
+    j[name] = n.load();
   };
   count("O", out.o.data, false);
   count("LSE", out.lse.data, true);

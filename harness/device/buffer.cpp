@@ -10,6 +10,7 @@
 
 #include "harness/device/check.hpp"
 #include "harness/device/fill.hpp"
+#include "harness/model/thread_pool.hpp"
 
 namespace attnbench::device {
 
@@ -133,28 +134,31 @@ DeviceMemoryInfo device_memory_info() {
 
 // ---------------------------------------------------------------- conversion
 
+// Elementwise and independent per element: chunks on the shared pool (a packed
+// Llama-3-8B case moves 335M elements through these per backend).
+
 void encode(const std::vector<double>& host, DType t, void* out) {
   const size_t n = host.size();
   switch (t) {
     case DType::fp32: {
       float* o = static_cast<float*>(out);
-      for (size_t i = 0; i < n; ++i) o[i] = static_cast<float>(host[i]);  // IEEE RNE
+      parallel_chunks(n, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) o[i] = static_cast<float>(host[i]);  // IEEE RNE
+      });
       return;
     }
     case DType::fp16: {
       uint16_t* o = static_cast<uint16_t*>(out);
-      for (size_t i = 0; i < n; ++i) {
-        const __half_raw h = __double2half(host[i]);  // single RNE rounding from double
-        o[i] = h.x;
-      }
+      parallel_chunks(n, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) o[i] = __half_raw(__double2half(host[i])).x;  // one RNE rounding
+      });
       return;
     }
     case DType::bf16: {
       uint16_t* o = static_cast<uint16_t*>(out);
-      for (size_t i = 0; i < n; ++i) {
-        const __nv_bfloat16_raw h = __double2bfloat16(host[i]);  // single RNE rounding from double
-        o[i] = h.x;
-      }
+      parallel_chunks(n, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) o[i] = __nv_bfloat16_raw(__double2bfloat16(host[i])).x;  // one RNE rounding
+      });
       return;
     }
   }
@@ -166,25 +170,31 @@ std::vector<double> decode(const void* in, size_t n, DType t) {
   switch (t) {
     case DType::fp32: {
       const float* p = static_cast<const float*>(in);
-      for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(p[i]);
+      parallel_chunks(n, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) out[i] = static_cast<double>(p[i]);
+      });
       return out;
     }
     case DType::fp16: {
       const uint16_t* p = static_cast<const uint16_t*>(in);
-      for (size_t i = 0; i < n; ++i) {
-        __half_raw r;
-        r.x = p[i];
-        out[i] = static_cast<double>(__half2float(__half(r)));
-      }
+      parallel_chunks(n, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) {
+          __half_raw r;
+          r.x = p[i];
+          out[i] = static_cast<double>(__half2float(__half(r)));
+        }
+      });
       return out;
     }
     case DType::bf16: {
       const uint16_t* p = static_cast<const uint16_t*>(in);
-      for (size_t i = 0; i < n; ++i) {
-        __nv_bfloat16_raw r;
-        r.x = p[i];
-        out[i] = static_cast<double>(__bfloat162float(__nv_bfloat16(r)));
-      }
+      parallel_chunks(n, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) {
+          __nv_bfloat16_raw r;
+          r.x = p[i];
+          out[i] = static_cast<double>(__bfloat162float(__nv_bfloat16(r)));
+        }
+      });
       return out;
     }
   }

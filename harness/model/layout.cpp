@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "harness/model/thread_pool.hpp"
+
 namespace attnbench {
 
 int64_t PhysicalLayout::numel() const {
@@ -40,17 +42,30 @@ PhysicalLayout physical_layout(const Problem& p, TensorRole role) {
   return l;
 }
 
+namespace {
+
+/// fn(b, h, s, base) for every stored (b, h, s) row of `l` (base: its physical
+/// offset), the (b, h) pairs spread over the shared pool (rows are disjoint).
+template <class Fn>
+void for_each_row(const PhysicalLayout& l, Fn&& fn) {
+  parallel_for(l.B * l.H, 0, [&](int64_t bh, int) {
+    const int64_t b = bh / l.H, h = bh % l.H;
+    for (int64_t s = 0; s < l.S; ++s) {
+      const int64_t base = l.offset(b, h, s, 0);
+      if (base >= 0) fn(b, h, s, base);
+    }
+  });
+}
+
+}  // namespace
+
 std::vector<double> to_physical(const HostTensor& t, const PhysicalLayout& l) {
   if (t.shape.size() != 4 || t.shape[0] != l.B || t.shape[1] != l.H || t.shape[2] != l.S || t.shape[3] != l.D)
     throw std::invalid_argument("to_physical: tensor shape does not match layout");
   std::vector<double> out(static_cast<size_t>(l.numel()));
-  for (int64_t b = 0; b < l.B; ++b)
-    for (int64_t h = 0; h < l.H; ++h)
-      for (int64_t s = 0; s < l.S; ++s) {
-        const int64_t base = l.offset(b, h, s, 0);
-        if (base < 0) continue;
-        for (int64_t d = 0; d < l.D; ++d) out[static_cast<size_t>(base + d)] = t.at4(b, h, s, d);
-      }
+  for_each_row(l, [&](int64_t b, int64_t h, int64_t s, int64_t base) {
+    for (int64_t d = 0; d < l.D; ++d) out[static_cast<size_t>(base + d)] = t.at4(b, h, s, d);
+  });
   return out;
 }
 
@@ -58,13 +73,9 @@ HostTensor from_physical(const std::vector<double>& phys, const PhysicalLayout& 
   if (static_cast<int64_t>(phys.size()) != l.numel())
     throw std::invalid_argument("from_physical: buffer size does not match layout");
   HostTensor t({l.B, l.H, l.S, l.D}, fill);
-  for (int64_t b = 0; b < l.B; ++b)
-    for (int64_t h = 0; h < l.H; ++h)
-      for (int64_t s = 0; s < l.S; ++s) {
-        const int64_t base = l.offset(b, h, s, 0);
-        if (base < 0) continue;
-        for (int64_t d = 0; d < l.D; ++d) t.at4(b, h, s, d) = phys[static_cast<size_t>(base + d)];
-      }
+  for_each_row(l, [&](int64_t b, int64_t h, int64_t s, int64_t base) {
+    for (int64_t d = 0; d < l.D; ++d) t.at4(b, h, s, d) = phys[static_cast<size_t>(base + d)];
+  });
   return t;
 }
 

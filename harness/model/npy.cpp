@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "harness/model/errors.hpp"
+#include "harness/model/thread_pool.hpp"
 
 namespace attnbench::npy {
 
@@ -140,14 +141,23 @@ std::string Array::shape_str() const { return npy::shape_str(shape); }
 std::vector<double> Array::to_double() const {
   const size_t n = static_cast<size_t>(numel());
   std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char* p = raw.data() + i * static_cast<size_t>(itemsize(dtype));
-    switch (dtype) {
-      case Dtype::f8: { double v; std::memcpy(&v, p, 8); out[i] = v; break; }
-      case Dtype::f4: { float v; std::memcpy(&v, p, 4); out[i] = v; break; }
-      case Dtype::i8: { int64_t v; std::memcpy(&v, p, 8); out[i] = static_cast<double>(v); break; }
-      case Dtype::i4: { int32_t v; std::memcpy(&v, p, 4); out[i] = v; break; }
-    }
+  // One loop per dtype (memcpy per element keeps unaligned data legal); chunks run
+  // on the shared pool: a 134M-element float32 output took 1.6 s on one thread.
+  auto convert = [&](auto tag) {
+    using T = decltype(tag);
+    parallel_chunks(n, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        T v;
+        std::memcpy(&v, raw.data() + i * sizeof(T), sizeof(T));
+        out[i] = static_cast<double>(v);
+      }
+    });
+  };
+  switch (dtype) {
+    case Dtype::f8: convert(double{}); break;
+    case Dtype::f4: convert(float{}); break;
+    case Dtype::i8: convert(int64_t{}); break;
+    case Dtype::i4: convert(int32_t{}); break;
   }
   return out;
 }
@@ -237,19 +247,32 @@ Array parse(const std::string& bytes, const std::string& file, const std::string
 }
 
 Array read(const std::string& path, const std::string& field) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw InputError(path, field, std::string("cannot open file: ") + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path, field);
+  // One read of the whole file (a stream copy through an ostringstream took
+  // ~70 ns per float32 element: 5 s for a 268 MB output of a packed 8B row).
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw InputError(path, field, "cannot determine the file size");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (size > 0 && !in.read(bytes.data(), size)) throw InputError(path, field, "short read");
+  return parse(bytes, path, field);
 }
 
-std::string serialize(Dtype t, const std::vector<int64_t>& shape, const void* data) {
+namespace {
+
+/// Elements of `shape` (product of the dimensions); std::invalid_argument on a negative one.
+int64_t checked_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (auto d : shape) {
     if (d < 0) throw std::invalid_argument("npy: negative dimension " + std::to_string(d));
     n *= d;
   }
+  return n;
+}
+
+/// The magic, version, header length and the padded header of a C-order array.
+std::string preamble_and_header(Dtype t, const std::vector<int64_t>& shape) {
   std::string header = std::string("{'descr': '") + descr(t) + "', 'fortran_order': False, 'shape': " +
                        shape_str(shape) + ", }";
   // Pad with spaces so that preamble + header + '\n' is a multiple of kAlign; the
@@ -266,23 +289,31 @@ std::string serialize(Dtype t, const std::vector<int64_t>& shape, const void* da
     prefix = 12;
     text = padded(prefix);
   }
-  header = std::move(text);
-
   std::string out(kMagic, kMagicLen);
   out.push_back(static_cast<char>(prefix == 10 ? 1 : 2));
   out.push_back(0);
-  const size_t hl = header.size();
+  const size_t hl = text.size();
   for (size_t b = 0; b < prefix - 8; ++b) out.push_back(static_cast<char>((hl >> (8 * b)) & 0xFF));
-  out += header;
+  return out + text;
+}
+
+}  // namespace
+
+std::string serialize(Dtype t, const std::vector<int64_t>& shape, const void* data) {
+  const int64_t n = checked_numel(shape);
+  std::string out = preamble_and_header(t, shape);
   out.append(static_cast<const char*>(data), static_cast<size_t>(n) * static_cast<size_t>(itemsize(t)));
   return out;
 }
 
 void write(const std::string& path, Dtype t, const std::vector<int64_t>& shape, const void* data) {
-  const std::string bytes = serialize(t, shape, data);
+  const int64_t n = checked_numel(shape);
+  const std::string head = preamble_and_header(t, shape);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.write(head.data(), static_cast<std::streamsize>(head.size()));
+  // The data straight from the caller's buffer (no serialized copy).
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n) * itemsize(t));
   out.close();
   if (!out) throw std::runtime_error("error while writing " + path);
 }

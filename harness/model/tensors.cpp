@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 
 #include "harness/model/mask_desc.hpp"
+#include "harness/model/thread_pool.hpp"
 
 namespace attnbench {
 
@@ -28,7 +29,9 @@ double round_to(DType t, double x) {
 }
 
 void round_all(DType t, std::vector<double>& v) {
-  for (auto& x : v) x = round_to(t, x);
+  parallel_chunks(v.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) v[i] = round_to(t, v[i]);
+  });
 }
 
 double counter_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
@@ -47,8 +50,11 @@ double counter_normal(uint64_t seed, uint64_t stream, uint64_t index) {
 namespace {
 HostTensor random_tensor(std::vector<int64_t> shape, DType t, uint64_t seed, uint64_t stream) {
   HostTensor out(std::move(shape));
-  for (size_t i = 0; i < out.data.size(); ++i)
-    out.data[i] = round_to(t, counter_normal(seed, stream, i));
+  // Counter-based: element i depends on (seed, stream, i) only, so the chunks
+  // give the same tensor on any number of threads.
+  parallel_chunks(out.data.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) out.data[i] = round_to(t, counter_normal(seed, stream, i));
+  });
   return out;
 }
 }  // namespace
@@ -60,8 +66,9 @@ ProblemData make_inputs(const Problem& p) {
   d.v = random_tensor({p.batch, p.heads_kv, p.seq_k, p.head_dim_v}, p.dtype, p.seed, 3);
   d.d_o = random_tensor({p.batch, p.heads_q, p.seq_q, p.head_dim_v}, p.dtype, p.seed, 4);
   d.bias.resize(static_cast<size_t>(p.bias_numel()));
-  for (size_t i = 0; i < d.bias.size(); ++i)
-    d.bias[i] = round_to(DType::fp32, counter_normal(p.seed, 5, i));
+  parallel_chunks(d.bias.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) d.bias[i] = round_to(DType::fp32, counter_normal(p.seed, 5, i));
+  });
   d.offset.resize(static_cast<size_t>(p.offset_numel()));
   for (size_t i = 0; i < d.offset.size(); ++i)
     d.offset[i] = static_cast<int32_t>(counter_uniform(p.seed, 6, i) * static_cast<double>(p.score_mod.size));

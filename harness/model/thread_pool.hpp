@@ -13,6 +13,7 @@
 // stopped; the tasks not yet started are skipped.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -86,6 +87,25 @@ class ThreadPool {
 template <class Fn>
 void parallel_for(int64_t n, int workers, Fn&& fn) {
   ThreadPool::shared().parallel_for(n, workers, std::forward<Fn>(fn));
+}
+
+/// Elementwise host loops over [0, n) in chunks of `grain` elements on the shared
+/// pool: fn(begin, end) once per chunk, ranges disjoint and covering [0, n). For
+/// loops whose result does not depend on the split (fills, conversions,
+/// per-element copies), which run single-threaded below two chunks. Used on the
+/// inputs and outputs of large problems, where one thread spent 10-40 ns per
+/// element (make_inputs of a packed Llama-3-8B case: 335M elements, 13 s).
+template <class Fn>
+void parallel_chunks(size_t n, Fn&& fn, size_t grain = size_t{1} << 18) {
+  if (n <= grain) {
+    if (n > 0) fn(size_t{0}, n);
+    return;
+  }
+  const int64_t chunks = static_cast<int64_t>((n + grain - 1) / grain);
+  parallel_for(chunks, 0, [&](int64_t c, int) {
+    const size_t begin = static_cast<size_t>(c) * grain;
+    fn(begin, std::min(n, begin + grain));
+  });
 }
 
 }  // namespace attnbench
