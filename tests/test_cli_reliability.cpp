@@ -240,6 +240,12 @@ TEST_CASE("--resume refuses a journal of another scenario, seed or options, nami
   CHECK(r.code == 2);
   CHECK(contains(r.err, "check was \"auto\", now \"off\""));
   CHECK(slurp(fs::path(out) / "report.json") == before);
+  // The same scenario file spelled another way (here with a "./" inside) is the same run.
+  const std::string respelled = (fs::path(s.scenario()).parent_path() / "." / "tiny.json").string();
+  r = run(s, "run '" + respelled + "' --backends cpu --no-timing --cases full --resume --out '" + out + "'");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "--resume: "));
 }
 
 TEST_CASE("a second run into the same --out is refused, naming the holder's pid") {

@@ -365,11 +365,21 @@ std::string scenario_fingerprint(const Scenario& s) {
   return buf;
 }
 
+/// `file` as an absolute, normalised path (symlinks resolved where they exist), so
+/// that `run scenarios/x.json` and `run /abs/scenarios/x.json` are the same run for
+/// --resume; unchanged when it is empty or cannot be resolved.
+std::string canonical_file(const std::string& file) {
+  if (file.empty()) return file;
+  std::error_code ec;
+  const std::filesystem::path c = std::filesystem::weakly_canonical(std::filesystem::absolute(file, ec), ec);
+  return ec ? file : c.string();
+}
+
 /// What --resume requires to be equal: scenario, seed and every option that
 /// changes a row.
 nlohmann::json run_identity(const Scenario& s, const RunOptions& o, const std::vector<std::string>& names) {
   return {{"scenario", s.name},
-          {"scenario_file", s.file},
+          {"scenario_file", canonical_file(s.file)},
           {"cases", s.cases.size()},
           {"scenario_fingerprint", scenario_fingerprint(s)},
           {"seed", o.seed ? nlohmann::json(*o.seed) : nlohmann::json(nullptr)},
@@ -388,7 +398,9 @@ nlohmann::json run_identity(const Scenario& s, const RunOptions& o, const std::v
 void require_same_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal) {
   std::string diff;
   for (const auto& [k, v] : now.items()) {
-    const nlohmann::json old = was.contains(k) ? was[k] : nlohmann::json(nullptr);
+    nlohmann::json old = was.contains(k) ? was[k] : nlohmann::json(nullptr);
+    // journals written before the path was normalised hold it as typed
+    if (k == "scenario_file" && old.is_string()) old = canonical_file(old.get<std::string>());
     if (old != v) diff += (diff.empty() ? "" : "; ") + k + " was " + old.dump() + ", now " + v.dump();
   }
   if (!diff.empty())
