@@ -34,6 +34,7 @@ OUT=${OUT:-$ROOT/out-bench}
 mkdir -p "$OUT"
 BUILD=$ROOT/build-gpu
 what=${1:-all}
+source "$ROOT/ci/host_env.sh"   # huge pages for the host side of large problems
 TORCH_CUDNN=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn
 if [[ -d "$TORCH_CUDNN" && -z "${CUDNN_ROOT:-}" ]]; then export CUDNN_ROOT=$TORCH_CUDNN; fi
 if [[ -n "${CUDNN_ROOT:-}" ]]; then export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi

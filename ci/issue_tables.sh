@@ -37,6 +37,7 @@ mkdir -p "$OUT" "$RUNS"
 START=$(date +%s)
 log() { printf '[tables %4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
 source "$ROOT/ci/find_cudnn.sh"
+source "$ROOT/ci/host_env.sh"   # huge pages for the host side of large problems
 # The PyTorch peers exchange inputs and outputs as .npy files (about 2.7 GB per
 # packed Llama-3-8B row): on a tmpfs with room for them when there is one.
 if [[ -z "${ATTNBENCH_PEER_WORKDIR:-}" && -d /dev/shm ]] &&

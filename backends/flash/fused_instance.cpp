@@ -76,6 +76,15 @@ kernels::BwdPath choose_bwd_path(const std::string& backend, bool deterministic)
   return *asked ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
 }
 
+std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias) {
+  if (block != kernels::bwd_block_n(kernels::BwdPath::sm90))
+    return "ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper backward's 128-key tiles are one "
+           "KV block)";
+  if (p.score_mod.kind == ScoreMod::Kind::rel_bias && dbias != kernels::DbiasMode::none)
+    return "ATTNBENCH_BWD_PATH=sm90 has no rel_bias dBias (use the portable backward, ATTNBENCH_BWD_PATH=auto)";
+  return {};
+}
+
 /// The flex path's dK/dV kernel. The backend asks for the Hopper one by a
 /// non-deterministic `opt` (it does so when ATTNBENCH_BWD_PATH=sm90 was set as it
 /// was made); otherwise choose_bwd_path decides (auto and sm80: the portable one;
@@ -86,14 +95,9 @@ kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt)
   if (opt.deterministic) return choose_bwd_path(opt.name, true);
   std::string why;
   if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90: " + why);
-  const kernels::BwdPath path = kernels::BwdPath::sm90;
-  if (opt.block_size != kernels::bwd_block_n(kernels::BwdPath::sm90))
-    throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper "
-                                "backward's 128-key tiles are one KV block)");
-  if (p.score_mod.kind == ScoreMod::Kind::rel_bias && opt.dbias != kernels::DbiasMode::none)
-    throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90 has no rel_bias dBias (use the portable "
-                                "backward, ATTNBENCH_BWD_PATH=auto)");
-  return path;
+  if (const std::string refusal = flex_bwd_sm90_refusal(p, opt.block_size, opt.dbias); !refusal.empty())
+    throw std::invalid_argument(opt.name + ": " + refusal);
+  return kernels::BwdPath::sm90;
 }
 
 /// Device copies of what the flex path reads besides the tensors: the BlockMask

@@ -69,6 +69,9 @@ class FlexBackend : public Backend {
       return Support::no("flex: the deterministic dBias scratch would take " +
                          std::to_string(dbias_scratch_bytes(p) >> 20) +
                          " MiB (limit 4096 MiB); ATTNBENCH_FLEX_DBIAS=atomic needs none");
+    if (bwd_sm90_)
+      if (const std::string refusal = flex_bwd_sm90_refusal(p, block_, dbias_); !refusal.empty())
+        return Support::no("flex: " + refusal);
     return Support::yes();
   }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {

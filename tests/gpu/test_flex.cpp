@@ -12,6 +12,7 @@
 #include <string>
 
 #include "harness/backend/backend.hpp"
+#include "harness/model/errors.hpp"
 #include "harness/workloads/scenario.hpp"
 #include "tests/gpu/gpu_check.hpp"
 #include "tests/test_util.hpp"
@@ -103,9 +104,11 @@ TEST_CASE("flex: the Hopper backward (ATTNBENCH_BWD_PATH=sm90) and what it refus
   CHECK(x["bwd_path"] == "sm90");
   CHECK(x["dq_mode"] == "float32 atomics");
   CHECK_FALSE(flex(128, "deterministic")->deterministic());  // dQ by atomics
-  CHECK_THROWS(flex(64, "deterministic")->prepare(p, in));   // 128-key tiles are one KV block
+  CHECK_THROWS_AS(flex(64, "deterministic")->prepare(p, in), Unsupported);  // 128-key tiles are one KV block
+  CHECK(flex(64, "deterministic")->supports(p).reason.find("ATTNBENCH_FLEX_BLOCK=128") != std::string::npos);
   const Problem rel = with_mod(p, ScoreMod::Kind::rel_bias, 8);
-  CHECK_THROWS(flex(128, "deterministic")->prepare(rel, make_inputs(rel)));  // no rel_bias dBias there
+  CHECK_THROWS_AS(flex(128, "deterministic")->prepare(rel, make_inputs(rel)), Unsupported);  // no rel_bias dBias
+  CHECK(flex(128, "deterministic")->supports(rel).reason.find("no rel_bias dBias") != std::string::npos);
   unsetenv("ATTNBENCH_BWD_PATH");
   CHECK(flex(128, "deterministic")->deterministic());
 }
