@@ -17,6 +17,10 @@
 #   window       scenarios/sliding_window.json: flex, flash, cudnn, torch-flex
 #   bias         scenarios/flex_bias.json: flex, torch-flex
 #
+# A step stopped by STEP_LIMIT leaves report.json (marked interrupted) and its
+# journal: RESUME=1 on the same machine continues it with `attnbench run --resume`,
+# so that one report holds every case.
+#
 # Environment: OUT (default ./out-tables), RUNS (default /tmp/attnbench-tables),
 # STEP_LIMIT (seconds per attnbench run, default 280), MAX_SECONDS (timing cap per
 # row and pass, default 0.3), ISOLATE (--isolate, default off: a child process per
@@ -58,9 +62,16 @@ run() {
   local name=$1 scen=$2 cases=$3 backends=$4
   shift 4
   log "$name: attnbench run scenarios/$scen.json --cases '$cases' --backends $backends $*"
-  rm -rf "${RUNS:?}/$name"
+  local resume=()
+  if [[ "${RESUME:-0}" == "1" && -f "$RUNS/$name/journal.jsonl" ]]; then
+    resume=(--resume)   # continue a step an earlier call's time limit stopped
+  else
+    rm -rf "${RUNS:?}/$name"
+    : >"$OUT/$name.log"
+  fi
   timeout "$LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/$scen.json" --cases "$cases" --backends "$backends" \
-    --check off --no-determinism --max-seconds "$MAXS" --isolate "${ISOLATE:-off}" "$@" --out "$RUNS/$name" >"$OUT/$name.log" 2>&1 || status=1
+    --check off --no-determinism --max-seconds "$MAXS" --isolate "${ISOLATE:-off}" "$@" "${resume[@]}" \
+    --out "$RUNS/$name" >>"$OUT/$name.log" 2>&1 || status=1
   if [[ -f "$RUNS/$name/report.json" ]]; then
     cp "$RUNS/$name/report.json" "$OUT/$name.json"
     python3 "$ROOT/ci/timing_table.py" "$OUT/$name.json" | grep -v '^|---'
