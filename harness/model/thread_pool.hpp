@@ -1,7 +1,9 @@
 // The project's one thread pool: a persistent set of worker threads that runs
 // parallel_for loops for the float64 reference (reference/) and the cpu backend
-// (backends/cpu/). It lives in the model layer, the lowest layer that needs it, so
-// that every layer and backend above may use it.
+// (backends/cpu/), and through parallel_chunks the elementwise host passes over
+// large tensors (input generation, dtype encode / decode, layout permutes, .npy
+// conversion, non-finite counts). It lives in the model layer, the lowest layer
+// that needs it, so that every layer and backend above may use it.
 //
 // Contract of parallel_for(n, workers, fn): fn(task, worker) runs once for every
 // task in [0, n), on at most `workers` threads (the calling thread included);
