@@ -30,6 +30,15 @@ using device::DeviceBuffer;
 using kernels::AttnParams;
 using kernels::WorkItem;
 
+std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias) {
+  if (block != kernels::bwd_block_n(kernels::BwdPath::sm90))
+    return "ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper backward's 128-key tiles are one "
+           "KV block)";
+  if (p.score_mod.kind == ScoreMod::Kind::rel_bias && dbias != kernels::DbiasMode::none)
+    return "ATTNBENCH_BWD_PATH=sm90 has no rel_bias dBias (use the portable backward, ATTNBENCH_BWD_PATH=auto)";
+  return {};
+}
+
 namespace {
 
 constexpr int64_t kMaxPositions = int64_t{1} << 30;  // positions and token counts stay int32
@@ -74,15 +83,6 @@ kernels::BwdPath choose_bwd_path(const std::string& backend, bool deterministic)
     throw std::invalid_argument(backend + ": ATTNBENCH_BWD_PATH=sm90 has no deterministic dQ mode (dQ is added "
                                           "with float32 atomics); use the atomic mode or sm80");
   return *asked ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
-}
-
-std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias) {
-  if (block != kernels::bwd_block_n(kernels::BwdPath::sm90))
-    return "ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper backward's 128-key tiles are one "
-           "KV block)";
-  if (p.score_mod.kind == ScoreMod::Kind::rel_bias && dbias != kernels::DbiasMode::none)
-    return "ATTNBENCH_BWD_PATH=sm90 has no rel_bias dBias (use the portable backward, ATTNBENCH_BWD_PATH=auto)";
-  return {};
 }
 
 /// The flex path's dK/dV kernel. The backend asks for the Hopper one by a
