@@ -157,7 +157,7 @@ void encode(const std::vector<double>& host, DType t, void* out) {
     case DType::bf16: {
       uint16_t* o = static_cast<uint16_t*>(out);
       parallel_chunks(n, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) o[i] = __nv_bfloat16_raw(__double2bfloat16(host[i])).x;  // one RNE rounding
+        for (size_t i = begin; i < end; ++i) o[i] = __nv_bfloat16_raw(__double2bfloat16(host[i])).x;  // one RNE
       });
       return;
     }

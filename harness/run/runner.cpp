@@ -371,8 +371,9 @@ std::string scenario_fingerprint(const Scenario& s) {
 std::string canonical_file(const std::string& file) {
   if (file.empty()) return file;
   std::error_code ec;
-  const std::filesystem::path c = std::filesystem::weakly_canonical(std::filesystem::absolute(file, ec), ec);
-  return ec ? file : c.string();
+  // absolute, since the part of the path that exists is made canonical
+  const std::filesystem::path c = std::filesystem::weakly_canonical(file, ec);
+  return ec || c.empty() ? file : c.string();
 }
 
 /// What --resume requires to be equal: scenario, seed and every option that
