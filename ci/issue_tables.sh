@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark tables of the kernel issues on a GPU machine: each step runs one
 # scenario with our fused backend, cuDNN and the PyTorch peers the issue names
-# (timing only: --check off, correctness is the GPU suites' job), prints the
+# (checked: --check ${CHECK:-sample}; a table's speed claims count only from a
+# checked run beside its peers), prints the
 # timing table (ci/timing_table.py) and copies report.json to $OUT/STEP.json
 # (run directories stay under $RUNS, so that $OUT holds few files).
 #
@@ -12,6 +13,8 @@
 #   trace-dense  kernel trace (--kernel-trace) of flash and cudnn on causal S16384
 #   packed       scenarios/packed_codealpaca.json: varlen, cudnn, torch-varlen, torch-flex
 #   long         scenarios/packed_long_docs.json: the same backends
+#   flex-packed  scenarios/packed_codealpaca.json: flex, varlen, torch-flex, cudnn
+#   flex-long    scenarios/packed_long_docs.json: flex, varlen, torch-flex
 #   trace-packed kernel trace of varlen and cudnn on the packed Llama-3-8B row
 #   masks        scenarios/masks.json: flex, flash, cudnn (every case), torch-flex (MASKS_PEER_CASES)
 #   window       scenarios/sliding_window.json: flex, flash, cudnn, torch-flex
@@ -21,7 +24,7 @@
 # journal: RESUME=1 on the same machine continues it with `attnbench run --resume`,
 # so that one report holds every case.
 #
-# Environment: OUT (default ./out-tables), RUNS (default /tmp/attnbench-tables),
+# Environment: CHECK (--check, default sample), OUT (default ./out-tables), RUNS (default /tmp/attnbench-tables),
 # STEP_LIMIT (seconds per attnbench run, default 280), MAX_SECONDS (timing cap per
 # row and pass, default 0.3), ISOLATE (--isolate, default off: a child process per
 # GPU row cost about 6 s per row on the H100 in session 9, against about 0.2 s for
@@ -70,7 +73,7 @@ run() {
     : >"$OUT/$name.log"
   fi
   timeout "$LIMIT" "$BUILD/attnbench" run "$ROOT/scenarios/$scen.json" --cases "$cases" --backends "$backends" \
-    --check off --no-determinism --max-seconds "$MAXS" --isolate "${ISOLATE:-off}" "$@" "${resume[@]}" \
+    --check "${CHECK:-sample}" --no-determinism --max-seconds "$MAXS" --isolate "${ISOLATE:-off}" "$@" "${resume[@]}" \
     --out "$RUNS/$name" >>"$OUT/$name.log" 2>&1 || status=1
   if [[ -f "$RUNS/$name/report.json" ]]; then
     cp "$RUNS/$name/report.json" "$OUT/$name.json"
@@ -88,6 +91,8 @@ for step in "$@"; do
     trace-dense) run trace_dense peers_h100 'dense-causal-S16384' flash,cudnn --kernel-trace ;;
     packed) run packed packed_codealpaca '.' varlen,cudnn,torch-varlen,torch-flex ;;
     long) run long packed_long_docs '.' varlen,cudnn,torch-varlen,torch-flex ;;
+    flex-packed) run flex_packed packed_codealpaca '.' flex,varlen,torch-flex,cudnn ;;
+    flex-long) run flex_long packed_long_docs '.' flex,varlen,torch-flex ;;
     trace-packed) run trace_packed packed_codealpaca 'llama3-8b_greedy_fill1_padmax' varlen,cudnn --kernel-trace ;;
     masks)
       run masks masks '.' flex,flash,cudnn

@@ -238,3 +238,84 @@ TEST_CASE("offset_bias dBias CSR: keys grouped by offset entry, ascending") {
   CHECK_THROWS_AS(offset_keys_csr({0, 4}, 4, &ptr, &keys), std::invalid_argument);
   CHECK_THROWS_AS(offset_keys_csr({-1}, 4, &ptr, &keys), std::invalid_argument);
 }
+
+namespace {
+
+/// A random problem over every mask kind the flex path runs: documents (contiguous
+/// runs with -1 padding, or ids split into several runs), padding, causal in both
+/// alignments, windows, prefix_lm, block_sparse; lengths around the block sizes.
+Problem random_flex_problem(Rng& rng, uint64_t seed) {
+  const int64_t lens[] = {1, 17, 63, 64, 65, 127, 128, 129, 200, 300};
+  const int64_t sq = lens[rng.uniform(0, 9)];
+  const bool docs = rng.coin(0.5);
+  const int64_t sk = docs || rng.coin(0.5) ? sq : lens[rng.uniform(0, 9)];
+  Problem p = make_problem(2, 2, 1, sq, sk, 64, DType::bf16, Layout::bshd, seed);
+  if (docs) {
+    DocumentTerm d;
+    for (int b = 0; b < 2; ++b) {
+      std::vector<int32_t> row;
+      int32_t id = 0;
+      for (int64_t i = 0; i < sq; ++i) {
+        if (i > 0 && rng.coin(0.03)) id = rng.coin(0.15) ? -1 : id + 1;
+        row.push_back(id);
+      }
+      if (rng.coin(0.25) && sq > 2) row[static_cast<size_t>(sq - 1)] = row[0] >= 0 ? row[0] : 0;  // a second run
+      d.doc_ids.push_back(row);
+    }
+    p.mask.push_back(d);
+  } else if (rng.coin(0.3)) {
+    p = with_padding(p, {rng.uniform(0, sq), sq}, {rng.uniform(0, sk), rng.uniform(0, sk)});
+  }
+  if (rng.coin(0.5)) p = with_causal(p, rng.coin(0.5) ? CausalAlign::top_left : CausalAlign::bottom_right);
+  if (rng.coin(0.3)) p = with_window(p, rng.uniform(-1, 90), rng.uniform(-1, 40));
+  if (rng.coin(0.15) && sq == sk) p.mask.push_back(PrefixLmTerm{rng.uniform(0, sq)});
+  if (rng.coin(0.3)) p.mask.push_back(BlockSparseTerm{rng.coin(0.5) ? 0.5 : (rng.coin(0.5) ? 0.0 : 1.0), seed});
+  validate(p);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("flex mask form: BlockMask lists + row intervals + remaining pair terms equal mask_allowed on every pair") {
+  Rng rng(777);
+  int spans = 0, pairs_left = 0, sparse_dropped = 0;
+  for (int trial = 0; trial < 160; ++trial) {
+    const Problem p = random_flex_problem(rng, 1000 + static_cast<uint64_t>(trial));
+    const int64_t block = rng.coin(0.5) ? 64 : 128;
+    const BlockMask bm = build_block_mask(p, block, block);
+    MaskArrays arrays, gold_arrays;
+    const FlexMaskForm form = flex_mask_form(p, arrays, bm);
+    const MaskDesc gold = make_mask_desc(p, gold_arrays);
+    spans += !form.doc_first.empty();
+    pairs_left += mask_needs_pairs(form.mask);
+    sparse_dropped += gold.block_density >= 0.0 && form.mask.block_density < 0.0;
+    if (!form.doc_first.empty()) CHECK(form.mask.doc_ids == nullptr);
+    CAPTURE(trial);
+    CAPTURE(describe_mask(p));
+    CAPTURE(block);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int lq = static_cast<int>(p.valid_q(b)), lk = static_cast<int>(p.valid_k(b));
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        const RowBounds rb = flex_row_bounds(form.mask, form.doc_first.empty() ? nullptr : form.doc_first.data(),
+                                             form.doc_last.empty() ? nullptr : form.doc_last.data(),
+                                             static_cast<int>(b), static_cast<int>(i), lq, lk);
+        for (int64_t j = 0; j < p.seq_k; ++j) {
+          const BlockKind kind = bm.kind(b, 0, i / block, j / block);
+          bool ok = kind == BlockKind::full;
+          if (kind == BlockKind::partial)
+            ok = rb.allows(static_cast<int>(j)) &&
+                 (!mask_needs_pairs(form.mask) || (i < lq && j < lk && mask_allowed(form.mask, b, 0, i, j)));
+          if (ok != mask_allowed(gold, b, 0, i, j)) {
+            CAPTURE(b);
+            CAPTURE(i);
+            CAPTURE(j);
+            FAIL("the flex kernels' mask decision differs from mask_allowed");
+          }
+        }
+      }
+    }
+  }
+  CHECK(spans > 20);  // every branch ran
+  CHECK(pairs_left > 5);
+  CHECK(sparse_dropped > 10);
+}

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -369,4 +370,65 @@ TEST_CASE("property: every kind alone and in pairs, Sq != Sk both ways") {
         check_against_brute_force(p);
       }
   }
+}
+
+TEST_CASE("document_spans: the document clause's interval form equals mask_allowed on every pair") {
+  // By hand: ids {0 0 2 2 2 -1 -1 -1}: runs [0, 1], [2, 4], padding empty.
+  std::vector<int32_t> first, last;
+  REQUIRE(document_spans({0, 0, 2, 2, 2, -1, -1, -1}, 1, 8, &first, &last));
+  CHECK(first == std::vector<int32_t>{0, 0, 2, 2, 2, 0, 0, 0});
+  CHECK(last == std::vector<int32_t>{1, 1, 4, 4, 4, -1, -1, -1});
+  // Id 0 in two runs of one row: no interval form; the same id in two rows is fine.
+  CHECK_FALSE(document_spans({0, 1, 0, 1}, 1, 4, &first, &last));
+  CHECK(document_spans({7, 7, 3, 3, 7, 7}, 2, 3, &first, &last));
+  CHECK(first == std::vector<int32_t>{0, 0, 2, 0, 1, 1});
+  CHECK(last == std::vector<int32_t>{1, 1, 2, 0, 2, 2});
+  CHECK_THROWS_AS(document_spans({0, 0, 0}, 2, 2, &first, &last), std::invalid_argument);
+
+  // Random contiguous and non-contiguous ids: where spans exist, they decide every
+  // (b, i, j) exactly as mask_allowed's document clause does (a document-only mask).
+  Rng rng(20261127);
+  int with_spans = 0, without = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t batch = rng.uniform(1, 3), seq = rng.uniform(1, 70);
+    std::vector<int32_t> ids;
+    const bool contiguous = rng.coin(0.7);
+    for (int64_t b = 0; b < batch; ++b) {
+      int32_t id = static_cast<int32_t>(rng.uniform(-1, 50));
+      for (int64_t i = 0; i < seq; ++i) {
+        if (!contiguous) id = static_cast<int32_t>(rng.uniform(-1, 3));
+        else if (rng.coin(0.1)) id = rng.coin(0.2) ? -1 : static_cast<int32_t>(rng.uniform(51 + 100 * i, 150 + 100 * i));
+        ids.push_back(id);
+      }
+    }
+    std::vector<std::vector<int32_t>> rows;
+    for (int64_t b = 0; b < batch; ++b) rows.emplace_back(ids.begin() + b * seq, ids.begin() + (b + 1) * seq);
+    Problem p = base_problem(batch, seq, seq);
+    p.mask = {docs_from_ids(rows)};
+    validate(p);
+    MaskArrays arrays;
+    const MaskDesc m = make_mask_desc(p, arrays);
+    const bool ok = document_spans(ids, batch, seq, &first, &last);
+    CHECK(ok == mask_is_interval(p));
+    if (!ok) {
+      ++without;
+      continue;
+    }
+    ++with_spans;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < seq; ++i)
+        for (int64_t j = 0; j < seq; ++j) {
+          const size_t at = static_cast<size_t>(b * seq + i);
+          const bool span = first[at] <= j && j <= last[at];
+          if (span != mask_allowed(m, b, 0, i, j)) {
+            CAPTURE(trial);
+            CAPTURE(b);
+            CAPTURE(i);
+            CAPTURE(j);
+            FAIL("document_spans disagrees with mask_allowed");
+          }
+        }
+  }
+  CHECK(with_spans > 100);  // both branches ran
+  CHECK(without > 20);
 }

@@ -32,10 +32,10 @@ using kernels::WorkItem;
 
 std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias) {
   if (block != kernels::bwd_block_n(kernels::BwdPath::sm90))
-    return "ATTNBENCH_BWD_PATH=sm90 needs ATTNBENCH_FLEX_BLOCK=128 (the Hopper backward's 128-key tiles are one "
-           "KV block)";
+    return "the Hopper backward needs ATTNBENCH_FLEX_BLOCK=128 (its 128-key tiles are one KV block)";
   if (p.score_mod.kind == ScoreMod::Kind::rel_bias && dbias != kernels::DbiasMode::none)
-    return "ATTNBENCH_BWD_PATH=sm90 has no rel_bias dBias (use the portable backward, ATTNBENCH_BWD_PATH=auto)";
+    return "the Hopper backward has no rel_bias dBias (the portable backward computes it: ATTNBENCH_BWD_PATH=auto "
+           "or sm80)";
   return {};
 }
 
@@ -73,30 +73,37 @@ kernels::FwdPath choose_fwd_path(const std::string& backend, int pack, int64_t h
 }
 
 /// The dK/dV kernel of a non-flex instance: ATTNBENCH_BWD_PATH (env_sm90_path);
-/// auto = the Hopper kernel where kernels::fwd_sm90_usable() and dQ is atomic, as
-/// it has no deterministic dQ mode. Throws as env_sm90_path, and
-/// std::invalid_argument when sm90 is asked for in the deterministic mode.
-kernels::BwdPath choose_bwd_path(const std::string& backend, bool deterministic) {
+/// auto = the Hopper kernels where kernels::fwd_sm90_usable(), in either dQ mode
+/// (atomic: dQ added by the dK/dV kernel; deterministic: the Hopper dQ kernel).
+/// Throws as env_sm90_path.
+kernels::BwdPath choose_bwd_path(const std::string& backend) {
   const std::optional<bool> asked = env_sm90_path("ATTNBENCH_BWD_PATH", backend);
-  if (!asked) return !deterministic && kernels::fwd_sm90_usable() ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
-  if (*asked && deterministic)
-    throw std::invalid_argument(backend + ": ATTNBENCH_BWD_PATH=sm90 has no deterministic dQ mode (dQ is added "
-                                          "with float32 atomics); use the atomic mode or sm80");
-  return *asked ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
+  const bool sm90 = asked ? *asked : kernels::fwd_sm90_usable();
+  return sm90 ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
 }
 
-/// The flex path's dK/dV kernel. The backend asks for the Hopper one by a
-/// non-deterministic `opt` (it does so when ATTNBENCH_BWD_PATH=sm90 was set as it
-/// was made); otherwise choose_bwd_path decides (auto and sm80: the portable one;
-/// sm90 set since: refused, the backend promised deterministic dQ). The Hopper
-/// one needs compute capability 9.0 with sm_90a code, 128-key KV blocks and no
-/// rel_bias dBias (std::invalid_argument, an error row naming why, otherwise).
-kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt) {
-  if (opt.deterministic) return choose_bwd_path(opt.name, true);
-  std::string why;
-  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(opt.name + ": ATTNBENCH_BWD_PATH=sm90: " + why);
-  if (const std::string refusal = flex_bwd_sm90_refusal(p, opt.block_size, opt.dbias); !refusal.empty())
-    throw std::invalid_argument(opt.name + ": " + refusal);
+/// The flex path's backward kernels: ATTNBENCH_BWD_PATH (env_sm90_path); auto =
+/// the Hopper kernels where kernels::fwd_sm90_usable() and
+/// flex_bwd_sm90_refusal() has no objection (128-key KV blocks, no rel_bias
+/// dBias), else the portable ones, with the reason in *why_portable. sm90 asked
+/// for a problem the Hopper backward refuses throws std::invalid_argument (an
+/// error row naming why; the backend reports it as unsupported before that).
+kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt, std::string* why_portable) {
+  const std::optional<bool> asked = env_sm90_path("ATTNBENCH_BWD_PATH", opt.name);
+  const std::string refusal = flex_bwd_sm90_refusal(p, opt.block_size, opt.dbias);
+  if (asked && *asked) {
+    if (!refusal.empty()) throw std::invalid_argument(opt.name + ": " + refusal);
+    return kernels::BwdPath::sm90;
+  }
+  if (asked) {
+    *why_portable = "ATTNBENCH_BWD_PATH=sm80";
+    return kernels::BwdPath::sm80;
+  }
+  if (!kernels::fwd_sm90_usable(why_portable)) return kernels::BwdPath::sm80;
+  if (!refusal.empty()) {
+    *why_portable = refusal;
+    return kernels::BwdPath::sm80;
+  }
   return kernels::BwdPath::sm90;
 }
 
@@ -106,13 +113,13 @@ kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt)
 struct FlexBuffers {
   BlockMask host;
   DeviceBuffer kv_num, kv_idx, full_kv_num, full_kv_idx, q_num, q_idx, full_q_num, full_q_idx;
-  DeviceBuffer doc_ids, lens_q, lens_k, bias, offset, dbias, scratch, csr_ptr, csr_keys;
+  DeviceBuffer doc_ids, doc_first, doc_last, lens_q, lens_k, bias, offset, dbias, scratch, csr_ptr, csr_keys;
   int64_t scratch_floats = 0;
   size_t bytes() const {
     size_t n = 0;
     for (const DeviceBuffer* b : {&kv_num, &kv_idx, &full_kv_num, &full_kv_idx, &q_num, &q_idx, &full_q_num,
-                                  &full_q_idx, &doc_ids, &lens_q, &lens_k, &bias, &offset, &dbias, &scratch, &csr_ptr,
-                                  &csr_keys})
+                                  &full_q_idx, &doc_ids, &doc_first, &doc_last, &lens_q, &lens_k, &bias, &offset,
+                                  &dbias, &scratch, &csr_ptr, &csr_keys})
       n += b->allocated_bytes();
     return n;
   }
@@ -120,8 +127,8 @@ struct FlexBuffers {
 
 /// Upload the flex path's buffers of `p` and point `a` (mask arrays, BlockMask
 /// view, bias, dBias) at them. `f->host` holds the BlockMask already.
-void setup_flex(const Problem& p, const ProblemData& in, const FusedOptions& opt, const MaskArrays& arrays,
-                FlexBuffers* f, AttnParams* a, cudaStream_t st) {
+void setup_flex(const Problem& p, const ProblemData& in, const FusedOptions& opt, FlexBuffers* f, AttnParams* a,
+                cudaStream_t st) {
   const BlockMask& bm = f->host;
   f->kv_num = device::upload_i32(bm.kv_num_blocks, st);
   f->kv_idx = device::upload_i32(bm.kv_indices, st);
@@ -145,11 +152,19 @@ void setup_flex(const Problem& p, const ProblemData& in, const FusedOptions& opt
   v.batch = static_cast<int32_t>(bm.B);
   v.num_q_blocks = static_cast<int32_t>(bm.num_q_blocks);
   v.num_kv_blocks = static_cast<int32_t>(bm.num_kv_blocks);
-  // mask_allowed() reads the document ids and padding lengths on the device.
-  f->doc_ids = device::upload_i32(arrays.doc_ids, st);
+  // Mask terms at the granularity they vary (kernels::flex_mask_form): contiguous
+  // documents as one key interval per row, block_sparse left to the BlockMask.
+  MaskArrays arrays;
+  const kernels::FlexMaskForm form = kernels::flex_mask_form(p, arrays, bm);
+  f->doc_first = device::upload_i32(form.doc_first, st);
+  f->doc_last = device::upload_i32(form.doc_last, st);
+  a->doc_first = f->doc_first.as<const int32_t>();
+  a->doc_last = f->doc_last.as<const int32_t>();
+  f->doc_ids = device::upload_i32(form.mask.doc_ids ? arrays.doc_ids : std::vector<int32_t>{}, st);
+  a->mask.doc_ids = f->doc_ids.as<const int32_t>();
+  a->mask.block_density = form.mask.block_density;
   f->lens_q = device::upload_i32(arrays.seq_lens_q, st);
   f->lens_k = device::upload_i32(arrays.seq_lens_k, st);
-  a->mask.doc_ids = f->doc_ids.as<const int32_t>();
   a->mask.seq_lens_q = f->lens_q.as<const int32_t>();
   a->mask.seq_lens_k = f->lens_k.as<const int32_t>();
   if (!p.has_learnable_bias()) return;
@@ -214,7 +229,7 @@ class FusedInstance final : public BackendInstance {
       kernels::launch_flex_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
                                     k_items_.as<const WorkItem>(), static_cast<int>(plan_.k_items.size()),
                                     static_cast<int64_t>(dq_.count()), flex_->scratch_floats, stream_.s,
-                                    bwd_path_ == kernels::BwdPath::sm90 ? &bwd_maps_ : nullptr);
+                                    bwd_path_ == kernels::BwdPath::sm90 ? &bwd_maps_ : nullptr, opt_.deterministic);
       return;
     }
     kernels::launch_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
@@ -244,6 +259,12 @@ class FusedInstance final : public BackendInstance {
   nlohmann::json extra() const override;
 
  private:
+  /// How dQ is produced, for the report (extra.backend.dq_mode).
+  const char* dq_mode() const {
+    if (!opt_.deterministic) return "float32 atomics (added by the dK/dV kernel)";
+    return bwd_path_ == kernels::BwdPath::sm90 ? "deterministic (Hopper dQ kernel, no atomics)"
+                                               : "deterministic (dQ kernel, no atomics)";
+  }
   /// Logical tensor -> the kernels' buffer order; back again.
   std::vector<double> to_device(const HostTensor& t, TensorRole role) const;
   HostTensor from_device(const std::vector<double>& phys, TensorRole role, std::vector<int64_t> shape) const;
@@ -265,6 +286,7 @@ class FusedInstance final : public BackendInstance {
   kernels::KvTensorMaps kv_maps_{};  // the Hopper forward's TMA descriptors
   AttnParams params_;
   double setup_ms_ = 0.0;
+  std::string why_portable_bwd_;  // flex: why the backward runs on the portable kernels
 
   std::unique_ptr<FlexBuffers> flex_;  // block_mask placement only
   device::OwnedStream stream_;
@@ -359,12 +381,12 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     flex_ = std::make_unique<FlexBuffers>();
     flex_->host = build_block_mask(p, opt.block_size, opt.block_size);
     fwd_path_ = choose_fwd_path(opt.name, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
-    bwd_path_ = choose_flex_bwd_path(p, opt);
+    bwd_path_ = choose_flex_bwd_path(p, opt, &why_portable_bwd_);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim),
                                       bwd_path_);
   } else {
     fwd_path_ = choose_fwd_path(opt.name, pack, p.head_dim);
-    bwd_path_ = choose_bwd_path(opt.name, opt.deterministic);
+    bwd_path_ = choose_bwd_path(opt.name);
     plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
                                 static_cast<int>(p.head_dim), fwd_path_, bwd_path_);
   }
@@ -428,7 +450,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
                                                       : kernels::ModKind::none;
   a.softcap = static_cast<float>(p.score_mod.cap);
   a.dtype = p.dtype == DType::bf16 ? kernels::ElemType::bf16 : kernels::ElemType::fp16;
-  if (flex_) setup_flex(p, in, opt, arrays, flex_.get(), &a, st);
+  if (flex_) setup_flex(p, in, opt, flex_.get(), &a, st);
   if (fwd_path_ == kernels::FwdPath::sm90)
     kv_maps_ = kernels::make_kv_tensor_maps(a, packed_ ? seqs_.cu_k.back() : p.seq_k, packed_ ? 1 : p.batch,
                                             plan_.tile_keys);
@@ -477,15 +499,21 @@ nlohmann::json FusedInstance::extra() const {
     const bool f90 = fwd_path_ == kernels::FwdPath::sm90, b90 = bwd_path_ == kernels::BwdPath::sm90;
     j["kernel"] = std::string("attnbench fused, BlockMask walk: forward on ") +
                   (f90 ? "the Hopper path (TMA, wgmma)" : "mma.sync m16n8k16 (sm_80 path)") + ", backward on " +
-                  (b90 ? "the Hopper path (TMA, wgmma, atomic dQ)" : "mma.sync m16n8k16 (sm_80 path)");
+                  (b90 ? "the Hopper path (TMA, wgmma)" : "mma.sync m16n8k16 (sm_80 path)");
     j["fwd_path"] = f90 ? "sm90" : "sm80";
     j["bwd_path"] = b90 ? "sm90" : "sm80";
-    j["path"] = "BlockMask tiles (partial tiles evaluate mask_allowed, full tiles skip it)";
+    if (!b90) j["bwd_path_reason"] = why_portable_bwd_;
+    const bool pairs = params_.mask.doc_ids != nullptr || params_.mask.block_density >= 0.0;
+    j["path"] = std::string("BlockMask tiles; full tiles skip the mask, partial tiles ") +
+                (pairs ? "evaluate mask_allowed per pair (documents split into several runs, or block_sparse on "
+                         "blocks that do not divide 128)"
+                       : params_.doc_first ? "compare keys with each row's interval (interval terms and document run)"
+                                           : "compare keys with each row's interval");
     j["block_size"] = std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block);
     j["block_mask"] = {{"partial_tiles", bm.num_partial()}, {"full_tiles", bm.num_full()},
                        {"q_blocks", bm.num_q_blocks}, {"kv_blocks", bm.num_kv_blocks}, {"batch_broadcast", bm.B == 1}};
     j["tiles"] = kernels::describe(plan_, static_cast<int>(p_.heads_q), static_cast<int>(p_.heads_kv));
-    j["dq_mode"] = b90 ? "float32 atomics" : "deterministic (dQ kernel, no atomics)";
+    j["dq_mode"] = dq_mode();
     if (p_.has_learnable_bias())
       j["dbias_mode"] = opt_.dbias == kernels::DbiasMode::atomic ? "float32 atomics (one per bias entry per tile)"
                         : opt_.dbias == kernels::DbiasMode::deterministic
@@ -510,7 +538,7 @@ nlohmann::json FusedInstance::extra() const {
                   (plan_.pack > 1 ? "s" : "") + " x " + std::to_string(plan_.tile_rows) + " positions) x " +
                   std::to_string(plan_.tile_keys) + " keys";
   j["gqa_pack"] = plan_.pack;
-  j["dq_mode"] = opt_.deterministic ? "deterministic (dQ kernel, no atomics)" : "float32 atomics";
+  j["dq_mode"] = dq_mode();
   return j;
 }
 

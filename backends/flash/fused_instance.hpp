@@ -66,10 +66,12 @@ int64_t dbias_scratch_bytes(const Problem& p);
 /// 32-bit position limits.
 std::string unsupported_reason(const Problem& p, Placement placement);
 
-/// Why the flex path's Hopper backward (ATTNBENCH_BWD_PATH=sm90) cannot run `p`
-/// with BlockMask blocks of `block` and dBias mode `dbias` (empty when it can):
-/// its 128-key tiles are one KV block, and it has no rel_bias dBias. The flex
-/// backend reports it as an unsupported row; make_instance throws it.
+/// Why the flex path's Hopper backward cannot run `p` with BlockMask blocks of
+/// `block` and dBias mode `dbias` (empty when it can): its 128-key tiles are one KV
+/// block, and it has no rel_bias dBias. By default (ATTNBENCH_BWD_PATH unset or
+/// auto) the instance then runs the portable backward and reports the reason
+/// (extra.backend.bwd_path_reason); with ATTNBENCH_BWD_PATH=sm90 the flex backend
+/// reports it as an unsupported row and make_instance throws it.
 std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias);
 
 /// Prepare `p` on the current CUDA device (inputs uploaded, plan built, work

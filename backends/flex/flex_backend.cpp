@@ -40,10 +40,11 @@ kernels::DbiasMode env_dbias() {
                    "value '" + s + "' is not deterministic, atomic or none");
 }
 
-/// ATTNBENCH_BWD_PATH=sm90 moves the flex backward onto the Hopper kernel (dQ by
-/// float32 atomics, so the backward is no longer bitwise reproducible); any
-/// other value keeps the portable dK/dV + deterministic dQ kernels. The value
-/// itself is checked where the instance is made (choose_bwd_path).
+/// ATTNBENCH_BWD_PATH=sm90 runs the flex backward on the Hopper dK/dV kernel with
+/// dQ by float32 atomics (faster, not bitwise reproducible). Unset or auto: the
+/// Hopper kernels in the deterministic mode (dK/dV, then the Hopper dQ kernel)
+/// where they can run, else the portable ones; sm80: the portable ones. The
+/// value itself is checked where the instance is made (choose_flex_bwd_path).
 bool env_bwd_sm90() {
   const char* v = std::getenv("ATTNBENCH_BWD_PATH");
   return v && std::string(v) == "sm90";
@@ -56,9 +57,11 @@ class FlexBackend : public Backend {
   std::string description() const override {
     return "FlexAttention-style block-sparse attention on attnbench's fused kernels: the problem's BlockMask "
            "(Q_BLOCK = KV_BLOCK = " + std::to_string(block_) + ", ATTNBENCH_FLEX_BLOCK) drives the tiles, partial "
-           "tiles evaluate mask_mod, every mask kind and score mod incl. learnable rel_bias / offset_bias with dBias (" +
+           "tiles evaluate mask_mod (contiguous documents as row intervals), every mask kind and score mod incl. "
+           "learnable rel_bias / offset_bias with dBias (" +
            (dbias_ == kernels::DbiasMode::atomic ? "float32 atomics" : "deterministic") +
-           ", ATTNBENCH_FLEX_DBIAS); bf16/fp16, D 64/128, BSHD/BHSD";
+           ", ATTNBENCH_FLEX_DBIAS); backward on the Hopper kernels where they run (dQ " +
+           (bwd_sm90_ ? "by atomics, ATTNBENCH_BWD_PATH=sm90" : "deterministic") + "); bf16/fp16, D 64/128, BSHD/BHSD";
   }
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("flex", why); }
@@ -83,8 +86,8 @@ class FlexBackend : public Backend {
     opt.dbias = dbias_;
     return make_instance(p, in, opt);
   }
-  /// dQ, dK, dV come without atomics (unless ATTNBENCH_BWD_PATH=sm90: dQ by
-  /// atomics); dBias too unless ATTNBENCH_FLEX_DBIAS=atomic.
+  /// dQ, dK, dV come without atomics on both paths (unless ATTNBENCH_BWD_PATH=sm90:
+  /// dQ by atomics); dBias too unless ATTNBENCH_FLEX_DBIAS=atomic.
   bool deterministic() const override { return dbias_ != kernels::DbiasMode::atomic && !bwd_sm90_; }
 
  private:

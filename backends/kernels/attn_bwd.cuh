@@ -273,7 +273,7 @@ __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const Seq
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int col = nt * 8 + 2 * qd + c, i = m0 + col;
-      const RowBounds rb = full ? RowBounds{} : RowBounds::of(p.mask, i, si.lq, si.lk);
+      const RowBounds rb = full ? RowBounds{} : row_bounds<kFlex>(p, si, b, i);
       const float lse2 = tLse[col], ds = tDsum[col];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -669,7 +669,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int wt0 = m0 + (warp * 16) % Mq;
   const int g = lane / 4, qd = lane % 4;
   const int row_t[2] = {wt0 + g, wt0 + g + 8};
-  const RowBounds rb[2] = {RowBounds::of(p.mask, row_t[0], si.lq, si.lk), RowBounds::of(p.mask, row_t[1], si.lq, si.lk)};
+  const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row_t[0]), row_bounds<kFlex>(p, si, b, row_t[1])};
   const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
   const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
   const ScoreMod2 mod = ScoreMod2::of(p, wh);

@@ -160,7 +160,10 @@ __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& s
 /// values (0 x NaN = NaN in the MMAs): true of every buffer attnbench makes, as in
 /// the Hopper forward. CTAs with no query step skip the K / V loads and store
 /// zero dK / dV.
-template <int D, bool Bf16, bool kFlex = false>
+///
+/// kDq = false (the deterministic mode): dK / dV only, no dS^T stores, barrier or
+/// dQ products; attn_dq_sm90_kernel (attn_dq_sm90.cuh) computes dQ without atomics.
+template <int D, bool Bf16, bool kFlex = false, bool kDq = true>
 __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     attn_bwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items,
                          const __grid_constant__ BwdTensorMaps maps) {
@@ -274,20 +277,24 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       // Three commit groups, as FlashAttention-3 orders them (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp,
       // bwd_step): dV first, so that it runs across the dS^T stores and the barrier; then dQ and
       // dK; the dQ atomics wait for dQ only (wgmma_wait<1>) and run while dK is on the tensor cores.
-      uint16_t* ds_buf = sdS + (it & 1) * kBlockN * kBlockM;
       sm90::pv<D, Bf16, kBlockM>(pa, tdo, dv);  // dV += P^T dO (group 1)
-      sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow + g, qd);
-      sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
-      sm90::ds_barrier<D>(wg);
+      if constexpr (kDq) {
+        uint16_t* ds_buf = sdS + (it & 1) * kBlockN * kBlockM;
+        sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow + g, qd);
+        sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
+        sm90::ds_barrier<D>(wg);
 
-      Acc dq[8];
-      sm90::wgmma_fence();
-      sm90::bwd_dq<D, Bf16>(smem_u32(ds_buf), k_addr, wg, dq);  // dQ = dS K (group 2)
-      sm90::wgmma_commit();
-      sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
-      sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
-      sm90::fence_acc(dq);
-      bwd_add_dq(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, g, qd, dq);
+        Acc dq[8];
+        sm90::wgmma_fence();
+        sm90::bwd_dq<D, Bf16>(smem_u32(ds_buf), k_addr, wg, dq);  // dQ = dS K (group 2)
+        sm90::wgmma_commit();
+        sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
+        sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
+        sm90::fence_acc(dq);
+        bwd_add_dq(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, g, qd, dq);
+      } else {
+        sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 2)
+      }
       sm90::wgmma_wait<0>();
       sm90::fence_acc(dk);
       sm90::fence_acc(dv);

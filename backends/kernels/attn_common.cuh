@@ -246,11 +246,15 @@ struct QuerySteps {
   }
 };
 
-/// Whether a mask has terms beyond the per-row key interval (documents,
-/// block_sparse): only then do flex partial tiles evaluate mask_allowed() pair by
-/// pair; interval masks use RowBounds like the flash path.
-__device__ __forceinline__ bool mask_needs_pairs(const MaskDesc& m) {
-  return m.doc_ids != nullptr || m.block_density >= 0.0;
+/// The allowed keys [lo, hi] of query row i of sequence b: RowBounds::of, and on
+/// the flex path flex_row_bounds() (the row's document run too, for contiguous
+/// documents).
+template <bool kFlex>
+__device__ __forceinline__ RowBounds row_bounds(const AttnParams& p, const SeqInfo& si, int b, int i) {
+  if constexpr (kFlex)
+    return flex_row_bounds(p.mask, p.doc_first, p.doc_last, b, i, si.lq, si.lk);
+  else
+    return RowBounds::of(p.mask, i, si.lq, si.lk);
 }
 
 /// The flex path's mask of one thread's share of a partial tile, as bits: bit k

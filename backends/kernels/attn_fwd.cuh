@@ -69,7 +69,7 @@ __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt].c[e]);
       }
   } else {
-    const RowBounds rb[2] = {RowBounds::of(p.mask, row0, si.lq, si.lk), RowBounds::of(p.mask, row1, si.lq, si.lk)};
+    const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row0), row_bounds<kFlex>(p, si, b, row1)};
     const RowPairBits<kFlex, kNt> pairs(p, si, b, full, n0, qd, row0, row1);  // documents / block_sparse
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {

@@ -56,7 +56,7 @@ void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_i
 
 void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
                           int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
-                          const BwdTensorMaps* maps) {
+                          const BwdTensorMaps* maps, bool deterministic_dq) {
   check_flex(p);
   if (maps) {
     if (p.bm.kv_block != bwd_block_n(BwdPath::sm90))
@@ -65,14 +65,15 @@ void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_d
                                   std::to_string(p.bm.kv_block) + ")");
     if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias)
       throw std::invalid_argument("flex attention: the Hopper backward has no rel_bias dBias");
-    if (!p.dq_accum) throw std::invalid_argument("flex attention: the Hopper backward needs the dQ accumulator");
+    if (!deterministic_dq && !p.dq_accum)
+      throw std::invalid_argument("flex attention: the Hopper backward's atomic dQ needs the dQ accumulator");
   }
   if (p.head_dim == 64)
     return launch_flex_backward_hdim<64>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream,
-                                         maps);
+                                         maps, deterministic_dq);
   if (p.head_dim == 128)
     return launch_flex_backward_hdim<128>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats,
-                                          stream, maps);
+                                          stream, maps, deterministic_dq);
   no_kernel(p.head_dim);
 }
 
@@ -156,6 +157,7 @@ BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t 
                       kRowBox);
   maps.dout = encode_map(p, "dO", p.dout, q_rows, p.heads_q, batch, p.o_batch_stride, p.o_row_stride,
                          p.o_head_stride, kRowBox);
+  maps.dq_kv = make_kv_tensor_maps(p, k_rows, batch, kDqBlockN);  // kDqSm90BlockN
   return maps;
 }
 
@@ -175,9 +177,10 @@ void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items
                      int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream, BwdPath path,
                      const BwdTensorMaps* maps) {
   check_launch(p, pack);
-  if (path == BwdPath::sm90 && (!maps || deterministic))
-    throw std::invalid_argument(deterministic ? "fused attention: the Hopper backward has no deterministic dQ mode"
-                                              : "fused attention: the Hopper backward needs its tensor maps");
+  if (path == BwdPath::sm90 && !maps)
+    throw std::invalid_argument("fused attention: the Hopper backward needs its tensor maps");
+  if (!deterministic && !p.dq_accum)
+    throw std::invalid_argument("fused attention: the atomic dQ mode needs the dQ accumulator");
   const BwdTensorMaps* m = path == BwdPath::sm90 ? maps : nullptr;
   switch (p.head_dim) {
     case 64:

@@ -47,9 +47,11 @@ KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batc
 
 /// TMA descriptors of the Hopper backward (attn_bwd_sm90.cuh): K and V with
 /// kBwdSm90 key-tile boxes (128 rows), Q and dO (O's strides) with 64-row boxes;
-/// same tensor form as KvTensorMaps (Q and dO over heads_q).
+/// same tensor form as KvTensorMaps (Q and dO over heads_q). dq_kv: K and V with
+/// the deterministic Hopper dQ kernel's 64-row boxes (attn_dq_sm90.cuh).
 struct BwdTensorMaps {
   CUtensorMap q, k, v, dout;
+  KvTensorMaps dq_kv;
 };
 
 /// Encode the backward's maps: q_rows / k_rows positions per (batch, head)
@@ -71,9 +73,10 @@ bool fwd_sm90_usable(std::string* why = nullptr);
 /// deterministic dQ kernel (TilePlan::dq_items). `deterministic` = false accumulates dQ with float32 atomics into
 /// p.dq_accum (q_numel floats, Q's strides) and converts; true runs the
 /// deterministic dQ kernel (bitwise reproducible). Asynchronous on `stream`.
-/// `path` BwdPath::sm90 (atomic dQ only, where fwd_sm90_usable()) runs the
-/// Hopper dK/dV/dQ kernel and needs `maps` (make_bwd_tensor_maps); throws
-/// std::invalid_argument when they are missing or `deterministic` is set.
+/// `path` BwdPath::sm90 (where fwd_sm90_usable()) runs the Hopper kernels and
+/// needs `maps` (make_bwd_tensor_maps): dK/dV with atomic dQ, or, deterministic,
+/// dK/dV alone and the Hopper dQ kernel over `q_items`; throws
+/// std::invalid_argument when the maps are missing.
 void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
                      int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream,
                      BwdPath path = BwdPath::sm80, const BwdTensorMaps* maps = nullptr);
@@ -93,12 +96,13 @@ void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_i
 /// p.dbias_scratch (deterministic mode). Throws like launch_flex_forward, and
 /// for a rel_bias max_distance above kMaxRelBiasDistance. `maps` (from
 /// make_bwd_tensor_maps; only where fwd_sm90_usable()) selects the Hopper
-/// kernel: k_items of bwd_block_n(BwdPath::sm90) keys, kv_block 128, dQ by
-/// float32 atomics into p.dq_accum (q_numel floats), no rel_bias dBias
-/// (std::invalid_argument otherwise).
+/// kernels: k_items of bwd_block_n(BwdPath::sm90) keys, kv_block 128, no
+/// rel_bias dBias (std::invalid_argument otherwise); dQ by the deterministic
+/// Hopper dQ kernel when `deterministic_dq`, else by float32 atomics into
+/// p.dq_accum (q_numel floats; std::invalid_argument when it is not set).
 void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
                           int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
-                          const BwdTensorMaps* maps = nullptr);
+                          const BwdTensorMaps* maps = nullptr, bool deterministic_dq = true);
 
 /// Per-head-dimension implementations (attn_launch_impl.cuh, one file each).
 template <int D>
@@ -114,6 +118,6 @@ void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int 
 template <int D>
 void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
                                int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
-                               const BwdTensorMaps* maps);
+                               const BwdTensorMaps* maps, bool deterministic_dq);
 
 }  // namespace attnbench::kernels

@@ -8,6 +8,7 @@
 
 #include "backends/kernels/attn_bwd.cuh"
 #include "backends/kernels/attn_bwd_sm90.cuh"
+#include "backends/kernels/attn_dq_sm90.cuh"
 #include "backends/kernels/attn_fwd.cuh"
 #include "backends/kernels/attn_fwd_sm90.cuh"
 #include "backends/kernels/attn_launch.hpp"
@@ -100,15 +101,16 @@ void dq_convert(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
-/// The Hopper dK/dV/dQ kernel (attn_bwd_sm90.cuh) over key tiles of
-/// kBwdSm90BlockN and the dQ conversion, after Dsum (kFlex: the BlockMask form,
-/// after dBias was cleared).
-template <int D, bool Bf16, bool kFlex = false>
+/// The Hopper dK/dV kernel (attn_bwd_sm90.cuh) over key tiles of
+/// kBwdSm90BlockN, after Dsum (kFlex: the BlockMask form, after dBias was
+/// cleared). kDq: with dQ by atomics (the accumulator zeroed first, converted
+/// after); without, dQ is left to dq_sm90.
+template <int D, bool Bf16, bool kFlex = false, bool kDq = true>
 void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_numel, const BwdTensorMaps& maps,
                cudaStream_t st) {
-  if (q_numel > 0)
+  if (kDq && q_numel > 0)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(q_numel) * sizeof(float), st));
-  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex>;
+  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex, kDq>;
   constexpr size_t smem = bwd_sm90_smem_bytes<D>();
   allow_smem<kernel>(smem);
   const int64_t blocks = static_cast<int64_t>(n_k) * p.heads_kv;
@@ -116,7 +118,31 @@ void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_
     kernel<<<static_cast<unsigned>(blocks), kBwdSm90Threads, smem, st>>>(p, k_items, maps);
     ATTNBENCH_CHECK(cudaGetLastError());
   }
-  dq_convert<Bf16>(p, q_numel, st);
+  if constexpr (kDq) dq_convert<Bf16>(p, q_numel, st);
+}
+
+/// The deterministic Hopper dQ kernel (attn_dq_sm90.cuh) over the plan's dq_items
+/// (kDqBlockM / pack positions of `pack` heads each).
+template <int D, bool Bf16, bool kFlex = false>
+void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, const KvTensorMaps& maps,
+             cudaStream_t st) {
+  constexpr auto kernel = attn_dq_sm90_kernel<D, Bf16, kFlex>;
+  constexpr size_t smem = dq_sm90_smem_bytes<D>();
+  allow_smem<kernel>(smem);
+  const int64_t blocks = static_cast<int64_t>(n_q) * (p.heads_q / pack);
+  if (blocks == 0) return;
+  kernel<<<static_cast<unsigned>(blocks), kDqSm90Threads, smem, st>>>(p, q_items, pack, maps);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+/// The Hopper backward after Dsum: dK / dV with dQ by atomics, or (deterministic)
+/// dK / dV alone and then the deterministic Hopper dQ kernel.
+template <int D, bool Bf16, bool kFlex = false>
+void backward_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k, int pack,
+                   bool deterministic, int64_t q_numel, const BwdTensorMaps& maps, cudaStream_t st) {
+  if (!deterministic) return dkdv_sm90<D, Bf16, kFlex, true>(p, k_items, n_k, q_numel, maps, st);
+  dkdv_sm90<D, Bf16, kFlex, false>(p, k_items, n_k, q_numel, maps, st);
+  dq_sm90<D, Bf16, kFlex>(p, q_items, n_q, pack, maps.dq_kv, st);
 }
 
 /// Dsum, then dK/dV and dQ: the Hopper kernel with `maps`, else the portable
@@ -125,10 +151,7 @@ template <int D, bool Bf16>
 void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k, int pack,
               bool deterministic, int64_t q_numel, const BwdTensorMaps* maps, cudaStream_t st) {
   dsum<D, Bf16>(p, q_numel, st);
-  if (maps) {
-    dkdv_sm90<D, Bf16>(p, k_items, n_k, q_numel, *maps, st);
-    return;
-  }
+  if (maps) return backward_sm90<D, Bf16>(p, q_items, n_q, k_items, n_k, pack, deterministic, q_numel, *maps, st);
   constexpr int kWarps = kBwdBlockN / 16;
   const unsigned k_blocks = static_cast<unsigned>(static_cast<int64_t>(n_k) * p.heads_kv);
   if (deterministic) {
@@ -192,17 +215,19 @@ inline void flex_dbias_reduce(const AttnParams& p, cudaStream_t st) {
 
 /// Flex backward: Dsum, dK/dV (and dBias) per key tile, the deterministic dQ
 /// kernel, then the ordered dBias reduction in deterministic mode. With `maps`
-/// the Hopper kernel (128-key tiles, dQ by atomics) replaces dK/dV and dQ.
+/// the Hopper kernels (128-key tiles) replace dK/dV and dQ: backward_sm90, dQ by
+/// atomics unless `deterministic_dq`.
 template <int D, bool Bf16>
 void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkItem* k_items, int n_k,
-                   int64_t q_numel, int64_t scratch_floats, cudaStream_t st, const BwdTensorMaps* maps) {
+                   int64_t q_numel, int64_t scratch_floats, cudaStream_t st, const BwdTensorMaps* maps,
+                   bool deterministic_dq) {
   dsum<D, Bf16>(p, q_numel, st);
   if (p.dbias_mode == DbiasMode::atomic)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias, 0, static_cast<size_t>(p.bias_size) * sizeof(float), st));
   if (p.dbias_mode == DbiasMode::deterministic && scratch_floats > 0)
     ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias_scratch, 0, static_cast<size_t>(scratch_floats) * sizeof(float), st));
   if (maps) {
-    dkdv_sm90<D, Bf16, true>(p, k_items, n_k, q_numel, *maps, st);
+    backward_sm90<D, Bf16, true>(p, q_items, n_q, k_items, n_k, 1, deterministic_dq, q_numel, *maps, st);
     flex_dbias_reduce(p, st);
     return;
   }
@@ -275,12 +300,13 @@ void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int 
 template <int D>
 void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
                                int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
-                               const BwdTensorMaps* maps) {
+                               const BwdTensorMaps* maps, bool deterministic_dq) {
   if (p.dtype == ElemType::bf16)
-    detail::flex_backward<D, true>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream, maps);
+    detail::flex_backward<D, true>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream, maps,
+                                   deterministic_dq);
   else
     detail::flex_backward<D, false>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream,
-                                    maps);
+                                    maps, deterministic_dq);
 }
 
 }  // namespace attnbench::kernels

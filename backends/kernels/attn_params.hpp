@@ -114,8 +114,15 @@ struct AttnParams {
   float softcap = 0.f;      ///< softcap cap (> 0 when mod == softcap)
   ElemType dtype = ElemType::bf16;
 
-  // ---- flex path: BlockMask, learnable bias and its gradient
+  // ---- flex path: BlockMask, document runs, learnable bias and its gradient
   BlockMaskView bm;
+  /// Document runs as key intervals (document_spans(), harness/model/mask.hpp):
+  /// [seq_q of `mask` x batch] first / last position of each query position's
+  /// document; set instead of mask.doc_ids when every document is one contiguous run,
+  /// so that partial tiles compare j against two bounds per row instead of
+  /// loading two ids per pair. Null otherwise.
+  const int32_t* doc_first = nullptr;
+  const int32_t* doc_last = nullptr;
   const float* bias = nullptr;          ///< rel_bias [Hq, 2m+1] or offset_bias [bias_size], float32
   const int32_t* bias_offset = nullptr; ///< offset_bias: [seq_k] indices into bias
   int32_t max_distance = 0;             ///< rel_bias m

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "backends/kernels/attn_tiles.hpp"
+#include "harness/model/mask.hpp"
 
 namespace attnbench::kernels {
 
@@ -229,6 +230,19 @@ std::string describe(const TilePlan& t, int heads_q, int heads_kv) {
          std::to_string(t.pack) + "): " + std::to_string(t.q_items.size() * static_cast<size_t>(heads_q / t.pack)) +
          " CTAs; k tiles " + std::to_string(t.bwd_tile_keys) + ": " +
          std::to_string(t.k_items.size() * static_cast<size_t>(heads_kv)) + " CTAs";
+}
+
+FlexMaskForm flex_mask_form(const Problem& p, MaskArrays& arrays, const BlockMask& bm) {
+  FlexMaskForm f;
+  f.mask = make_mask_desc(p, arrays);
+  if (!arrays.doc_ids.empty() && document_spans(arrays.doc_ids, p.batch, p.seq_q, &f.doc_first, &f.doc_last)) {
+    f.mask.doc_ids = nullptr;
+  } else {
+    f.doc_first.clear();
+    f.doc_last.clear();
+  }
+  if (kBlockSparseBlock % bm.q_block == 0 && kBlockSparseBlock % bm.kv_block == 0) f.mask.block_density = -1.0;
+  return f;
 }
 
 }  // namespace attnbench::kernels

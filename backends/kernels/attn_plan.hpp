@@ -13,6 +13,7 @@
 
 #include "backends/kernels/attn_params.hpp"
 #include "harness/model/block_mask.hpp"
+#include "harness/model/mask.hpp"
 #include "harness/model/mask_desc.hpp"
 #include "harness/model/problem.hpp"
 #include "harness/model/tensors.hpp"
@@ -112,5 +113,25 @@ HostTensor scatter_tokens(const std::vector<double>& packed, std::vector<int64_t
 /// One line describing the plan, for the report row: e.g.
 /// "q tiles 128x64 (pack 1): 512 CTAs; k tiles 64: 512 CTAs".
 std::string describe(const TilePlan& t, int heads_q, int heads_kv);
+
+/// The mask the flex kernels evaluate on partial tiles of BlockMask `bm` for
+/// problem p (mask terms at the granularity they vary; docs/semantics.md
+/// section 3 defines them all through mask_allowed()):
+/// - `mask`: make_mask_desc(p, arrays) with the document ids dropped when every
+///   document is a contiguous run (then `doc_first` / `doc_last`, document_spans(),
+///   give each row's run as a key interval) and block_sparse dropped when both block
+///   sizes divide kBlockSparseBlock (the BlockMask then lists exactly the kept
+///   blocks, so no listed pair is rejected by it);
+/// - the kernels' decision for a pair (b, i, j): not listed -> masked; listed full ->
+///   allowed; listed partial -> flex_row_bounds() allows j and, where
+///   mask_needs_pairs(mask), mask_allowed(mask, ...). tests/test_attn_plan.cpp checks
+///   that this equals mask_allowed() of the problem on every pair.
+/// `arrays` must outlive the form (the padding lengths and any remaining document
+/// ids point into it).
+struct FlexMaskForm {
+  MaskDesc mask;
+  std::vector<int32_t> doc_first, doc_last;  ///< [batch x seq_q], empty without contiguous documents
+};
+FlexMaskForm flex_mask_form(const Problem& p, MaskArrays& arrays, const BlockMask& bm);
 
 }  // namespace attnbench::kernels

@@ -27,6 +27,30 @@ struct RowBounds {
   ATTNBENCH_HD bool allows(int j) const { return j >= lo && j <= hi; }
 };
 
+/// The flex path's key interval of query row i of batch row b: RowBounds::of and,
+/// when `first` is set (documents that are contiguous runs; document_spans() of
+/// harness/model/mask.hpp builds first / last [batch x m.seq_q]), the row's
+/// document run, the interval form of mask_allowed()'s document clause. Host and
+/// device: the flex kernels' row_bounds() (attn_common.cuh) calls it.
+ATTNBENCH_HD RowBounds flex_row_bounds(const MaskDesc& m, const int32_t* first, const int32_t* last, int b, int i,
+                                       int lq, int lk) {
+  RowBounds r = RowBounds::of(m, i, lq, lk);
+  if (first != nullptr && i < lq) {
+    const int64_t at = static_cast<int64_t>(b) * m.seq_q + i;
+    if (first[at] > r.lo) r.lo = first[at];
+    if (last[at] < r.hi) r.hi = last[at];
+  }
+  return r;
+}
+
+/// Whether the flex path's partial tiles must evaluate mask_allowed() pair by pair:
+/// only for terms that are neither a row interval nor decided by the BlockMask
+/// (document ids that are not contiguous runs; block_sparse on blocks that do not
+/// divide its 128 x 128 pattern). flex_mask_form() (attn_plan.hpp) clears the others.
+ATTNBENCH_HD bool mask_needs_pairs(const MaskDesc& m) {
+  return m.doc_ids != nullptr || m.block_density >= 0.0;
+}
+
 /// Key positions [*begin, *end) that the valid rows among [i0, i1] may see: the
 /// union of their intervals (both bounds are monotone in i, so the union's span
 /// is [lo(i0), hi(last valid row)]). Empty (0, 0) when no row is valid.

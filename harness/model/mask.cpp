@@ -1,6 +1,10 @@
 #include "harness/model/mask.hpp"
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
+#include <string>
+#include <unordered_set>
 
 namespace attnbench {
 
@@ -67,6 +71,32 @@ std::vector<uint8_t> materialize_mask(const Problem& p, int64_t max_elements) {
     for (int64_t i = 0; i < p.seq_q; ++i)
       for (int64_t j = 0; j < p.seq_k; ++j) out[idx++] = mask_allowed(m, b, 0, i, j) ? 1 : 0;
   return out;
+}
+
+bool document_spans(const std::vector<int32_t>& doc_ids, int64_t batch, int64_t seq, std::vector<int32_t>* first,
+                    std::vector<int32_t>* last) {
+  if (batch < 0 || seq < 0 || seq > std::numeric_limits<int32_t>::max() ||
+      static_cast<int64_t>(doc_ids.size()) != batch * seq)
+    throw std::invalid_argument("document_spans: " + std::to_string(doc_ids.size()) + " document ids for batch " +
+                                std::to_string(batch) + " x seq " + std::to_string(seq));
+  first->assign(doc_ids.size(), 0);
+  last->assign(doc_ids.size(), -1);
+  std::unordered_set<int32_t> seen;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t* ids = doc_ids.data() + b * seq;
+    seen.clear();
+    for (int64_t i = 0; i < seq;) {
+      int64_t e = i;
+      while (e < seq && ids[e] == ids[i]) ++e;  // the run [i, e)
+      if (ids[i] >= 0) {
+        if (!seen.insert(ids[i]).second) return false;  // a second run of this id
+        std::fill(first->begin() + b * seq + i, first->begin() + b * seq + e, static_cast<int32_t>(i));
+        std::fill(last->begin() + b * seq + i, last->begin() + b * seq + e, static_cast<int32_t>(e - 1));
+      }
+      i = e;
+    }
+  }
+  return true;
 }
 
 }  // namespace attnbench

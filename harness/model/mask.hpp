@@ -54,4 +54,19 @@ std::optional<std::pair<int64_t, int64_t>> row_interval(const Problem& p, const 
 /// if any, form contiguous runs).
 bool mask_is_interval(const Problem& p);
 
+/// The document term in its interval form (the form the flex kernels evaluate on
+/// partial tiles, docs/semantics.md section 3): `doc_ids` is [batch * seq] (row-major,
+/// -1 = padding). When every id >= 0 of each batch row occupies one contiguous run of
+/// positions (packing always produces this), fills `first` / `last` ([batch * seq]
+/// each) with the first and last position of the run holding each position, and
+/// first = 0, last = -1 (an empty interval) where the id is < 0, so that for every
+/// (b, i, j) with i, j < seq
+///   doc_ids[b, i] >= 0 && doc_ids[b, i] == doc_ids[b, j]  <=>  first[b, i] <= j <= last[b, i],
+/// the document clause of mask_allowed() (harness/model/mask_desc.hpp; pinned by
+/// tests/test_mask.cpp and the flex GPU suite). Returns false, with `first` and
+/// `last` unspecified, when an id of some row occupies two runs (no interval form).
+/// Throws std::invalid_argument when doc_ids.size() != batch * seq or seq >= 2^31.
+bool document_spans(const std::vector<int32_t>& doc_ids, int64_t batch, int64_t seq, std::vector<int32_t>* first,
+                    std::vector<int32_t>* last);
+
 }  // namespace attnbench

@@ -45,19 +45,23 @@ bool hopper() {
   return yes;
 }
 
-/// Deterministic dBias at `block`, bitwise checked, with the default forward (the
-/// Hopper kernel on an sm_90a build on an H100); then with the portable forward
-/// (ATTNBENCH_FWD_PATH=sm80): atomic dBias when asked, else deterministic again;
-/// then, where the Hopper kernels run, block 128 and no rel_bias dBias, with the
-/// Hopper backward (ATTNBENCH_BWD_PATH=sm90: dQ by atomics, not bitwise).
+/// Deterministic dBias at `block`, bitwise checked, with the default paths (on an
+/// sm_90a build on an H100 the Hopper forward and, at block 128 without rel_bias
+/// dBias, the deterministic Hopper backward); then with the portable forward and
+/// backward (ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH = sm80): atomic dBias when
+/// asked, else deterministic again; then, where the Hopper kernels run, block 128
+/// and no rel_bias dBias, with the atomic Hopper backward (ATTNBENCH_BWD_PATH=sm90:
+/// dQ by atomics, not bitwise).
 void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
   setenv("ATTNBENCH_FWD_PATH", "auto", 1);
   check_gpu_case(*flex(block, "deterministic"), p, true);
   setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
+  setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
   if (atomic_too)
     check_gpu_case(*flex(block, "atomic"), p, false);
   else
     check_gpu_case(*flex(block, "deterministic"), p, true);
+  unsetenv("ATTNBENCH_BWD_PATH");
   if (block == 128 && p.score_mod.kind != ScoreMod::Kind::rel_bias && hopper()) {
     setenv("ATTNBENCH_FWD_PATH", "auto", 1);
     setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
@@ -102,7 +106,7 @@ TEST_CASE("flex: the Hopper backward (ATTNBENCH_BWD_PATH=sm90) and what it refus
   const ProblemData in = make_inputs(p);
   const nlohmann::json x = flex(128, "deterministic")->prepare(p, in)->extra();
   CHECK(x["bwd_path"] == "sm90");
-  CHECK(x["dq_mode"] == "float32 atomics");
+  CHECK(x["dq_mode"] == "float32 atomics (added by the dK/dV kernel)");
   CHECK_FALSE(flex(128, "deterministic")->deterministic());  // dQ by atomics
   CHECK_THROWS_AS(flex(64, "deterministic")->prepare(p, in), Unsupported);  // 128-key tiles are one KV block
   CHECK(flex(64, "deterministic")->supports(p).reason.find("ATTNBENCH_FLEX_BLOCK=128") != std::string::npos);
@@ -111,6 +115,38 @@ TEST_CASE("flex: the Hopper backward (ATTNBENCH_BWD_PATH=sm90) and what it refus
   CHECK(flex(128, "deterministic")->supports(rel).reason.find("no rel_bias dBias") != std::string::npos);
   unsetenv("ATTNBENCH_BWD_PATH");
   CHECK(flex(128, "deterministic")->deterministic());
+  // auto: the deterministic Hopper backward where it can run, else the portable one with the reason.
+  const nlohmann::json def = flex(128, "deterministic")->prepare(p, in)->extra();
+  CHECK(def["bwd_path"] == "sm90");
+  CHECK(def["dq_mode"] == "deterministic (Hopper dQ kernel, no atomics)");
+  const nlohmann::json b64 = flex(64, "deterministic")->prepare(p, in)->extra();
+  CHECK(b64["bwd_path"] == "sm80");
+  CHECK(b64["bwd_path_reason"].get<std::string>().find("128") != std::string::npos);
+  const nlohmann::json relx = flex(128, "deterministic")->prepare(rel, make_inputs(rel))->extra();
+  CHECK(relx["bwd_path"] == "sm80");
+  CHECK(relx["bwd_path_reason"].get<std::string>().find("rel_bias") != std::string::npos);
+}
+
+TEST_CASE("flex: partial tiles of contiguous documents and aligned block_sparse use row intervals, not pairs") {
+  const Problem docs = with_causal(with_documents(make_problem(2, 2, 1, 300, 300, 64, DType::bf16), {{100, 77, 123},
+                                                                                                       {300}}));
+  CHECK(flex(128, "deterministic")->prepare(docs, make_inputs(docs))->extra()["path"].get<std::string>().find(
+            "document run") != std::string::npos);
+  Problem sparse = make_problem(1, 2, 1, 300, 300, 64, DType::bf16);
+  sparse.mask.push_back(BlockSparseTerm{0.5, 3});
+  for (int block : {64, 128})
+    CHECK(flex(block, "deterministic")->prepare(sparse, make_inputs(sparse))->extra()["path"].get<std::string>().find(
+              "per pair") == std::string::npos);
+  // Ids split into two runs keep the per-pair path.
+  Problem split = make_problem(1, 2, 1, 64, 64, 64, DType::bf16);
+  DocumentTerm d;
+  d.doc_ids = {std::vector<int32_t>(64, 0)};
+  for (int i = 20; i < 40; ++i) d.doc_ids[0][static_cast<size_t>(i)] = 1;
+  split.mask.push_back(d);
+  CHECK(flex(128, "deterministic")->prepare(split, make_inputs(split))->extra()["path"].get<std::string>().find(
+            "per pair") != std::string::npos);
+  run_case(docs);
+  run_case(split);
 }
 
 TEST_CASE("flex: unsupported combinations name what is missing") {

@@ -1,0 +1,168 @@
+// The deterministic dQ kernel of the fused attention family, Hopper path
+// (sm_90a): attn_bwd_dq_kernel's algorithm (one CTA per query tile walks the key
+// tiles its rows see and accumulates dQ in registers, so no atomics and a fixed
+// order: bitwise reproducible) with its three GEMMs on warpgroup MMAs, fed like
+// the Hopper forward (attn_fwd_sm90.cuh): a producer warpgroup streams K / V
+// tiles by TMA, one consumer warpgroup of 64 query rows computes
+//   S  = Q K^T        SS, m64n64 (Q from shared memory, K K-major)
+//   dP = dO V^T       SS, m64n64 (dO from shared memory, V K-major)
+//   dS = P (dP - Dsum) score_mod'   in registers (dq_ds: masks, score mods)
+//   dQ += dS K        RS, m64nD (dS from registers, K MN-major)
+// With the Hopper dK / dV kernel in its kDq = false form this is the
+// deterministic Hopper backward (7 GEMM-sized products instead of 5, no dQ
+// accumulator, zeroing or conversion pass).
+#pragma once
+
+#include "backends/kernels/attn_bwd.cuh"
+#include "backends/kernels/attn_fwd_sm90.cuh"  // sm90::scores, sm90::pv, sm90::p_operand
+#include "backends/kernels/attn_launch.hpp"
+#include "backends/kernels/wgmma_sm90.cuh"
+
+namespace attnbench::kernels {
+
+/// Query rows per CTA (one consumer warpgroup; the plan's dq_items, kDqBlockM),
+/// keys per step and K / V stages of attn_dq_sm90_kernel.
+constexpr int kDqSm90BlockM = kDqBlockM;
+constexpr int kDqSm90BlockN = kDqBlockN;  // make_bwd_tensor_maps encodes dq_kv with these boxes
+constexpr int kDqSm90Stages = 2;
+static_assert(kDqSm90BlockM == 64, "one consumer warpgroup of 64 rows");
+
+/// Shared memory of attn_dq_sm90_kernel: the Q and dO tiles, kDqSm90Stages
+/// stages of K and V tiles, the stages' full / empty barriers. 96 KB at
+/// head_dim 128 (two CTAs per SM), 48 KB at 64.
+template <int D>
+constexpr size_t dq_sm90_smem_bytes() {
+  return 2u * (2u * kDqSm90BlockM * D + 2u * kDqSm90Stages * kDqSm90BlockN * D) +
+         2u * kDqSm90Stages * sizeof(uint64_t);
+}
+constexpr int kDqSm90Threads = 2 * 128;  ///< the consumer warpgroup and the producer warpgroup
+constexpr int kDqSm90ProducerRegs = 40;
+constexpr int kDqSm90ConsumerRegs = 216;
+static_assert(128 * (kDqSm90ProducerRegs + kDqSm90ConsumerRegs) <= 65536 / 2,
+              "two CTAs per SM: consumer + producer registers exceed half the register file");
+
+/// dQ of the query tile of work item blockIdx.x / (Hq / pack) (QueryTile: `pack`
+/// heads of one KV head x 64 / pack positions), scaled by p.scale and written in
+/// the element type for positions < store_q. Same items, masks, score mods and
+/// results as attn_bwd_dq_kernel (kFlex: the key steps of the BlockMask lists of
+/// the tile's query block). `maps`: K and V with kDqSm90BlockN-row boxes
+/// (make_bwd_tensor_maps' dq_kv). Needs Dsum and LSE.
+///
+/// The producer warpgroup (setmaxnreg 40) has one thread stream K / V tile pairs
+/// through kDqSm90Stages stages (full barriers complete by transaction bytes, empty
+/// ones when the consumer warpgroup has retired the products that read them).
+/// Per key tile the consumers issue S and dP as two commit groups, wait, turn dP
+/// into dS in registers and issue dQ += dS K. Rows a box reads past a sequence
+/// (padding, the next THD sequence) are masked (P = dS = 0), so they must be finite.
+template <int D, bool Bf16, bool kFlex = false>
+__global__ void __launch_bounds__(kDqSm90Threads, 2)
+    attn_dq_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack,
+                        const __grid_constant__ KvTensorMaps maps) {
+#if ATTNBENCH_SM90A
+  constexpr int kBlockM = kDqSm90BlockM, kBlockN = kDqSm90BlockN, kStages = kDqSm90Stages, kConsumers = 128;
+  constexpr int kNt = kBlockN / 8, kDt = D / 8;
+  using RowTile = sm90::Sw128Tile<kBlockM, D>;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzle needs 1024-byte aligned tiles
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sdO = sQ + kBlockM * D;
+  uint16_t* sK = sdO + kBlockM * D;
+  uint16_t* sV = sK + kStages * kBlockN * D;
+  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kStages * kBlockN * D);
+  uint64_t* empty = full + kStages;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
+  const int h0 = qt.h0, kvh = qt.kvh, b = qt.b, m0 = qt.m0, Mq = qt.Mq;
+  const SeqInfo si = qt.si;
+  const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
+  const int n_tiles = steps.count;
+  constexpr uint32_t kStageBytes = 2u * kBlockN * D;
+  if (tid == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      sm90::mbar_init(&full[st], 1);
+      sm90::mbar_init(&empty[st], kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();  // the only CTA-wide barrier
+
+  if (warp >= 4) {  // producer warpgroup
+    sm90::regs_dec<kDqSm90ProducerRegs>();
+    if (tid == kConsumers) {
+      const int row_base = static_cast<int>(si.tok0_k);
+      const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
+      for (int tile = 0; tile < n_tiles; ++tile) {
+        const int stage = tile % kStages;
+        if (tile >= kStages) sm90::mbar_wait(&empty[stage], (tile / kStages - 1) & 1);
+        int n0;
+        bool full_unused;
+        steps.at(p, si, tile, &n0, &full_unused);
+        sm90::mbar_arrive_expect_tx(&full[stage], 2 * kStageBytes);
+        sm90::tma_load_tile_pair<kBlockN, D>(sK + stage * kBlockN * D, &maps.k, kb, sV + stage * kBlockN * D, &maps.v,
+                                             vb, row_base + n0, kvh, &full[stage]);
+      }
+    }
+  } else {  // the consumer warpgroup
+    sm90::regs_inc<kDqSm90ConsumerRegs>();
+    load_packed_rows<kBlockM, D, kConsumers, RowTile>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
+                                                      [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
+    load_packed_rows<kBlockM, D, kConsumers, RowTile>(sdO, static_cast<const uint16_t*>(p.dout), m0, Mq, si.lq, h0,
+                                                      [&](int t, int h) { return o_off(p, si, b, t, h); }, tid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    sm90::fence_proxy_async();  // the rows' stores, before wgmma reads them
+    sm90::named_barrier(1, kConsumers);
+
+    const int wh = h0 + (warp * 16) / Mq;
+    const int wt0 = m0 + (warp * 16) % Mq;
+    const int g = lane / 4, qd = lane % 4;
+    const int row_t[2] = {wt0 + g, wt0 + g + 8};
+    const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row_t[0]), row_bounds<kFlex>(p, si, b, row_t[1])};
+    const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
+    const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
+    const ScoreMod2 mod = ScoreMod2::of(p, wh);
+    const uint32_t q_addr = smem_u32(sQ), do_addr = smem_u32(sdO), k_addr = smem_u32(sK), v_addr = smem_u32(sV);
+
+    Acc dq[kDt];
+    zero_acc(dq);
+    for (int tile = 0; tile < n_tiles; ++tile) {
+      const int stage = tile % kStages;
+      sm90::mbar_wait(&full[stage], (tile / kStages) & 1);
+      int n0;
+      bool full_tile;
+      steps.at(p, si, tile, &n0, &full_tile);
+      Acc s[kNt], dp[kNt];
+      sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, 0, s);    // S = Q K^T
+      sm90::scores<D, Bf16, kBlockM, kBlockN>(do_addr, v_addr + stage * kStageBytes, 0, dp);  // dP = dO V^T
+      sm90::wgmma_wait<0>();
+      sm90::fence_acc(s);
+      sm90::fence_acc(dp);
+      dq_ds<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp);
+      uint32_t dsa[kNt / 2][4];
+      sm90::p_operand<Bf16>(dp, dsa);
+      sm90::pv<D, Bf16, kBlockN>(dsa, k_addr + stage * kStageBytes, dq);  // dQ += dS K
+      sm90::wgmma_wait<0>();
+      sm90::fence_acc(dq);
+      sm90::mbar_arrive(&empty[stage]);  // K / V of this stage are read
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int t = row_t[r];
+      if (t >= si.store_q) continue;
+      uint16_t* row = static_cast<uint16_t*>(p.dq) + q_off(p, si, b, t, wh);
+#pragma unroll
+      for (int dt = 0; dt < kDt; ++dt)
+        *reinterpret_cast<uint32_t*>(row + dt * 8 + 2 * qd) =
+            pack2<Bf16>(dq[dt].c[2 * r] * p.scale, dq[dt].c[2 * r + 1] * p.scale);
+    }
+  }
+#else
+  (void)p;
+  (void)items;
+  (void)pack;
+  __trap();  // built without sm_90a: the host never launches this (fwd_sm90_usable)
+#endif
+}
+
+}  // namespace attnbench::kernels
