@@ -30,13 +30,13 @@
 # GPU row cost about 6 s per row on the H100 in session 9, against about 0.2 s for
 # the masks rows in process; the backends timed here pass the GPU suites, and a
 # crash leaves the journal for --resume), ATTNBENCH_PEER_WORKDIR (default /dev/shm
-# when it has 16 GB free). Builds attnbench first unless build-gpu has it.
+# when it has 16 GB free), BUILD (default ./build-gpu). Builds attnbench first unless BUILD has it.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/out-tables}
 RUNS=${RUNS:-/tmp/attnbench-tables}
-BUILD=$ROOT/build-gpu
+BUILD=${BUILD:-$ROOT/build-gpu}
 LIMIT=${STEP_LIMIT:-280}
 MAXS=${MAX_SECONDS:-0.3}
 MASKS_PEER_CASES=${MASKS_PEER_CASES:-_nomod$}

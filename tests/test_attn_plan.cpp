@@ -223,6 +223,29 @@ TEST_CASE("flex plan: every block tile listed once, longest first, executed pair
       CHECK_THROWS_AS(plan_block_tiles(bm, p.batch, 4, 64, BwdPath::sm90), std::invalid_argument);
     }
   }
+  // 64-row halves of 128-row blocks (the Hopper forward of short walks): two items per block, same lists.
+  {
+    const Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 200}, {300}}));
+    const BlockMask bm = build_block_mask(p, 128, 128);
+    const TilePlan whole = plan_block_tiles(bm, p.batch, 4, 64), halves = plan_block_tiles(bm, p.batch, 4, 64,
+                                                                                          BwdPath::sm80, 64);
+    CHECK(halves.tile_rows == 64);
+    CHECK(halves.q_items.size() == 2 * whole.q_items.size());
+    CHECK(halves.fwd_tiles == 2 * whole.fwd_tiles);
+    std::set<std::pair<int, int>> starts;
+    for (const WorkItem& w : halves.q_items) CHECK(starts.insert({w.seq, w.start}).second);
+    for (const WorkItem& w : whole.q_items) {
+      CHECK(starts.count({w.seq, w.start}) == 1);
+      CHECK(starts.count({w.seq, w.start + 64}) == 1);
+    }
+    CHECK_THROWS_AS(plan_block_tiles(bm, p.batch, 4, 64, BwdPath::sm80, 32), std::invalid_argument);
+    // The choice: short walks (at most kFlexShortWalkSteps key steps per block on average) on the Hopper forward.
+    CHECK(flex_fwd_rows(bm, FwdPath::sm90) == 64);
+    CHECK(flex_fwd_rows(bm, FwdPath::sm80) == 128);
+    const BlockMask dense = build_block_mask(with_causal(make_problem(1, 1, 1, 8192, 8192, 64, DType::bf16)), 128, 128);
+    CHECK(flex_fwd_rows(dense, FwdPath::sm90) == 128);  // 64.5 blocks of 2 steps per query block on average
+    CHECK(flex_fwd_rows(build_block_mask(p, 64, 64), FwdPath::sm90) == 64);  // blocks of 64 stay whole
+  }
   const BlockMask odd = build_block_mask(make_problem(1, 1, 1, 100, 100, 64, DType::bf16), 32, 32);
   CHECK_THROWS_AS(plan_block_tiles(odd, 1, 1, 64), std::invalid_argument);
   const BlockMask per_row = build_block_mask(with_padding(make_problem(2, 1, 1, 100, 100, 64, DType::bf16),

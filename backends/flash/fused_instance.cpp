@@ -218,7 +218,8 @@ class FusedInstance final : public BackendInstance {
   void forward() override {
     if (flex_) {
       kernels::launch_flex_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()),
-                                   stream_.s, fwd_path_ == kernels::FwdPath::sm90 ? &kv_maps_ : nullptr);
+                                   stream_.s, fwd_path_ == kernels::FwdPath::sm90 ? &kv_maps_ : nullptr,
+                                   plan_.tile_rows);
       return;
     }
     kernels::launch_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()), plan_.pack,
@@ -383,7 +384,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     fwd_path_ = choose_fwd_path(opt.name, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
     bwd_path_ = choose_flex_bwd_path(p, opt, &why_portable_bwd_);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim),
-                                      bwd_path_);
+                                      bwd_path_, kernels::flex_fwd_rows(flex_->host, fwd_path_));
   } else {
     fwd_path_ = choose_fwd_path(opt.name, pack, p.head_dim);
     bwd_path_ = choose_bwd_path(opt.name);
@@ -510,6 +511,7 @@ nlohmann::json FusedInstance::extra() const {
                        : params_.doc_first ? "compare keys with each row's interval (interval terms and document run)"
                                            : "compare keys with each row's interval");
     j["block_size"] = std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block);
+    j["fwd_tile"] = std::to_string(plan_.tile_rows) + " rows x " + std::to_string(plan_.tile_keys) + " keys";
     j["block_mask"] = {{"partial_tiles", bm.num_partial()}, {"full_tiles", bm.num_full()},
                        {"q_blocks", bm.num_q_blocks}, {"kv_blocks", bm.num_kv_blocks}, {"batch_broadcast", bm.B == 1}};
     j["tiles"] = kernels::describe(plan_, static_cast<int>(p_.heads_q), static_cast<int>(p_.heads_kv));

@@ -258,7 +258,8 @@ template <bool kFlex, int kQt, int kBlockM>
 __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                                   bool full, int m0, int n0, const int (&key_row)[2], int qd,
                                                   const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
-                                                  DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt]) {
+                                                  DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt],
+                                                  const int2* tRb) {
   // flex with documents / block_sparse: bit (2 nt + c) * 2 + r for pair (query nt * 8 + 2 qd + c, key row r)
   uint32_t bits = ~0u;
   if constexpr (kFlex) {
@@ -273,7 +274,9 @@ __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const Seq
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int col = nt * 8 + 2 * qd + c, i = m0 + col;
-      const RowBounds rb = full ? RowBounds{} : row_bounds<kFlex>(p, si, b, i);
+      const RowBounds rb = full ? RowBounds{}
+                           : tRb ? RowBounds{tRb[col].x, tRb[col].y}
+                                 : row_bounds<kFlex>(p, si, b, i);
       const float lse2 = tLse[col], ds = tDsum[col];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -294,14 +297,16 @@ __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const Seq
 }
 
 /// P^T and dS^T in place of S^T and dP^T for the thread's two keys key_row and
-/// the query tile at m0 (tLse / tDsum: its rows' log2(e) LSE and Dsum). On the
+/// the query tile at m0 (tLse / tDsum: its rows' log2(e) LSE and Dsum; tRb, when
+/// not null, their row_bounds() as (lo, hi), staged once per tile). On the
 /// flex path dS also feeds dBias: the float dS tile sT (rel_bias) or the per-key
 /// sums (offset_bias).
 template <bool kFlex, int kQt, int kBlockM>
 __device__ __forceinline__ void dkdv_probs(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                            bool full, int m0, int n0, const int (&key_row)[2], int qd,
                                            const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
-                                           DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt]) {
+                                           DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt],
+                                           const int2* tRb = nullptr) {
   if (mod.kind == ModKind::none && full) {  // the common case: no mask, no score-mod derivative
 #pragma unroll
     for (int nt = 0; nt < kQt; ++nt)
@@ -314,7 +319,7 @@ __device__ __forceinline__ void dkdv_probs(const AttnParams& p, const SeqInfo& s
       }
   } else {
     dkdv_probs_masked<kFlex, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, tLse, tDsum, rel_dbias, sT, dbias,
-                                           st, dpt);
+                                           st, dpt, tRb);
   }
 }
 

@@ -36,13 +36,13 @@ constexpr int kBwdSm90Stages = 2;
 
 /// Shared memory of attn_bwd_sm90_kernel: K and V tiles, kBwdSm90Stages stages of
 /// Q and dO tiles and of the rows' LSE / Dsum, two dS^T tiles (dQ of step t
-/// reads one while step t + 1 writes the other), the barriers. 161 KB at
-/// head_dim 128, 97 KB at 64.
+/// reads one while step t + 1 writes the other), the barriers, each stage's
+/// KeySpan and its rows' key intervals. 162 KB at head_dim 128, 98 KB at 64.
 template <int D>
 constexpr size_t bwd_sm90_smem_bytes() {
   constexpr size_t n = kBwdSm90BlockN, m = kBwdSm90BlockM, st = kBwdSm90Stages;
   return 2u * (2u * n * D + 2u * st * m * D + 2u * n * m) + 2u * st * m * sizeof(float) +
-         (1u + 2u * st) * sizeof(uint64_t);
+         (1u + 2u * st) * sizeof(uint64_t) + 2u * st * sizeof(int) + st * m * sizeof(int2);
 }
 constexpr int kBwdSm90Threads = 3 * 128;  ///< two consumer warpgroups and the producer warpgroup
 constexpr int kBwdSm90ProducerRegs = 24;
@@ -148,8 +148,8 @@ __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& s
 ///
 /// Warp specialization: the producer warpgroup (setmaxnreg 24) has one thread
 /// issue the TMA copies (K and V once on `kv_bar`; per step the Q and dO tiles
-/// of the stage on `full`) and one warp write the stage's LSE (log2 domain) and
-/// Dsum rows, its 32 lanes arriving on `full` too (count 33). The consumers
+/// of the stage on `full`) and one warp write the stage's LSE (log2 domain), Dsum
+/// and key interval (row_bounds) rows, its 32 lanes arriving on `full` too (count 33). The consumers
 /// release a stage on `empty` after its last read. The two consumer warpgroups
 /// meet once per step, after both stored their dS^T (head_dim 128: each reads
 /// all 128 keys of dS for its dQ columns); dS^T is double-buffered, so that one
@@ -163,6 +163,9 @@ __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& s
 ///
 /// kDq = false (the deterministic mode): dK / dV only, no dS^T stores, barrier or
 /// dQ products; attn_dq_sm90_kernel (attn_dq_sm90.cuh) computes dQ without atomics.
+/// There the LSE / Dsum warp also leaves the KeySpan of each step's rows, and a
+/// warpgroup skips the partial steps whose rows see none of its 64 keys (with kDq
+/// the two warpgroups meet once per step, so they never skip).
 template <int D, bool Bf16, bool kFlex = false, bool kDq = true>
 __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     attn_bwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items,
@@ -183,6 +186,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   uint64_t* kv_bar = reinterpret_cast<uint64_t*>(sDsum + kStages * kBlockM);
   uint64_t* full = kv_bar + 1;
   uint64_t* empty = full + kStages;
+  int* sSpan = reinterpret_cast<int*>(empty + kStages);  // [kStages][lo, hi]: the step rows' KeySpan
+  int2* sRb = reinterpret_cast<int2*>(sSpan + 2 * kStages);  // [kStages][kBlockM]: the rows' row_bounds()
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
   const WorkItem item = items[blockIdx.x / p.heads_kv];
@@ -230,9 +235,22 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
                                              &maps.dout, ob, q_row + m0, h, &full[stage]);
       } else {
+        KeySpan span;
         for (int r = lane; r < kBlockM; r += 32) {
           sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
           sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
+          if constexpr (kFlex || !kDq) {  // flex: the consumers read the rows' intervals from here
+            const RowBounds rb = row_bounds<kFlex>(p, si, b, m0 + r);
+            if constexpr (kFlex) sRb[stage * kBlockM + r] = make_int2(rb.lo, rb.hi);
+            if constexpr (!kDq) span.add(rb);
+          }
+        }
+        if constexpr (!kDq) {
+          span.warp_reduce();
+          if (lane == 0) {
+            sSpan[2 * stage] = span.lo;
+            sSpan[2 * stage + 1] = span.hi;
+          }
         }
         sm90::mbar_arrive(&full[stage]);
       }
@@ -257,6 +275,15 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       const ScoreMod2 mod = ScoreMod2::of(p, h);
       const uint32_t tq = q_addr + stage * kTileBytes, tdo = do_addr + stage * kTileBytes;
       sm90::mbar_wait(&full[stage], (it / kStages) & 1);
+      if constexpr (!kDq) {  // partial steps whose rows see none of this warpgroup's 64 keys are skipped
+        KeySpan span;
+        span.lo = sSpan[2 * stage];
+        span.hi = sSpan[2 * stage + 1];
+        if (!full_tile && !span.meets(n0 + wg * 64, 64)) {
+          sm90::mbar_arrive(&empty[stage]);
+          continue;
+        }
+      }
 
       Acc st[8], dpt[8];
       sm90::wgmma_fence();
@@ -267,7 +294,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       sm90::fence_acc(st);
       sm90::fence_acc(dpt);
       dkdv_probs<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, sLse + stage * kBlockM,
-                                    sDsum + stage * kBlockM, false, nullptr, dbias, st, dpt);
+                                    sDsum + stage * kBlockM, false, nullptr, dbias, st, dpt,
+                                    kFlex ? sRb + stage * kBlockM : nullptr);
       uint32_t pa[4][4], sa[4][4];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {

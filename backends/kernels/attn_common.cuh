@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -255,6 +256,41 @@ __device__ __forceinline__ RowBounds row_bounds(const AttnParams& p, const SeqIn
     return flex_row_bounds(p.mask, p.doc_first, p.doc_last, b, i, si.lq, si.lk);
   else
     return RowBounds::of(p.mask, i, si.lq, si.lk);
+}
+
+/// A superset of the keys some rows may see: the union [lo, hi] of their key
+/// intervals (row_bounds; empty rows ignored; empty when lo > hi). The Hopper
+/// kernels skip the partial key (query) steps that lie outside the span of the
+/// rows a warpgroup owns, so that tiles of a block mostly masked for those rows
+/// (a 128 x 128 block across document boundaries) cost no products there.
+struct KeySpan {
+  int lo = INT_MAX, hi = -1;
+  __device__ __forceinline__ void add(const RowBounds& r) {
+    if (r.lo <= r.hi) {
+      lo = min(lo, r.lo);
+      hi = max(hi, r.hi);
+    }
+  }
+  /// Whether keys [n0, n0 + n) meet the span.
+  __device__ __forceinline__ bool meets(int n0, int n) const { return n0 <= hi && n0 + n - 1 >= lo; }
+  /// The span over the 32 lanes of the warp (every lane gets it).
+  __device__ __forceinline__ void warp_reduce() {
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+  }
+};
+
+/// The span of the rows of the 4 warps of a warpgroup (w0 = its first warp):
+/// each warp's lane 0 leaves its warp_reduce()d span in scratch[2 w], [2 w + 1];
+/// call after a barrier that orders those stores.
+__device__ __forceinline__ KeySpan warpgroup_span(const int* scratch, int w0) {
+  KeySpan s;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    s.lo = min(s.lo, scratch[2 * (w0 + w)]);
+    s.hi = max(s.hi, scratch[2 * (w0 + w) + 1]);
+  }
+  return s;
 }
 
 /// The flex path's mask of one thread's share of a partial tile, as bits: bit k

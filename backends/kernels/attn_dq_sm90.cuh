@@ -28,12 +28,12 @@ constexpr int kDqSm90Stages = 2;
 static_assert(kDqSm90BlockM == 64, "one consumer warpgroup of 64 rows");
 
 /// Shared memory of attn_dq_sm90_kernel: the Q and dO tiles, kDqSm90Stages
-/// stages of K and V tiles, the stages' full / empty barriers. 96 KB at
-/// head_dim 128 (two CTAs per SM), 48 KB at 64.
+/// stages of K and V tiles, the stages' full / empty barriers, the consumer
+/// warps' KeySpans. 96 KB at head_dim 128 (two CTAs per SM), 48 KB at 64.
 template <int D>
 constexpr size_t dq_sm90_smem_bytes() {
   return 2u * (2u * kDqSm90BlockM * D + 2u * kDqSm90Stages * kDqSm90BlockN * D) +
-         2u * kDqSm90Stages * sizeof(uint64_t);
+         2u * kDqSm90Stages * sizeof(uint64_t) + 2u * 4u * sizeof(int);
 }
 constexpr int kDqSm90Threads = 2 * 128;  ///< the consumer warpgroup and the producer warpgroup
 constexpr int kDqSm90ProducerRegs = 40;
@@ -52,7 +52,8 @@ static_assert(128 * (kDqSm90ProducerRegs + kDqSm90ConsumerRegs) <= 65536 / 2,
 /// through kDqSm90Stages stages (full barriers complete by transaction bytes, empty
 /// ones when the consumer warpgroup has retired the products that read them).
 /// Per key tile the consumers issue S and dP as two commit groups, wait, turn dP
-/// into dS in registers and issue dQ += dS K. Rows a box reads past a sequence
+/// into dS in registers and issue dQ += dS K; partial tiles outside the KeySpan
+/// of the tile's rows are skipped. Rows a box reads past a sequence
 /// (padding, the next THD sequence) are masked (P = dS = 0), so they must be finite.
 template <int D, bool Bf16, bool kFlex = false>
 __global__ void __launch_bounds__(kDqSm90Threads, 2)
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
   uint16_t* sV = sK + kStages * kBlockN * D;
   uint64_t* full = reinterpret_cast<uint64_t*>(sV + kStages * kBlockN * D);
   uint64_t* empty = full + kStages;
+  int* s_span = reinterpret_cast<int*>(empty + kStages);  // [4 warps][lo, hi]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
@@ -109,16 +111,24 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
                                                       [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
     load_packed_rows<kBlockM, D, kConsumers, RowTile>(sdO, static_cast<const uint16_t*>(p.dout), m0, Mq, si.lq, h0,
                                                       [&](int t, int h) { return o_off(p, si, b, t, h); }, tid);
-    cp_async_commit();
-    cp_async_wait<0>();
-    sm90::fence_proxy_async();  // the rows' stores, before wgmma reads them
-    sm90::named_barrier(1, kConsumers);
-
     const int wh = h0 + (warp * 16) / Mq;
     const int wt0 = m0 + (warp * 16) % Mq;
     const int g = lane / 4, qd = lane % 4;
     const int row_t[2] = {wt0 + g, wt0 + g + 8};
     const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row_t[0]), row_bounds<kFlex>(p, si, b, row_t[1])};
+    KeySpan span;  // the keys the tile's rows may see: partial steps outside it are skipped
+    span.add(rb[0]);
+    span.add(rb[1]);
+    span.warp_reduce();
+    if (lane == 0) {
+      s_span[2 * warp] = span.lo;
+      s_span[2 * warp + 1] = span.hi;
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    sm90::fence_proxy_async();  // the rows' stores, before wgmma reads them
+    sm90::named_barrier(1, kConsumers);
+    span = warpgroup_span(s_span, 0);
     const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
     const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
     const ScoreMod2 mod = ScoreMod2::of(p, wh);
@@ -132,6 +142,10 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
       int n0;
       bool full_tile;
       steps.at(p, si, tile, &n0, &full_tile);
+      if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of the tile sees these keys
+        sm90::mbar_arrive(&empty[stage]);
+        continue;
+      }
       Acc s[kNt], dp[kNt];
       sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, 0, s);    // S = Q K^T
       sm90::scores<D, Bf16, kBlockM, kBlockN>(do_addr, v_addr + stage * kStageBytes, 0, dp);  // dP = dO V^T

@@ -54,11 +54,13 @@ __device__ __forceinline__ void fwd_scores(const uint16_t* sQ, const uint16_t* t
 /// bits for documents / block_sparse), the running max m and sum l, and S
 /// replaced by P; `corr` receives the factor O must be rescaled by (rescale_o;
 /// the Hopper kernel applies it once the previous P V has retired). row0 / row1:
-/// this thread's two query rows.
+/// this thread's two query rows; `rows_rb`: their row_bounds() when the caller
+/// computed them once for every tile (null: computed here, per partial tile).
 template <bool kFlex, int kNt>
 __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                               bool full, int n0, int qd, int row0, int row1, Acc (&s)[kNt],
-                                              float (&m_run)[2], float (&l_run)[2], float (&corr)[2]) {
+                                              float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
+                                              const RowBounds* rows_rb = nullptr) {
   float mx[2] = {-INFINITY, -INFINITY};
   if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
 #pragma unroll
@@ -69,7 +71,8 @@ __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt].c[e]);
       }
   } else {
-    const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row0), row_bounds<kFlex>(p, si, b, row1)};
+    const RowBounds rb[2] = {rows_rb ? rows_rb[0] : row_bounds<kFlex>(p, si, b, row0),
+                             rows_rb ? rows_rb[1] : row_bounds<kFlex>(p, si, b, row1)};
     const RowPairBits<kFlex, kNt> pairs(p, si, b, full, n0, qd, row0, row1);  // documents / block_sparse
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {

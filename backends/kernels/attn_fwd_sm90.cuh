@@ -29,11 +29,11 @@ constexpr int kFwdSm90Stages = 3;
 /// aligned, as the 128-byte swizzle repeats every 8 rows of 128 bytes), and the
 /// stages' full / empty barriers. 224 KB at head_dim 128 with 128-row, 128-key
 /// tiles (the H100 allows 227 KB per CTA); 112 KB with 64-row, 64-key tiles (two
-/// CTAs per SM).
+/// CTAs per SM). Then each consumer warp's KeySpan (two ints).
 template <int D, int kWG, int kBlockN>
 constexpr size_t fwd_sm90_smem_bytes() {
   return 2u * (static_cast<size_t>(64 * kWG) * D + 2u * kFwdSm90Stages * kBlockN * D) +
-         2u * kFwdSm90Stages * sizeof(uint64_t);
+         2u * kFwdSm90Stages * sizeof(uint64_t) + 2u * 4u * kWG * sizeof(int);
 }
 
 namespace sm90 {
@@ -112,7 +112,9 @@ constexpr int fwd_sm90_consumer_regs() {
 /// wait for `full`, issue S_t = Q K_t^T and then O += P_{t-1} V_{t-1}, wait for
 /// S_t only, run the softmax of S_t while the tensor cores finish P_{t-1} V_{t-1}
 /// (section 3.2), then wait, release stage t - 1 on its `empty` barrier, rescale
-/// O and turn P_t into the A operands of the next step. Rows past a sequence's
+/// O and turn P_t into the A operands of the next step. A partial tile outside the
+/// KeySpan of a warpgroup's rows is skipped by that warpgroup (it only releases the
+/// stage, after issuing a pending P V). Rows past a sequence's
 /// keys that a box reads (the next sequence's tokens in THD, padding rows, or
 /// zeros past the tensor) are masked like any key past lk.
 template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
@@ -132,6 +134,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   uint16_t* sV = sK + kStages * kBlockN * D;
   uint64_t* full = reinterpret_cast<uint64_t*>(sV + kStages * kBlockN * D);
   uint64_t* empty = full + kStages;
+  int* s_span = reinterpret_cast<int*>(empty + kStages);  // [4 kWG warps][lo, hi]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
   const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
@@ -169,15 +172,24 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG>()>();
     load_packed_rows<kBlockM, D, kConsumers, QTile>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
                                                     [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
-    cp_async_commit();
-    cp_async_wait<0>();
-    sm90::fence_proxy_async();
-    sm90::named_barrier(1, kConsumers);
-
     const int wh = h0 + (warp * 16) / Mq;
     const int wt0 = m0 + (warp * 16) % Mq;
     const int g = lane / 4, qd = lane % 4;
     const int row0 = wt0 + g, row1 = wt0 + g + 8;
+    const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row0), row_bounds<kFlex>(p, si, b, row1)};
+    KeySpan span;  // the keys this warpgroup's rows may see: partial steps outside it are skipped
+    span.add(rb[0]);
+    span.add(rb[1]);
+    span.warp_reduce();
+    if (lane == 0) {
+      s_span[2 * warp] = span.lo;
+      s_span[2 * warp + 1] = span.hi;
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    sm90::fence_proxy_async();
+    sm90::named_barrier(1, kConsumers);  // Q and the warps' spans are in shared memory
+    span = warpgroup_span(s_span, 4 * wg);
     const ScoreMod2 mod = ScoreMod2::of(p, wh);
     const uint32_t q_addr = smem_u32(sQ), k_addr = smem_u32(sK), v_addr = smem_u32(sV);
 
@@ -185,31 +197,45 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     zero_acc(o);
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
     uint32_t pa[kNt / 2][4];
+    int p_stage = -1;  // the stage of the tile whose P is in pa and whose P V is not issued yet
 
     for (int tile = 0; tile < n_tiles; ++tile) {
-      sm90::mbar_wait(&full[tile % kStages], (tile / kStages) & 1);
+      const int stage = tile % kStages;
+      sm90::mbar_wait(&full[stage], (tile / kStages) & 1);
       int n0;
       bool full_tile;
       steps.at(p, si, tile, &n0, &full_tile);
+      if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of this warpgroup sees these keys
+        if (p_stage >= 0) {
+          sm90::pv<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
+          sm90::wgmma_wait<0>();
+          sm90::fence_acc(o);
+          sm90::mbar_arrive(&empty[p_stage]);
+          p_stage = -1;
+        }
+        sm90::mbar_arrive(&empty[stage]);
+        continue;
+      }
       Acc s[kNt];
-      sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + (tile % kStages) * kStageBytes, wg, s);
-      if (tile > 0) {
-        sm90::pv<D, Bf16, kBlockN>(pa, v_addr + ((tile - 1) % kStages) * kStageBytes, o);
+      sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, wg, s);
+      if (p_stage >= 0) {
+        sm90::pv<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
         sm90::wgmma_wait<1>();  // S_t retired; P_{t-1} V_{t-1} may still run
       } else {
         sm90::wgmma_wait<0>();
       }
       sm90::fence_acc(s);
       float corr[2];
-      fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr);
+      fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(o);
-      if (tile > 0) sm90::mbar_arrive(&empty[(tile - 1) % kStages]);  // K / V of tile t - 1 are read
+      if (p_stage >= 0) sm90::mbar_arrive(&empty[p_stage]);  // K / V of the previous tile are read
       rescale_o<kDt>(o, corr);
       sm90::p_operand<Bf16>(s, pa);
+      p_stage = stage;
     }
-    if (n_tiles > 0) {
-      sm90::pv<D, Bf16, kBlockN>(pa, v_addr + ((n_tiles - 1) % kStages) * kStageBytes, o);
+    if (p_stage >= 0) {
+      sm90::pv<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(o);
     }

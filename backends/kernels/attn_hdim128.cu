@@ -9,7 +9,7 @@ template void launch_forward_hdim<128>(const AttnParams&, const WorkItem*, int, 
 template void launch_backward_hdim<128>(const AttnParams&, const WorkItem*, int, const WorkItem*, int, int, bool,
                                         int64_t, cudaStream_t, const BwdTensorMaps*);
 template void launch_flex_forward_hdim<128>(const AttnParams&, const WorkItem*, int, cudaStream_t,
-                                             const KvTensorMaps*);
+                                             const KvTensorMaps*, int);
 template void launch_flex_backward_hdim<128>(const AttnParams&, const WorkItem*, int, const WorkItem*, int, int64_t,
                                              int64_t, cudaStream_t, const BwdTensorMaps*, bool);
 }  // namespace attnbench::kernels

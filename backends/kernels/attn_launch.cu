@@ -47,10 +47,14 @@ void no_kernel(int head_dim) {
 }  // namespace
 
 void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
-                         const KvTensorMaps* maps) {
+                         const KvTensorMaps* maps, int rows) {
   check_flex(p);
-  if (p.head_dim == 64) return launch_flex_forward_hdim<64>(p, q_items, n_q_items, stream, maps);
-  if (p.head_dim == 128) return launch_flex_forward_hdim<128>(p, q_items, n_q_items, stream, maps);
+  if (rows == 0) rows = p.bm.q_block;
+  if (rows != p.bm.q_block && !(maps && rows == kFwdBlockM && p.bm.q_block == kFwdBlockMWide))
+    throw std::invalid_argument("flex attention: forward CTAs of " + std::to_string(rows) + " rows for query blocks of " +
+                                std::to_string(p.bm.q_block) + " (64-row halves run on the Hopper kernel only)");
+  if (p.head_dim == 64) return launch_flex_forward_hdim<64>(p, q_items, n_q_items, stream, maps, rows);
+  if (p.head_dim == 128) return launch_flex_forward_hdim<128>(p, q_items, n_q_items, stream, maps, rows);
   no_kernel(p.head_dim);
 }
 

@@ -86,9 +86,12 @@ void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items
 /// Throws std::invalid_argument for block sizes other than 64 / 128, a missing
 /// BlockMask or a head_dim without kernels; DeviceError when a launch fails.
 /// `maps` (from make_kv_tensor_maps with box_rows kFwdBlockN) selects the Hopper
-/// kernel (only where fwd_sm90_usable()); nullptr the portable one.
+/// kernel (only where fwd_sm90_usable()); nullptr the portable one. `rows`: query
+/// rows per item and CTA (0 = q_block; 64 with q_block 128 on the Hopper kernel
+/// only: the items are the blocks' 64-row halves, TilePlan::tile_rows);
+/// std::invalid_argument otherwise.
 void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
-                         const KvTensorMaps* maps = nullptr);
+                         const KvTensorMaps* maps = nullptr, int rows = 0);
 
 /// Flex backward: dQ, dK, dV and, per p.dbias_mode, dBias of p.bias. `dq_items`
 /// lists query tiles of kDqBlockM rows, `k_items` key tiles of kBwdBlockN keys;
@@ -114,7 +117,7 @@ void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_
                           const BwdTensorMaps* maps);
 template <int D>
 void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
-                              const KvTensorMaps* maps);
+                              const KvTensorMaps* maps, int rows);
 template <int D>
 void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
                                int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,

@@ -185,12 +185,14 @@ void backward(const AttnParams& p, const WorkItem* q_items, int n_q, const WorkI
   dq_convert<Bf16>(p, q_numel, st);
 }
 
-/// Flex forward: one CTA per (query block, head); 128-row blocks on the wide
-/// tile, 64-row blocks on the 16-row-per-warp tile.
+/// Flex forward: one CTA per (item of `rows` query rows, head); 128-row items on
+/// the wide tile, 64-row items (blocks of 64, or halves of 128-row blocks on the
+/// Hopper kernel) on the one-warpgroup / 16-row-per-warp tile.
 template <int D, bool Bf16>
-void flex_forward(const AttnParams& p, const WorkItem* items, int n, cudaStream_t st, const KvTensorMaps* maps) {
+void flex_forward(const AttnParams& p, const WorkItem* items, int n, cudaStream_t st, const KvTensorMaps* maps,
+                  int rows) {
   if (maps) {  // the Hopper kernel, 64-key steps of the BlockMask's blocks
-    if (p.bm.q_block == kFwdBlockMWide)
+    if (rows == kFwdBlockMWide)
       forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, items, n, 1, *maps, st);
     else
       forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, items, n, 1, *maps, st);
@@ -290,11 +292,11 @@ namespace attnbench::kernels {
 
 template <int D>
 void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
-                              const KvTensorMaps* maps) {
+                              const KvTensorMaps* maps, int rows) {
   if (p.dtype == ElemType::bf16)
-    detail::flex_forward<D, true>(p, q_items, n_q_items, stream, maps);
+    detail::flex_forward<D, true>(p, q_items, n_q_items, stream, maps, rows);
   else
-    detail::flex_forward<D, false>(p, q_items, n_q_items, stream, maps);
+    detail::flex_forward<D, false>(p, q_items, n_q_items, stream, maps, rows);
 }
 
 template <int D>

@@ -66,7 +66,17 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
   return t;
 }
 
-TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim, BwdPath bwd) {
+int flex_fwd_rows(const BlockMask& bm, FwdPath path) {
+  if (path != FwdPath::sm90 || bm.q_block != kFwdBlockMWide || bm.kv_num_blocks.empty()) return static_cast<int>(bm.q_block);
+  int64_t blocks = 0;
+  for (size_t r = 0; r < bm.kv_num_blocks.size(); ++r) blocks += bm.kv_num_blocks[r] + bm.full_kv_num_blocks[r];
+  const int64_t steps = blocks * (bm.kv_block / kFwdBlockN);
+  return steps <= static_cast<int64_t>(kFlexShortWalkSteps) * static_cast<int64_t>(bm.kv_num_blocks.size())
+             ? kFwdBlockM
+             : static_cast<int>(bm.q_block);
+}
+
+TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim, BwdPath bwd, int fwd_rows) {
   if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
     throw std::invalid_argument("plan_block_tiles: block sizes " + std::to_string(bm.q_block) + " x " +
                                 std::to_string(bm.kv_block) + " not supported (64 or 128 each)");
@@ -78,7 +88,12 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int h
   if (bm.kv_block % t.bwd_tile_keys != 0)
     throw std::invalid_argument("plan_block_tiles: dK/dV tiles of " + std::to_string(t.bwd_tile_keys) +
                                 " keys do not fit KV blocks of " + std::to_string(bm.kv_block));
-  t.tile_rows = static_cast<int>(bm.q_block);
+  if (fwd_rows == 0) fwd_rows = static_cast<int>(bm.q_block);
+  if (fwd_rows != bm.q_block && !(fwd_rows == kFwdBlockM && bm.q_block == kFwdBlockMWide))
+    throw std::invalid_argument("plan_block_tiles: forward tiles of " + std::to_string(fwd_rows) +
+                                " rows for query blocks of " + std::to_string(bm.q_block) +
+                                " (64-row halves of 128-row blocks, or whole blocks)");
+  t.tile_rows = fwd_rows;
   t.tile_keys = fwd_block_n(head_dim, 1);
   t.dq_tile_rows = kDqBlockM;
   auto row_blocks = [&](int64_t b, int64_t qb) -> int64_t {
@@ -93,9 +108,11 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int h
   std::vector<int64_t> qc, dqc, kc;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t qb = 0; qb < bm.num_q_blocks; ++qb) {
-      q.push_back({static_cast<int32_t>(b), static_cast<int32_t>(qb * bm.q_block)});
-      qc.push_back(row_blocks(b, qb));
-      t.fwd_tiles += row_blocks(b, qb) * (bm.kv_block / t.tile_keys);
+      for (int64_t m0 = qb * bm.q_block; m0 < (qb + 1) * bm.q_block; m0 += fwd_rows) {
+        q.push_back({static_cast<int32_t>(b), static_cast<int32_t>(m0)});
+        qc.push_back(row_blocks(b, qb));
+        t.fwd_tiles += row_blocks(b, qb) * (bm.kv_block / t.tile_keys);
+      }
     }
     for (int64_t m0 = 0; m0 < bm.seq_q; m0 += kDqBlockM) {
       dq.push_back({static_cast<int32_t>(b), static_cast<int32_t>(m0)});

@@ -55,8 +55,9 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
                     FwdPath path = FwdPath::sm80, BwdPath bwd = BwdPath::sm80);
 
 /// Work lists of the flex path for a BlockMask `bm` (block sizes 64 or 128) of a
-/// padded batch of `batch` rows with heads_q query heads: forward items are the
-/// query blocks (start = qb * q_block, one CTA each), dQ items the kDqBlockM-row
+/// padded batch of `batch` rows with heads_q query heads: forward items are
+/// `fwd_rows`-row tiles of the query blocks (0 = q_block: one CTA per block; 64 with
+/// q_block 128: two CTAs per block walking its lists, flex_fwd_rows), dQ items the kDqBlockM-row
 /// tiles, dK/dV items the bwd_block_n(bwd)-key tiles (the Hopper backward's
 /// 128 need kv_block 128), each ordered by the blocks its lists hold (longest
 /// first; ties in (row, start) order). Every tile is listed, also those with no
@@ -65,7 +66,19 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
 /// other block sizes, a batch that does not match bm, or a dK/dV tile that is
 /// not inside one KV block.
 TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim,
-                          BwdPath bwd = BwdPath::sm80);
+                          BwdPath bwd = BwdPath::sm80, int fwd_rows = 0);
+
+/// Key steps (of kFwdBlockN keys) per query block above which the Hopper flex
+/// forward keeps one 128-row CTA per block: below, each block's two 64-row halves
+/// run as CTAs of their own (two per SM, as varlen's packed tiles), since a short
+/// walk leaves a lone 128-row CTA per SM waiting on its Q load and O store. H100,
+/// packed CodeAlpaca Llama-3-8B (about 6 steps per block): docs/results/2026-11-27-h100-session11.md.
+constexpr int kFlexShortWalkSteps = 16;
+
+/// Query rows per forward CTA of the flex path: 64 for the Hopper forward
+/// (`path` FwdPath::sm90) of 128-row blocks whose mean key steps per query block
+/// are at most kFlexShortWalkSteps, else bm.q_block.
+int flex_fwd_rows(const BlockMask& bm, FwdPath path);
 
 /// CSR of the inverse of an offset_bias table: for each bias entry e in [0, size),
 /// the keys j with offset[j] = e in ascending order, as keys[ptr[e] .. ptr[e+1]).
