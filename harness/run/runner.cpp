@@ -12,6 +12,8 @@
 #include <new>
 #include <unordered_set>
 
+#include <unistd.h>
+
 #include "harness/backend/backend.hpp"
 #include "harness/model/block_mask.hpp"
 #include "harness/device/environment.hpp"
@@ -22,6 +24,7 @@
 #include "reports/journal.hpp"
 #include "harness/model/printable.hpp"
 #include "reports/report.hpp"
+#include "reports/summary.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/run/process.hpp"
 #include "reference/reference.hpp"
@@ -36,6 +39,7 @@ namespace attnbench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+const std::string kNotAvailable = "backend not available on this machine: ";
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
@@ -132,15 +136,40 @@ nlohmann::json trace_passes(BackendInstance& inst, bool backward) {
 
 /// The (case, backend) row before the backend runs: what the runner knows of the
 /// case (problem, packing, useful work, mask picture).
-ReportRow skeleton_row(const Case& c, const Backend& b, int64_t useful_pairs) {
+ReportRow skeleton_row(const Case& c, const Backend& b, int64_t useful_pairs, const nlohmann::json& thumbnail) {
   ReportRow row;
   row.case_id = c.id;
   row.backend = b.name();
   row.problem = to_json(c.problem, true);
   row.packing = packing_json(c.packing);
   row.work = count_work(c.problem, useful_pairs, 0);
-  row.mask_thumbnail = mask_thumbnail_for(c.problem);
+  row.mask_thumbnail = thumbnail;
   return row;
+}
+
+/// What every row of a case shares and the runner computes before the backends
+/// run: the exact pair count and the mask thumbnail. Inside the per-row guard:
+/// a case that cannot be built (std::bad_alloc of a BlockMask, an overflow)
+/// gives `error` (or `oom`) rows with the message, and the sweep goes on.
+struct CaseShared {
+  int64_t useful_pairs = 0;
+  nlohmann::json thumbnail;
+  std::string error;   ///< "" when built
+  bool oom = false;
+};
+
+CaseShared build_case_shared(const Problem& p) {
+  CaseShared cs;
+  try {
+    cs.useful_pairs = count_allowed_pairs(p) * p.heads_q;
+    cs.thumbnail = mask_thumbnail_for(p);
+  } catch (const std::bad_alloc& e) {
+    cs.oom = true;
+    cs.error = std::string("host out of memory building the case (pair count, BlockMask thumbnail): ") + e.what();
+  } catch (const std::exception& e) {
+    cs.error = std::string("cannot build the case (pair count, BlockMask thumbnail): ") + e.what();
+  }
+  return cs;
 }
 
 /// What a case's units share in one process: inputs and the reference, both lazy.
@@ -279,14 +308,15 @@ RunOptions options_from_json(const nlohmann::json& j) {
 /// or a crashed / timeout / error row made here from how the child ended. Returns
 /// false (and no row) when this run was asked to stop while the child ran.
 bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& opts, const std::filesystem::path& dir,
-                  int64_t unit_no, ReportRow& row) {
+                  int64_t unit_no, ReportRow& row, bool check_support = false) {
   const std::string base = (dir / ("unit-" + std::to_string(unit_no))).string();
   const std::string req = base + ".request.json", res = base + ".row.json", out = base + ".stdout",
                     err = base + ".stderr";
   std::filesystem::remove(res);
   write_json_atomic(req, {{"problem", to_json(c.problem, false)},
                           {"row", skeleton.to_json()},
-                          {"options", options_json(opts)}},
+                          {"options", options_json(opts)},
+                          {"check_support", check_support}},
                     /*sync=*/false);  // transient: read back by the child at once
   const std::string exe = opts.executable.empty() ? self_executable() : opts.executable;
   ChildStatus st;
@@ -421,8 +451,10 @@ void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, Ru
   summary.add(to_string(row.status));
   if (row.status == RowStatus::fail && row.check && row.check->failure_class == "fully_masked_rows")
     ++summary.fail_masked_rows_only;
+  std::string text = !row.reason.empty() ? row.reason : row.message;
+  if (const std::string note = determinism_note(rj); !note.empty()) text += (text.empty() ? "" : "; ") + note;
   std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
-               printable(!row.reason.empty() ? row.reason : row.message).c_str());
+               printable(text).c_str());
 }
 
 /// A case over the total-size budget (Case::invalid): an error row per backend
@@ -441,6 +473,65 @@ void write_invalid_case_rows(const Case& c, const std::vector<std::unique_ptr<Ba
     finish_row(row, journal, writer, summary);
   }
 }
+
+/// A case whose shared parts could not be built (build_case_shared): an `error`
+/// (or `oom`) row per backend with the message.
+void write_case_error_rows(const Case& c, const CaseShared& cs, const std::vector<std::unique_ptr<Backend>>& backends,
+                           const std::unordered_set<std::string>& done, JournalWriter& journal, ReportWriter& writer,
+                           RunSummary& summary) {
+  for (const auto& backend : backends) {
+    if (done.count(c.id + "|" + backend->name())) continue;
+    ReportRow row;
+    row.case_id = c.id;
+    row.backend = backend->name();
+    row.problem = to_json(c.problem, true);
+    row.status = cs.oom ? RowStatus::oom : RowStatus::error;
+    row.message = cs.error;
+    finish_row(row, journal, writer, summary);
+  }
+}
+
+/// The run in progress, for the exit handler: code that calls exit() in the
+/// middle of a run (a plugin's forward(), a library) would otherwise end it with
+/// that code and a report that looks like a partial success. The handler marks
+/// the journal and report "interrupted" with the reason and turns the exit code
+/// into kExitUnexpectedExit.
+struct ActiveRunState {
+  JournalWriter* journal = nullptr;
+  ReportWriter* writer = nullptr;
+};
+ActiveRunState g_active;
+
+extern "C" void on_exit_during_run() {
+  if (!g_active.journal) return;
+  JournalWriter* journal = g_active.journal;
+  ReportWriter* writer = g_active.writer;
+  g_active = {};
+  std::fprintf(stderr, "attnbench: error: the process exited in the middle of the run (exit() called by backend "
+                       "or plugin code); the report is marked interrupted; `--resume` completes it\n");
+  try {
+    const nlohmann::json what = {{"signal", nullptr},
+                                 {"reason", "the process exited in the middle of the run (exit() called by backend code)"},
+                                 {"time", env::utc_now_iso8601()}};
+    journal->append({{"interrupted", what}});
+    writer->set_field("interrupted", what);
+  } catch (...) {
+  }
+  std::fflush(nullptr);
+  ::_exit(kExitUnexpectedExit);
+}
+
+/// Registers the run with the exit handler for its lifetime.
+class ActiveRun {
+ public:
+  ActiveRun(JournalWriter& j, ReportWriter& w) {
+    static const bool registered = std::atexit(on_exit_during_run) == 0;
+    (void)registered;
+    g_active = {&j, &w};
+  }
+  ~ActiveRun() { release(); }
+  void release() { g_active = {}; }
+};
 
 }  // namespace
 
@@ -480,7 +571,7 @@ void RunSummary::add(const std::string& status) {
 
 int RunSummary::exit_code() const {
   if (interrupted_signal) return 128 + interrupted_signal;
-  return (fail > 0 || error > 0 || timeout > 0 || crashed > 0) ? 1 : 0;
+  return (fail > 0 || error > 0 || timeout > 0 || crashed > 0 || missing > 0) ? 1 : 0;
 }
 
 std::string RunSummary::line() const {
@@ -494,6 +585,7 @@ std::string RunSummary::line() const {
     out += " (" + std::to_string(fail_masked_rows_only) +
            " fail only on the fully-masked-row convention, numerics fine)";
   if (unchecked > 0) out += ", " + std::to_string(unchecked) + " unchecked (--check off: correctness unknown)";
+  if (missing > 0) out += "; " + std::to_string(missing) + " (case, backend) rows MISSING: the run is incomplete";
   return out;
 }
 
@@ -637,6 +729,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   summary.report_path = writer.path();
   const auto run_t0 = Clock::now();
   int64_t unit_no = 0;
+  std::map<std::string, std::string> unavailable;  // isolated-only backend -> its "not available" reason
+  ActiveRun active(journal, writer);
   for (size_t k = 0; k < cases.size() && !stop_signal(); ++k) {
     Case c = scenario.cases[cases[k]];
     if (opts.seed) c.problem.seed = *opts.seed;
@@ -650,18 +744,36 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       write_invalid_case_rows(c, backends, done, journal, writer, summary);
       continue;
     }
-    const int64_t useful_pairs = count_allowed_pairs(p) * p.heads_q;
+    const CaseShared shared = build_case_shared(p);
+    if (!shared.error.empty()) {
+      write_case_error_rows(c, shared, backends, done, journal, writer, summary);
+      continue;
+    }
+    const int64_t useful_pairs = shared.useful_pairs;
     UnitCache cache;
     for (auto& backend : backends) {
       if (stop_signal()) break;
       if (done.count(c.id + "|" + backend->name())) continue;
-      ReportRow row = skeleton_row(c, *backend, useful_pairs);
+      ReportRow row = skeleton_row(c, *backend, useful_pairs, shared.thumbnail);
       const bool on_gpu = backend->device() == Device::cuda;
       if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
       std::string why;
-      if (!backend->available(&why)) {
+      if (backend->isolated_only() && opts.isolate != RunOptions::Isolate::off) {
+        // Foreign code (a plugin): available() and supports() run in the child too,
+        // under the isolation and --case-timeout; an unavailable answer is cached.
+        if (auto it = unavailable.find(backend->name()); it != unavailable.end()) {
+          row.status = RowStatus::unsupported;
+          row.reason = it->second;
+        } else {
+          if (unit_no == 0) make_out_dir(unit_dir.string());
+          const ReportRow skeleton = row;
+          if (!run_isolated(c, skeleton, opts, unit_dir, unit_no++, row, true)) break;  // stopped: left to --resume
+          if (row.status == RowStatus::unsupported && row.reason.rfind(kNotAvailable, 0) == 0)
+            unavailable[backend->name()] = row.reason;
+        }
+      } else if (!backend->available(&why)) {
         row.status = RowStatus::unsupported;
-        row.reason = "backend not available on this machine: " + why;
+        row.reason = kNotAvailable + why;
       } else if (Support s = backend->supports(p); !s) {
         row.status = RowStatus::unsupported;
         row.reason = s.reason;
@@ -693,9 +805,19 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
                std::make_pair(case_pos[b.value("case_id", "")], backend_pos[b.value("backend", "")]);
       });
     }
-    writer.finish();
-    journal.append({{"finished", writer.header()["finished"]}});
+    summary.missing = static_cast<int64_t>(cases.size() * backends.size()) - summary.rows;
+    if (summary.missing > 0) {  // never a finished run (or exit 0) without every (case, backend) row
+      const nlohmann::json what = {{"signal", nullptr},
+                                   {"reason", std::to_string(summary.missing) + " (case, backend) rows missing"},
+                                   {"time", env::utc_now_iso8601()}};
+      journal.append({{"interrupted", what}});
+      writer.set_field("interrupted", what);
+    } else {
+      writer.finish();
+      journal.append({{"finished", writer.header()["finished"]}});
+    }
   }
+  active.release();
   return summary;
 }
 
@@ -721,7 +843,18 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
 #endif
   UnitCache cache;
   const int64_t useful_pairs = row.work ? row.work->useful_pairs : 0;
-  run_unit(p, *backend, opts, cache, useful_pairs, row);
+  std::string why;
+  if (!req.value("check_support", false)) {
+    run_unit(p, *backend, opts, cache, useful_pairs, row);
+  } else if (!backend->available(&why)) {  // the parent never runs foreign code (plugins) itself
+    row.status = RowStatus::unsupported;
+    row.reason = kNotAvailable + why;
+  } else if (Support s = backend->supports(p); !s) {
+    row.status = RowStatus::unsupported;
+    row.reason = s.reason;
+  } else {
+    run_unit(p, *backend, opts, cache, useful_pairs, row);
+  }
   write_json_atomic(result_path, row.to_json(), /*sync=*/false);  // the parent journals it
   return kExitOk;
 }

@@ -58,12 +58,16 @@ struct RunSummary {
   /// break the convention (check.failure_class "fully_masked_rows").
   int64_t fail_masked_rows_only = 0;
   int64_t resumed = 0;          ///< rows taken over from the journal (--resume), included above
+  /// (case, backend) pairs of the run without a row at its end (never expected:
+  /// the run is then not finished and exits 1).
+  int64_t missing = 0;
   int interrupted_signal = 0;   ///< SIGINT / SIGTERM that stopped the run, else 0
   std::string report_path;
   /// Count one row of status `s` (by name; an unknown name counts as error).
   void add(const std::string& status);
   /// 128 + signal when interrupted (130 SIGINT, 143 SIGTERM); else 1 when any
-  /// row failed the correctness rule, errored, timed out or crashed; else 0.
+  /// row failed the correctness rule, errored, timed out or crashed, or a row is
+  /// missing; else 0.
   int exit_code() const;
   /// "12 rows: 10 pass, 1 fail, ..." (every status, zeros included).
   std::string line() const;

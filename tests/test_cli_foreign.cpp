@@ -1,0 +1,209 @@
+// Foreign code and crafted inputs at the CLI (issue 33): misbehaving plugins
+// (tests/plugins/hostile.c, long_name.c) cannot take a run down or fake a
+// success; the compare gate derives verdicts from the check data; --resume and
+// --gpus never write duplicate rows; terminal output is escaped; input-file
+// problems are exit 2 naming the file. The real binary (ATTNBENCH_BINARY) runs
+// in scratch folders; assertions are on rows, statuses, exit codes and messages.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_util.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace attnbench::test::cli;
+
+namespace {
+
+/// Two unmasked cases (seq 16 and 24) and a causal one: test-hostile runs the
+/// first two and declines the third.
+const char* kScenario = R"({"name": "foreign",
+  "base": {"batch": 1, "heads_q": 1, "heads_kv": 1, "head_dim": 8, "seq": 16, "dtype": "fp32"},
+  "axes": {"mask": [[], [{"kind": "causal"}]], "seq": [16, 24]}})";
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+json load(const fs::path& p) { return json::parse(slurp(p)); }
+
+/// Rows of a report by "case_id|backend".
+std::map<std::string, json> rows_of(const fs::path& report) {
+  std::map<std::string, json> out;
+  const json doc = load(report);
+  for (const auto& r : doc.at("results"))
+    out[r.at("case_id").get<std::string>() + "|" + r.at("backend").get<std::string>()] = r;
+  return out;
+}
+
+const std::string kHostile = ATTNBENCH_TEST_PLUGIN_HOSTILE;
+
+/// `run foreign.json --backends cpu,test-hostile --plugin hostile` plus `extra`.
+Result run_hostile(const TempDir& t, const std::string& mode, const std::string& extra = "",
+                   const std::string& env = "", int timeout_s = 120) {
+  const std::string scen = t.write("foreign.json", kScenario);
+  return run("run " + q(scen) + " --backends cpu,test-hostile --no-timing --no-backward --plugin " + q(kHostile) +
+                 " --out " + q((t.path / "out").string()) + " " + extra,
+             t, "HOSTILE_MODE=" + mode + (env.empty() ? "" : " " + env), timeout_s);
+}
+
+}  // namespace
+
+TEST_CASE("a well-behaved plugin runs isolated by default and passes") {
+  TempDir t;
+  const Result r = run_hostile(t, "none");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  const auto rows = rows_of(t.path / "out" / "report.json");
+  REQUIRE(rows.size() == 8);
+  int pass = 0, unsupported = 0;
+  for (const auto& [k, row] : rows) {
+    if (row["backend"] != "test-hostile") continue;
+    pass += row["status"] == "pass";
+    unsupported += row["status"] == "unsupported";
+    if (row["status"] == "pass") CHECK(row["extra"].contains("isolation"));  // ran in a child
+  }
+  CHECK(pass == 2);
+  CHECK(unsupported == 2);
+}
+
+TEST_CASE("a plugin that segfaults in forward() or available() gives crashed rows; the run goes on") {
+  for (const std::string mode : {"segv_forward", "segv_available", "segv_supports"}) {
+    TempDir t;
+    const Result r = run_hostile(t, mode);
+    INFO(mode, r.err);
+    CHECK(r.code == 1);  // a crashed row is a failure, never the end of the run
+    const auto rows = rows_of(t.path / "out" / "report.json");
+    REQUIRE(rows.size() == 8);
+    int crashed = 0, cpu_pass = 0;
+    for (const auto& [k, row] : rows) {
+      crashed += row["backend"] == "test-hostile" && row["status"] == "crashed";
+      cpu_pass += row["backend"] == "cpu" && row["status"] == "pass";
+    }
+    CHECK(crashed == (mode == "segv_forward" ? 2 : 4));
+    CHECK(cpu_pass == 4);
+    CHECK(contains(rows.at("S16_full|test-hostile").value("message", ""), "SIGSEGV"));
+    CHECK(load(t.path / "out" / "report.json")["finished"].is_string());
+  }
+}
+
+TEST_CASE("a plugin that hangs in supports() is killed by --case-timeout") {
+  TempDir t;
+  const Result r = run_hostile(t, "hang_supports", "--case-timeout 1 --cases S16", "", 60);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  const auto rows = rows_of(t.path / "out" / "report.json");
+  REQUIRE(rows.size() == 4);
+  CHECK(rows.at("S16_full|test-hostile")["status"] == "timeout");
+  CHECK(rows.at("S16_causal|test-hostile")["status"] == "timeout");
+  CHECK(rows.at("S16_full|cpu")["status"] == "pass");
+}
+
+TEST_CASE("a plugin that calls exit(0) never makes a run succeed") {
+  SUBCASE("isolated (the default): error rows, exit 1") {
+    for (const std::string mode : {"exit_forward", "exit_supports"}) {
+      TempDir t;
+      const Result r = run_hostile(t, mode);
+      INFO(mode, r.err);
+      CHECK(r.code == 1);
+      const auto rows = rows_of(t.path / "out" / "report.json");
+      REQUIRE(rows.size() == 8);
+      CHECK(rows.at("S16_full|test-hostile")["status"] == "error");
+      CHECK(contains(rows.at("S16_full|test-hostile").value("message", ""), "exited with code 0 without writing its row"));
+    }
+  }
+  SUBCASE("--isolate off: the exit handler marks the report interrupted and exits 4") {
+    for (const std::string mode : {"exit_forward", "exit_supports"}) {
+      TempDir t;
+      const Result r = run_hostile(t, mode, "--isolate off");
+      INFO(mode, r.err);
+      CHECK(r.code == 4);
+      CHECK(contains(r.err, "exited in the middle of the run"));
+      const json doc = load(t.path / "out" / "report.json");
+      CHECK(doc["finished"].is_null());
+      CHECK(contains(doc["interrupted"].value("reason", ""), "exited in the middle of the run"));
+      CHECK(doc["results"].size() < 8);
+      CHECK(contains(slurp(t.path / "out" / "journal.jsonl"), "\"interrupted\""));
+    }
+  }
+}
+
+TEST_CASE("plugin names: checked and copied once at load") {
+  TempDir t;
+  SUBCASE("a 20000-character name is refused, exit 2 naming the file") {
+    const Result r = run("list backends --plugin " + q(ATTNBENCH_TEST_PLUGIN_LONG_NAME), t);
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, ATTNBENCH_TEST_PLUGIN_LONG_NAME));
+    CHECK(contains(r.err, "at most 64 characters"));
+  }
+  SUBCASE("a plugin that rewrites its name after loading keeps its first name (isolated and in process)") {
+    for (const std::string iso : {"--isolate on", "--isolate off"}) {
+      const Result r = run_hostile(t, "rename", iso);
+      INFO(iso, r.err);
+      CHECK(r.code == 0);
+      const auto rows = rows_of(t.path / "out" / "report.json");
+      CHECK(rows.size() == 8);
+      CHECK(rows.count("S16_full|test-hostile") == 1);
+      for (const auto& [k, row] : rows) CHECK(row["backend"] != "renamed");
+    }
+  }
+}
+
+TEST_CASE("plugin files that are not loadable are exit 2 naming the file, never a crash or a hang") {
+  TempDir t;
+  SUBCASE("a truncated shared library") {
+    const std::string lib = (t.path / "libtrunc.so").string();
+    const std::string bytes = slurp(kHostile);
+    std::ofstream(lib, std::ios::binary) << bytes.substr(0, bytes.size() / 3);
+    const Result r = run("list backends --plugin " + q(lib), t);
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, lib));
+  }
+  SUBCASE("a FIFO") {
+    const std::string fifo = (t.path / "libfifo.so").string();
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    const Result r = run("list backends --plugin " + q(fifo), t, "", 20);
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, "not a regular file"));
+  }
+  SUBCASE("a symlink loop and an unreadable folder in ATTNBENCH_PLUGIN_PATH") {
+    fs::create_symlink(t.path / "loop", t.path / "loop");
+    Result r = run("list backends", t, "ATTNBENCH_PLUGIN_PATH=" + q((t.path / "loop").string()));
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, (t.path / "loop").string()));
+    if (::geteuid() != 0) {  // root reads any folder
+      fs::create_directories(t.path / "closed");
+      fs::permissions(t.path / "closed", fs::perms::none);
+      r = run("list backends", t, "ATTNBENCH_PLUGIN_PATH=" + q((t.path / "closed").string()));
+      CHECK(r.code == 2);
+      CHECK(contains(r.err, "closed"));
+      fs::permissions(t.path / "closed", fs::perms::owner_all);
+    }
+  }
+}
+
+TEST_CASE("a --plugin path holding ':' reaches isolated children and --gpus shards") {
+  TempDir t;
+  fs::create_directories(t.path / "a:b");
+  const std::string lib = (t.path / "a:b" / "libhostile.so").string();
+  fs::copy_file(kHostile, lib);
+  const std::string scen = t.write("foreign.json", kScenario);
+  for (const std::string extra : {"--isolate on", "--gpus all"}) {
+    const std::string out = (t.path / ("out" + std::to_string(extra.size()))).string();
+    const Result r = run("run " + q(scen) + " --backends test-hostile --no-timing --no-backward --plugin " + q(lib) +
+                             " --out " + q(out) + " " + extra,
+                         t, "HOSTILE_MODE=none ATTNBENCH_FAKE_GPUS=2");
+    INFO(extra, r.err);
+    CHECK(r.code == 0);
+    const auto rows = rows_of(fs::path(out) / "report.json");
+    CHECK(rows.size() == 4);
+    CHECK(rows.at("S16_full|test-hostile")["status"] == "pass");
+  }
+}
