@@ -207,3 +207,100 @@ TEST_CASE("a --plugin path holding ':' reaches isolated children and --gpus shar
     CHECK(rows.at("S16_full|test-hostile")["status"] == "pass");
   }
 }
+
+namespace {
+
+/// A timed base report of the cpu backend on the four foreign cases (built once).
+const json& base_report() {
+  static const json doc = [] {
+    TempDir t;
+    const std::string scen = t.write("foreign.json", kScenario);
+    const Result r = run("run " + q(scen) + " --backends cpu --no-backward --max-seconds 0.02 --min-samples 3 --out " +
+                             q((t.path / "out").string()),
+                         t);
+    REQUIRE(r.code == 0);
+    return load(t.path / "out" / "report.json");
+  }();
+  return doc;
+}
+
+/// `attnbench compare BASE NEW [opts]` with NEW = base_report() edited by `edit`.
+template <class Edit>
+Result compare_with(const TempDir& t, Edit edit, const std::string& opts = "") {
+  json neu = base_report();
+  edit(neu);
+  const std::string b = t.write("base.json", base_report().dump()), n = t.write("new.json", neu.dump());
+  return run("compare " + q(b) + " " + q(n) + " " + opts, t);
+}
+
+}  // namespace
+
+TEST_CASE("compare: the same report passes the gate") {
+  TempDir t;
+  const Result r = compare_with(t, [](json&) {});
+  INFO(r.out, r.err);
+  CHECK(r.code == 0);
+}
+
+TEST_CASE("compare: a row that says pass is judged by its check data") {
+  TempDir t;
+  SUBCASE("every tensor failed") {
+    const Result r = compare_with(t, [](json& n) {
+      for (auto& tensor : n["results"][0]["check"]["tensors"]) tensor["pass"] = false;
+    });
+    CHECK(r.code == 1);
+    CHECK(contains(r.out, "contradicted by its check data"));
+  }
+  SUBCASE("nothing checked") {
+    const Result r = compare_with(t, [](json& n) { n["results"][0]["check"]["tensors"] = json::array(); });
+    CHECK(r.code == 1);
+    CHECK(contains(r.out, "| pass | unchecked |"));
+  }
+}
+
+TEST_CASE("compare: new crashed/error/timeout/oom rows gate unless --allow-new-errors") {
+  for (const std::string st : {"crashed", "error", "timeout", "oom"}) {
+    TempDir t;
+    auto add = [&](json& n) {
+      json row = n["results"][0];
+      row["case_id"] = "extra_case";
+      row["status"] = st;
+      row["message"] = "it broke";
+      row.erase("timing");
+      row["check"] = nullptr;
+      n["results"].push_back(row);
+    };
+    Result r = compare_with(t, add);
+    INFO(st, r.out, r.err);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "--allow-new-errors"));
+    r = compare_with(t, add, "--allow-new-errors");
+    CHECK(r.code == 0);
+  }
+}
+
+TEST_CASE("compare: missing rows, an unfinished NEW and a NEW without timings gate by default") {
+  TempDir t;
+  const auto drop = [](json& n) { n["results"].erase(n["results"].begin()); };
+  Result r = compare_with(t, drop);
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "1 missing from NEW (--allow-missing)"));
+  CHECK(compare_with(t, drop, "--allow-missing").code == 0);
+
+  const auto unfinished = [](json& n) { n["finished"] = nullptr; };
+  r = compare_with(t, unfinished);
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "NEW unfinished"));
+  CHECK(compare_with(t, unfinished, "--allow-unfinished").code == 0);
+  const auto interrupted = [](json& n) { n["interrupted"] = {{"signal", "SIGTERM"}, {"time", "2026-11-27T00:00:00Z"}}; };
+  CHECK(compare_with(t, interrupted).code == 1);
+
+  const auto untimed = [](json& n) {
+    for (auto& row : n["results"]) row["timing"] = nullptr;
+  };
+  r = compare_with(t, untimed);
+  CHECK(r.code == 1);
+  CHECK(contains(r.out, "| timings compared | 0 |"));
+  CHECK(contains(r.err, "4 untimed in NEW (--allow-no-timing)"));
+  CHECK(compare_with(t, untimed, "--allow-no-timing").code == 0);
+}
