@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -303,4 +305,115 @@ TEST_CASE("compare: missing rows, an unfinished NEW and a NEW without timings ga
   CHECK(contains(r.out, "| timings compared | 0 |"));
   CHECK(contains(r.err, "4 untimed in NEW (--allow-no-timing)"));
   CHECK(compare_with(t, untimed, "--allow-no-timing").code == 0);
+}
+
+namespace {
+
+/// `run foreign.json --backends cpu,test-hostile` (well-behaved) into t/out with `extra`.
+Result run_cpu(const TempDir& t, const std::string& extra, const std::string& env = "") {
+  const std::string scen = t.write("foreign.json", kScenario);
+  return run("run " + q(scen) + " --backends cpu,test-hostile --plugin " + q(kHostile) +
+                 " --no-timing --no-backward --out " + q((t.path / "out").string()) + " " + extra,
+             t, "HOSTILE_MODE=none ATTNBENCH_FAKE_GPUS=2" + (env.empty() ? "" : " " + env));
+}
+
+/// The journal's lines.
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::vector<std::string> out;
+  std::istringstream in(slurp(p));
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+void write_lines(const fs::path& p, const std::vector<std::string>& lines) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  for (const auto& l : lines) out << l << "\n";
+}
+
+}  // namespace
+
+TEST_CASE("--resume keys rows by the case's fingerprint: foreign, tampered and invalid rows are dropped") {
+  TempDir t;
+  REQUIRE(run_cpu(t, "--seed 1").code == 0);
+  const fs::path jp = t.path / "out" / "journal.jsonl";
+  auto lines = lines_of(jp);
+  REQUIRE(lines.size() == 10);  // first line, 8 rows, finished
+  lines.pop_back();
+  json seed_row = json::parse(lines[1]);
+  const std::string tampered_key = seed_row["row"]["case_id"].get<std::string>() + "|" + seed_row["row"]["backend"].get<std::string>();
+  seed_row["row"]["problem"]["seed"] = 99;  // a row of another seed
+  lines[1] = seed_row.dump();
+  json ghost = json::parse(lines[2]);
+  ghost["row"]["case_id"] = "ghost_case";  // a case not in the scenario
+  lines.push_back(ghost.dump());
+  json bogus = json::parse(lines[3]);
+  bogus["row"]["status"] = "bogus";  // schema-invalid
+  lines[3] = bogus.dump();
+  write_lines(jp, lines);
+  const Result r = run_cpu(t, "--seed 1 --resume");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "another seed or scenario"));
+  CHECK(contains(r.err, "ghost_case|"));
+  CHECK(contains(r.err, "not a valid report row"));
+  const auto rows = rows_of(t.path / "out" / "report.json");
+  CHECK(rows.size() == 8);
+  for (const auto& [k, row] : rows) CHECK(row["case_id"] != "ghost_case");
+  CHECK(rows.at(tampered_key)["problem"]["seed"] == 1);
+  for (const auto& [k, row] : rows) CHECK(row["status"] != "bogus");
+  CHECK(contains(r.err, "--resume: 6 rows"));  // 8 + ghost - 3 dropped: the two of this run ran again
+}
+
+TEST_CASE("--resume: an empty or torn-first-line journal starts afresh; a FIFO journal is exit 2") {
+  TempDir t;
+  fs::create_directories(t.path / "out");
+  const fs::path jp = t.path / "out" / "journal.jsonl";
+  for (const std::string body : {"", "{\"attnbench_jour"}) {
+    std::ofstream(jp, std::ios::binary | std::ios::trunc) << body;
+    const Result r = run_cpu(t, "--resume");
+    INFO(r.err);
+    CHECK(r.code == 0);
+    CHECK(contains(r.err, "starting afresh"));
+    CHECK(rows_of(t.path / "out" / "report.json").size() == 8);
+  }
+  fs::remove(jp);
+  REQUIRE(::mkfifo(jp.c_str(), 0600) == 0);
+  const Result r = run("run " + q(t.write("foreign.json", kScenario)) + " --backends cpu --no-timing --resume --out " +
+                           q((t.path / "out").string()),
+                       t, "", 20);
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "journal.jsonl"));
+}
+
+TEST_CASE("--gpus --resume with another device list or count never duplicates rows; another seed is refused") {
+  TempDir t;
+  REQUIRE(run_cpu(t, "--gpus 0,1").code == 0);
+  // Lose the last row of the first shard, as a kill would.
+  const fs::path j0 = t.path / "out" / "shards" / "gpu0" / "journal.jsonl";
+  auto lines = lines_of(j0);
+  lines.pop_back();  // finished
+  lines.pop_back();  // a row
+  write_lines(j0, lines);
+  for (const std::string gpus : {"1,0", "0", "all"}) {
+    const Result r = run_cpu(t, "--gpus " + gpus + " --resume");
+    INFO(gpus, r.err);
+    CHECK(r.code == 0);
+    const json doc = load(t.path / "out" / "report.json");
+    CHECK(doc["results"].size() == 8);
+    CHECK(rows_of(t.path / "out" / "report.json").size() == 8);  // 8 distinct (case, backend)
+    CHECK(doc["finished"].is_string());
+    if (gpus == "0") CHECK_FALSE(fs::exists(t.path / "out" / "shards" / "gpu1"));  // its rows handed on to gpu0
+  }
+  const Result seed = run_cpu(t, "--gpus all --resume --seed 5");
+  CHECK(seed.code == 2);
+  CHECK(contains(seed.err, "seed"));
+}
+
+TEST_CASE("--gpus: a file where a shard folder should be is exit 2 naming it") {
+  TempDir t;
+  fs::create_directories(t.path / "out" / "shards");
+  std::ofstream(t.path / "out" / "shards" / "gpu1") << "in the way";
+  const Result r = run_cpu(t, "--gpus 0,1");
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "gpu1"));
 }

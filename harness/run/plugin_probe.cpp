@@ -64,11 +64,6 @@ struct ProbeDir {
 
 }  // namespace
 
-bool is_regular_file_path(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 std::string probe_plugin(const std::string& path, double timeout_s) {
   static std::map<std::string, std::string> loaded;  // canonical path -> backend name
   std::error_code ec;

@@ -26,8 +26,4 @@ std::string probe_plugin(const std::string& path, double timeout_s = 60.0);
 /// (0; 2 after an input error).
 int plugin_probe_main(const std::string& path, const std::string& result);
 
-/// Whether `path` names a regular file (following symlinks); false for FIFOs,
-/// sockets, devices, folders and missing files. Never blocks.
-bool is_regular_file_path(const std::string& path);
-
 }  // namespace attnbench

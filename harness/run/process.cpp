@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -204,6 +205,11 @@ void follow_parent(int sig) {
   const long parent = std::strtol(v, nullptr, 10);
   ::prctl(PR_SET_PDEATHSIG, sig);
   if (parent > 0 && ::getppid() != static_cast<pid_t>(parent)) std::raise(sig);  // died before prctl
+}
+
+bool is_regular_file_path(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 std::string self_executable() {

@@ -69,6 +69,10 @@ ChildStatus wait_child(ChildProcess& c, double timeout_s, const std::function<bo
 /// if the parent is already gone, raise `sig` now. No-op outside such a child.
 void follow_parent(int sig);
 
+/// Whether `path` names a regular file (following symlinks); false for FIFOs,
+/// sockets, devices, folders and missing files. Never blocks (stat only).
+bool is_regular_file_path(const std::string& path);
+
 /// The running attnbench binary (/proc/self/exe). Throws std::runtime_error.
 std::string self_executable();
 

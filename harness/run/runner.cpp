@@ -10,6 +10,8 @@
 #include <regex>
 #include <set>
 #include <new>
+#include <fstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <unistd.h>
@@ -24,6 +26,7 @@
 #include "reports/journal.hpp"
 #include "harness/model/printable.hpp"
 #include "reports/report.hpp"
+#include "reports/schema.hpp"
 #include "reports/summary.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/run/process.hpp"
@@ -426,9 +429,11 @@ nlohmann::json run_identity(const Scenario& s, const RunOptions& o, const std::v
           {"device", o.device}};
 }
 
-void require_same_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal) {
+void require_same_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal,
+                           const std::set<std::string>& ignore = {}) {
   std::string diff;
   for (const auto& [k, v] : now.items()) {
+    if (ignore.count(k)) continue;
     nlohmann::json old = was.contains(k) ? was[k] : nlohmann::json(nullptr);
     // journals written before the path was normalised hold it as typed
     if (k == "scenario_file" && old.is_string()) old = canonical_file(old.get<std::string>());
@@ -635,22 +640,44 @@ std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions
 
 namespace {
 
+/// Whether the journal at `path` has a complete first line (a kill while it was
+/// created can leave it empty or torn). Throws InputError for a path that is not
+/// a regular file (a FIFO would block the read forever).
+bool journal_started(const std::string& path) {
+  if (!is_regular_file_path(path)) throw InputError(path, "", "the journal is not a regular file (a FIFO, folder or device?)");
+  std::ifstream in(path, std::ios::binary);
+  std::string first;
+  return static_cast<bool>(std::getline(in, first)) && !in.eof();
+}
+
 /// The rows a run starts from: the journal's when resuming (after checking its
-/// identity), else none. Throws InputError when the journal cannot be resumed.
-std::optional<JournalContents> resume_from(const std::string& journal, const RunOptions& opts,
+/// identity; rows that do not belong to this run dropped, reported and cut from
+/// the journal), else none. An empty journal, or one whose first line is torn,
+/// starts afresh with a warning. Throws InputError when the journal cannot be resumed.
+std::optional<JournalContents> resume_from(const std::string& journal, const Scenario& scenario,
+                                           const RunOptions& opts, const std::vector<std::string>& names,
                                            const nlohmann::json& identity) {
   if (!opts.resume) return std::nullopt;
-  if (!std::filesystem::exists(journal)) {
-    std::fprintf(stderr, "attnbench: --resume: no journal at %s; starting afresh\n", journal.c_str());
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(journal, ec))) {
+    std::fprintf(stderr, "attnbench: --resume: no journal at %s; starting afresh\n", printable(journal).c_str());
+    return std::nullopt;
+  }
+  if (!journal_started(journal)) {
+    std::fprintf(stderr, "attnbench: warning: --resume: %s is empty or its first line is torn (killed while it was "
+                         "created); starting afresh\n", printable(journal).c_str());
     return std::nullopt;
   }
   JournalContents j = read_journal(journal);
   require_same_identity(j.identity, identity, journal);
   if (j.dropped_partial) {
     std::fprintf(stderr, "attnbench: --resume: dropped a torn last line of %s (a row being written when it died)\n",
-                 journal.c_str());
+                 printable(journal).c_str());
     drop_torn_tail(journal, j);
   }
+  const size_t before = j.rows.size();
+  j.rows = rows_of_this_run(scenario, opts, names, j.rows, j.header, journal);
+  if (j.rows.size() != before) rewrite_journal(journal, j);  // what is left to run is run again
   return j;
 }
 
@@ -664,6 +691,63 @@ void make_out_dir(const std::string& dir) {
 
 }  // namespace
 
+nlohmann::json resume_identity(const Scenario& scenario, const RunOptions& opts, const std::vector<std::string>& names) {
+  return run_identity(scenario, opts, names);
+}
+
+void check_resume_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal,
+                           const std::set<std::string>& ignore) {
+  require_same_identity(was, now, journal, ignore);
+}
+
+std::vector<nlohmann::json> rows_of_this_run(const Scenario& scenario, const RunOptions& opts,
+                                             const std::vector<std::string>& names,
+                                             const std::vector<nlohmann::json>& rows, const nlohmann::json& header,
+                                             const std::string& file) {
+  std::unordered_map<std::string, nlohmann::json> expected;  // case_id|backend -> the row's problem
+  for (size_t ci : selected_cases(scenario, opts)) {
+    Case c = scenario.cases[ci];
+    if (opts.seed) c.problem.seed = *opts.seed;
+    const nlohmann::json problem = c.invalid.empty() ? to_json(c.problem, true) : nlohmann::json(nullptr);
+    for (const auto& b : names) expected[c.id + "|" + b] = problem;
+  }
+  std::vector<nlohmann::json> kept;
+  std::vector<std::string> dropped;
+  std::unordered_set<std::string> seen;
+  for (const auto& r : rows) {
+    const std::string key = row_key(r);
+    const auto it = expected.find(key);
+    std::string why;
+    if (it == expected.end()) {
+      why = "its (case, backend) is not in this run";
+    } else if (!seen.insert(key).second) {
+      why = "a second row for its (case, backend)";
+    } else if (r.contains("problem") && !r["problem"].is_null() && r["problem"] != it->second) {
+      why = "its problem differs from this run's case (another seed or scenario)";
+    } else {
+      nlohmann::json doc = header.is_object() ? header : nlohmann::json::object();
+      doc["results"] = nlohmann::json::array({r});
+      try {
+        validate_report_schema(doc, file);
+      } catch (const InputError& e) {
+        if (e.json_path().rfind("/results/0", 0) == 0) why = std::string("not a valid report row: ") + e.what();
+      }
+    }
+    if (why.empty()) {
+      kept.push_back(r);
+    } else {
+      if (it != expected.end()) seen.erase(key);
+      dropped.push_back(key + ": " + why);
+    }
+  }
+  for (size_t i = 0; i < dropped.size() && i < 10; ++i)
+    std::fprintf(stderr, "attnbench: warning: --resume: dropped a row of %s: %s\n", printable(file).c_str(),
+                 printable(dropped[i]).c_str());
+  if (dropped.size() > 10)
+    std::fprintf(stderr, "attnbench: warning: --resume: ... and %zu more rows dropped\n", dropped.size() - 10);
+  return kept;
+}
+
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   // Everything that can be refused is refused before anything is touched.
   const std::vector<std::string> names = validate_run(scenario, opts);
@@ -673,7 +757,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   const std::filesystem::path dir(opts.out_dir);
   OutDirLock lock(opts.out_dir);
   const std::string journal_path = (dir / "journal.jsonl").string();
-  std::optional<JournalContents> prev = resume_from(journal_path, opts, identity);
+  std::optional<JournalContents> prev = resume_from(journal_path, scenario, opts, names, identity);
 
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& n : names) {
