@@ -417,3 +417,55 @@ TEST_CASE("--gpus: a file where a shard folder should be is exit 2 naming it") {
   CHECK(r.code == 2);
   CHECK(contains(r.err, "gpu1"));
 }
+
+TEST_CASE("a case that cannot be built becomes an error row; the sweep and describe go on") {
+  TempDir t;
+  const std::string scen = t.write("big.json", R"({"name": "big",
+    "base": {"batch": 1, "heads_q": 1, "heads_kv": 1, "head_dim": 1, "dtype": "fp32", "seq": 16},
+    "axes": {"seq": [16, 16777216, 32]}})");
+  // seq 2^24 is inside the size budget, but its BlockMask does not fit in 4 GB of address space.
+  const std::string limit = "ulimit -v 4000000;";
+  const Result r = run("run " + q(scen) + " --backends cpu --no-timing --out " + q((t.path / "out").string()), t, limit);
+  INFO(r.err);
+  CHECK(r.code == 0);  // an oom row is not a correctness failure
+  const auto rows = rows_of(t.path / "out" / "report.json");
+  REQUIRE(rows.size() == 3);
+  CHECK(rows.at("S16777216|cpu")["status"] == "oom");
+  CHECK(contains(rows.at("S16777216|cpu").value("message", ""), "building the case"));
+  CHECK(rows.at("S32|cpu")["status"] == "pass");
+  const Result d = run("describe " + q(scen), t, limit);
+  CHECK(d.code == 0);
+  CHECK(contains(d.out, "S16777216: cannot count its pairs"));
+  CHECK(contains(d.out, "S32 "));
+}
+
+TEST_CASE("one case cap for the whole scenario file, parts included") {
+  TempDir t;
+  std::string seqs, dims;  // 1000 x 100 = 100000 cases in the second part, one in the first
+  for (int i = 1; i <= 1000; ++i) seqs += (i > 1 ? "," : "") + std::to_string(i);
+  for (int i = 1; i <= 100; ++i) dims += (i > 1 ? "," : "") + std::to_string(i);
+  const std::string scen = t.write("parts.json", R"({"name": "parts",
+    "base": {"batch": 1, "heads_q": 1, "heads_kv": 1, "head_dim": 8, "dtype": "fp32", "seq": 16},
+    "parts": [{"name": "one"},
+              {"name": "many", "axes": {"seq": [)" + seqs + R"(], "head_dim": [)" + dims + R"(]}}]})");
+  const Result r = run("describe " + q(scen), t, "", 20);
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "more than 100000 cases (all parts together)"));
+  CHECK(contains(r.err, "/parts/1"));
+}
+
+TEST_CASE("exclude rules do not cost rules x cases: 39999 rules over 40000 cases in seconds") {
+  TempDir t;
+  std::string vals, rules;
+  for (int i = 1; i <= 200; ++i) vals += (i > 1 ? "," : "") + std::to_string(i);
+  for (int s = 1; s <= 200; ++s)
+    for (int d = 1; d <= 200; ++d)
+      if (s != 1 || d != 1)
+        rules += std::string(rules.empty() ? "" : ",") + "{\"seq\":" + std::to_string(s) + ",\"head_dim\":" + std::to_string(d) + "}";
+  const std::string scen = t.write("ex.json", R"({"name": "ex",
+    "base": {"batch": 1, "heads_q": 1, "heads_kv": 1, "head_dim": 1, "dtype": "fp32", "seq": 16},
+    "axes": {"seq": [)" + vals + R"(], "head_dim": [)" + vals + R"(]}, "exclude": [)" + rules + "]}");
+  const Result r = run("describe " + q(scen), t, "", 20);  // about 40 s before the rules were indexed
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "1 case;"));
+}
