@@ -469,3 +469,45 @@ TEST_CASE("exclude rules do not cost rules x cases: 39999 rules over 40000 cases
   CHECK(r.code == 0);
   CHECK(contains(r.out, "1 case;"));
 }
+
+TEST_CASE("a backend that claims determinism and is not gets a visible note: terminal, summary, HTML") {
+  TempDir t;
+  const Result r = run_hostile(t, "flaky", "--cases S16_full");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "NOT DETERMINISTIC"));
+  const std::string report = (t.path / "out" / "report.json").string();
+  const Result s = run("summary " + q(report), t);
+  CHECK(contains(s.out, "determinism mismatches (1):"));
+  CHECK(contains(s.out, "S16_full / test-hostile: NOT DETERMINISTIC"));
+  const Result h = run("report " + q(report) + " --no-charts -o " + q((t.path / "r.html").string()), t);
+  CHECK(h.code == 0);
+  CHECK(contains(slurp(t.path / "r.html"), "NOT DETERMINISTIC"));
+}
+
+TEST_CASE("summary and compare print names, messages and reasons with control characters escaped") {
+  TempDir t;
+  json doc = base_report();
+  const std::string evil = "\x1b]0;owned\x07\x1b[2J";
+  doc["results"][0]["status"] = "error";
+  doc["results"][0]["message"] = "boom " + evil;
+  doc["results"][0].erase("check");
+  doc["results"][1]["case_id"] = "case" + evil;
+  doc["results"][2]["backend"] = "cpu" + evil;
+  doc["results"][3]["status"] = "unsupported";
+  doc["results"][3]["reason"] = "no " + evil;
+  doc["results"][3].erase("check");
+  doc["results"][3].erase("timing");
+  const std::string f = t.write("evil.json", doc.dump());
+  const Result s = run("summary " + q(f), t);
+  INFO(s.err);
+  REQUIRE(s.code <= 1);
+  CHECK(contains(s.out, "boom "));
+  CHECK(s.out.find('\x1b') == std::string::npos);
+  CHECK(s.out.find('\x07') == std::string::npos);
+  const Result c = run("compare " + q(t.write("base.json", base_report().dump())) + " " + q(f), t);
+  CHECK(c.code == 1);
+  CHECK(contains(c.out, "boom "));
+  CHECK((c.out + c.err).find('\x1b') == std::string::npos);
+  CHECK((c.out + c.err).find('\x07') == std::string::npos);
+}

@@ -787,7 +787,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       ++summary.resumed;
     }
     prev_rows = prev->rows;
-    std::fprintf(stderr, "attnbench: --resume: %zu rows from %s\n", prev_rows.size(), journal_path.c_str());
+    std::fprintf(stderr, "attnbench: --resume: %zu rows from %s\n", prev_rows.size(), printable(journal_path).c_str());
   }
   std::unique_ptr<JournalWriter> journal_owner;
   try {

@@ -5,6 +5,8 @@
  *   hang_supports                                 sleep forever in supports()
  *   exit_supports, exit_forward                   exit(0) there
  *   rename                                        rewrite its own name in supports()
+ *   flaky                                         claim determinism, yet every second forward()
+ *                                                 differs in the last bit of O[0]
  * HOSTILE_AFTER=N lets the first N forward() calls of a process behave. */
 #include <attnbench/plugin.h>
 
@@ -48,7 +50,8 @@ static int forward(void* inst, const attnb_tensors* t, void* stream, attnb_messa
   const char* after = getenv("HOSTILE_AFTER");
   const attnb_problem* p = inst;
   (void)stream, (void)err;
-  if (!after || calls++ >= atoi(after)) {
+  ++calls;
+  if (!after || calls > atoi(after)) {
     if (is_mode("segv_forward")) raise(SIGSEGV);
     if (is_mode("exit_forward")) exit(0);
   }
@@ -71,6 +74,10 @@ static int forward(void* inst, const attnb_tensors* t, void* stream, attnb_messa
         for (int64_t d = 0, oo = attnb_offset(p, &t->o, 1, b, h, i, 0); d < p->head_dim_v; ++d)
           attnb_store(t->o.data, t->o.dtype, oo + d * t->o.strides[t->o.ndim - 1], o[d] / l);
       }
+  if (is_mode("flaky") && (calls & 1)) {  /* still within the rule; not bitwise equal */
+    float o0 = attnb_load(t->o.data, t->o.dtype, 0);
+    attnb_store(t->o.data, t->o.dtype, 0, nextafterf(o0, INFINITY));
+  }
   return 0;
 }
 static void teardown(void* inst) { (void)inst; }
