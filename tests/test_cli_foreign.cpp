@@ -6,6 +6,7 @@
 // in scratch folders; assertions are on rows, statuses, exit codes and messages.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -510,4 +511,67 @@ TEST_CASE("summary and compare print names, messages and reasons with control ch
   CHECK(contains(c.out, "boom "));
   CHECK((c.out + c.err).find('\x1b') == std::string::npos);
   CHECK((c.out + c.err).find('\x07') == std::string::npos);
+}
+
+TEST_CASE("a stale parent-pid variable in the environment does not stop a top-level run") {
+  TempDir t;
+  const Result r = run_cpu(t, "", "ATTNBENCH_PARENT_PID=1 ATTNBENCH_PARENT=1:3:12345");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(rows_of(t.path / "out" / "report.json").size() == 8);
+}
+
+TEST_CASE("a FIFO where the lock file or the journal should be is exit 2 naming it, never a hang") {
+  TempDir t;
+  for (const std::string name : {".attnbench.lock", "journal.jsonl"}) {
+    fs::remove_all(t.path / "out");
+    fs::create_directories(t.path / "out");
+    REQUIRE(::mkfifo((t.path / "out" / name).c_str(), 0600) == 0);
+    const Result r = run("run " + q(t.write("foreign.json", kScenario)) + " --backends cpu --no-timing --out " +
+                             q((t.path / "out").string()),
+                         t, "", 20);
+    INFO(name, r.err);
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, name));
+    CHECK(contains(r.err, "not a regular file"));
+  }
+}
+
+TEST_CASE("compare --json with report paths that are not UTF-8 is no internal error") {
+  TempDir t;
+  const std::string b = t.write("base.json", base_report().dump()), n = t.write("n\xfe.json", base_report().dump());
+  const Result r = run("compare " + q(b) + " " + q(n) + " --json " + q((t.path / "c.json").string()), t);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(json::parse(slurp(t.path / "c.json"))["regressions"] == 0);
+}
+
+TEST_CASE("SIGINT to a --gpus run leaves no shard process behind") {
+  TempDir t;
+  const std::string scen = t.write("foreign.json", kScenario);
+  const std::string out = (t.path / "out-sigint").string();
+  const std::string pidfile = (t.path / "pid").string();
+  const std::string cmd = "ATTNBENCH_TEST_BACKENDS=1 ATTNBENCH_TEST_SLOW_MS=400 ATTNBENCH_FAKE_GPUS=2 '" +
+                          std::string(ATTNBENCH_BINARY) + "' run " + q(scen) +
+                          " --backends test-slow --no-timing --gpus all --out " + q(out) +
+                          " >/dev/null 2>&1 & echo $! > " + q(pidfile);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const pid_t parent = std::stoi(slurp(pidfile));
+  // Wait until both shards run, then interrupt the parent.
+  auto shards = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string cmdline = slurp(e.path() / "cmdline");
+      if (contains(cmdline, out + "/shards/")) ++n;
+    }
+    return n;
+  };
+  for (int i = 0; i < 100 && shards() < 2; ++i) ::usleep(50000);
+  REQUIRE(shards() == 2);
+  ::kill(parent, SIGINT);
+  for (int i = 0; i < 200 && ::kill(parent, 0) == 0; ++i) ::usleep(50000);
+  CHECK(::kill(parent, 0) != 0);
+  for (int i = 0; i < 100 && shards() > 0; ++i) ::usleep(50000);
+  CHECK(shards() == 0);
+  CHECK(load(fs::path(out) / "report.json")["interrupted"]["signal"] == "SIGINT");
 }

@@ -112,7 +112,8 @@ void add_compare(CLI::App& app, Action& action) {
       const std::string md = c.markdown();
       if (!a->quiet) std::fputs(md.c_str(), stdout);
       if (!a->markdown.empty()) write_text(a->markdown, md);
-      if (!a->json_out.empty()) write_text(a->json_out, c.to_json().dump(1) + "\n");
+      if (!a->json_out.empty())  // file names need not be UTF-8
+        write_text(a->json_out, c.to_json().dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
       std::fprintf(stderr, "attnbench compare: %lld gate failure(s); %lld SLOWER, %lld FASTER, %lld AMBIGUOUS, %lld SAME\n",
                    static_cast<long long>(c.regressions()), static_cast<long long>(c.count(Verdict::slower)),
                    static_cast<long long>(c.count(Verdict::faster)), static_cast<long long>(c.count(Verdict::ambiguous)),

@@ -93,9 +93,23 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     if (!overridden) envs.push_back(kv);
   }
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  // The parent handshake of follow_parent(): the read end of a pipe whose only
+  // write end this process holds, at fd kParentFd, named with its inode in
+  // ATTNBENCH_PARENT (a stale copy of the variable names no such pipe).
+  int fds[2] = {-1, -1};
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  if (fds[0] == kParentFd) {  // dup2 onto itself would keep FD_CLOEXEC
+    const int moved = ::fcntl(fds[0], F_DUPFD_CLOEXEC, kParentFd + 1);
+    ::close(fds[0]);
+    fds[0] = moved;
+  }
+  parent_pipe_ = fds[1];
+  struct stat pst{};
+  ::fstat(fds[0], &pst);
   for (auto it = envs.begin(); it != envs.end();)
-    it = it->rfind("ATTNBENCH_PARENT_PID=", 0) == 0 ? envs.erase(it) : it + 1;
-  envs.push_back("ATTNBENCH_PARENT_PID=" + std::to_string(::getpid()));  // for follow_parent()
+    it = it->rfind("ATTNBENCH_PARENT_PID=", 0) == 0 || it->rfind("ATTNBENCH_PARENT=", 0) == 0 ? envs.erase(it) : it + 1;
+  envs.push_back("ATTNBENCH_PARENT=" + std::to_string(::getpid()) + ":" + std::to_string(kParentFd) + ":" +
+                 std::to_string(static_cast<unsigned long long>(pst.st_ino)));
   std::vector<char*> av, ev;
   for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
   av.push_back(nullptr);
@@ -107,6 +121,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[0], kParentFd);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, stdout_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
   posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, stderr_path.c_str(),
@@ -125,6 +140,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   const int rc = posix_spawn(&pid_, av[0], &fa, &attr, av.data(), ev.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
+  ::close(fds[0]);
   if (rc != 0) throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(rc));
 #ifdef SYS_pidfd_open
   pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
@@ -134,6 +150,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
 ChildProcess::~ChildProcess() {
   if (!done_) (void)kill_group(0.5);
   if (pidfd_ >= 0) ::close(pidfd_);
+  if (parent_pipe_ >= 0) ::close(parent_pipe_);
 }
 
 std::optional<ChildStatus> ChildProcess::poll() {
@@ -200,11 +217,23 @@ ChildStatus wait_child(ChildProcess& c, double timeout_s, const std::function<bo
 }
 
 void follow_parent(int sig) {
-  const char* v = std::getenv("ATTNBENCH_PARENT_PID");
+  const char* v = std::getenv("ATTNBENCH_PARENT");
+  ::unsetenv("ATTNBENCH_PARENT_PID");  // the old, forgeable form: never followed
   if (!v || !*v) return;
-  const long parent = std::strtol(v, nullptr, 10);
+  unsigned long long pid = 0, fd = 0, ino = 0;
+  const bool parsed = std::sscanf(v, "%llu:%llu:%llu", &pid, &fd, &ino) == 3;
+  struct stat st{};
+  // Genuine only when the named fd is the pipe of that inode: a stale variable
+  // (inherited from a run long gone, or set by hand) names no such pipe.
+  const bool genuine = parsed && fd == static_cast<unsigned long long>(kParentFd) &&
+                       ::fstat(kParentFd, &st) == 0 && S_ISFIFO(st.st_mode) &&
+                       static_cast<unsigned long long>(st.st_ino) == ino;
+  ::unsetenv("ATTNBENCH_PARENT");  // not for this process's own children
+  if (!genuine) return;
+  ::fcntl(kParentFd, F_SETFD, FD_CLOEXEC);
   ::prctl(PR_SET_PDEATHSIG, sig);
-  if (parent > 0 && ::getppid() != static_cast<pid_t>(parent)) std::raise(sig);  // died before prctl
+  struct pollfd p{kParentFd, POLLIN, 0};
+  if (::poll(&p, 1, 0) == 1 && (p.revents & POLLHUP)) std::raise(sig);  // the parent died before prctl
 }
 
 bool is_regular_file_path(const std::string& path) {
@@ -250,8 +279,15 @@ void clear_stop_signal() { g_stop_signal = 0; }
 
 OutDirLock::OutDirLock(const std::string& dir) {
   const std::string path = dir + "/.attnbench.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  // O_NONBLOCK: a FIFO planted there never blocks the open; it is refused below.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
   if (fd_ < 0) throw InputError(dir, "", "cannot create the lock file " + path + ": " + std::strerror(errno));
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw InputError(path, "", "the lock file is not a regular file (a FIFO, socket or device?); remove it");
+  }
   char buf[32] = {0};
   const ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
   const long holder = n > 0 ? std::strtol(buf, nullptr, 10) : 0;

@@ -790,6 +790,10 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     std::fprintf(stderr, "attnbench: --resume: %zu rows from %s\n", prev_rows.size(), printable(journal_path).c_str());
   }
   std::unique_ptr<JournalWriter> journal_owner;
+  if (std::error_code jec; std::filesystem::exists(std::filesystem::symlink_status(journal_path, jec)) &&
+                           !std::filesystem::is_symlink(std::filesystem::symlink_status(journal_path, jec)) &&
+                           !is_regular_file_path(journal_path))  // a FIFO would block the open forever
+    throw InputError(journal_path, "", "the journal is not a regular file (a FIFO, folder or device?); remove it");
   try {
     journal_owner = std::make_unique<JournalWriter>(journal_path, !prev, identity, header);
   } catch (const std::runtime_error& e) {  // e.g. a planted symlink (O_NOFOLLOW): an output-path problem
