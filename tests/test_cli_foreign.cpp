@@ -575,3 +575,16 @@ TEST_CASE("SIGINT to a --gpus run leaves no shard process behind") {
   CHECK(shards() == 0);
   CHECK(load(fs::path(out) / "report.json")["interrupted"]["signal"] == "SIGINT");
 }
+
+TEST_CASE("a child forked by a plugin does not keep the --out lock after the run") {
+  for (const std::string iso : {"", "--isolate off"}) {
+    TempDir t;
+    const Result first = run_hostile(t, "fork_forward", "--cases S16_full " + iso);
+    INFO(iso, first.err);
+    CHECK(first.code == 0);
+    const Result second = run_hostile(t, "none", "--cases S16_full");  // the forked child still sleeps
+    INFO(second.err);
+    CHECK(second.code == 0);
+    CHECK_FALSE(contains(second.err, "another attnbench run"));
+  }
+}

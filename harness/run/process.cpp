@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
@@ -277,6 +278,31 @@ void install_stop_handlers() {
 int stop_signal() { return g_stop_signal; }
 void clear_stop_signal() { g_stop_signal = 0; }
 
+namespace {
+
+/// The fds of the --out locks this process holds. A child made by fork()
+/// without exec (plugin code, a library) closes them at once (pthread_atfork),
+/// so it never keeps DIR locked after this run ends; exec'd children never get
+/// them (O_CLOEXEC).
+int g_lock_fds[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+
+extern "C" void close_locks_in_forked_child() {
+  for (int& fd : g_lock_fds)
+    if (fd >= 0) ::close(fd), fd = -1;
+}
+
+void remember_lock_fd(int fd, bool add) {
+  static const bool registered = ::pthread_atfork(nullptr, nullptr, close_locks_in_forked_child) == 0;
+  (void)registered;
+  for (int& slot : g_lock_fds)
+    if (add ? slot < 0 : slot == fd) {
+      slot = add ? fd : -1;
+      return;
+    }
+}
+
+}  // namespace
+
 OutDirLock::OutDirLock(const std::string& dir) {
   const std::string path = dir + "/.attnbench.lock";
   // O_NONBLOCK: a FIFO planted there never blocks the open; it is refused below.
@@ -300,6 +326,7 @@ OutDirLock::OutDirLock(const std::string& dir) {
   if (holder > 0 && holder != ::getpid())
     std::fprintf(stderr, "attnbench: warning: taking over the stale lock %s of pid %ld, which is no longer running\n",
                  path.c_str(), holder);
+  remember_lock_fd(fd_, true);
   const std::string me = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
     throw std::runtime_error("cannot write lock file " + path + ": " + std::strerror(errno));
@@ -307,6 +334,7 @@ OutDirLock::OutDirLock(const std::string& dir) {
 
 OutDirLock::~OutDirLock() {
   if (fd_ < 0) return;
+  remember_lock_fd(fd_, false);
   (void)::ftruncate(fd_, 0);  // released: no pid left behind
   ::close(fd_);
 }

@@ -5,6 +5,7 @@
  *   hang_supports                                 sleep forever in supports()
  *   exit_supports, exit_forward                   exit(0) there
  *   rename                                        rewrite its own name in supports()
+ *   fork_forward                                  fork a child that sleeps 3 s, then go on
  *   flaky                                         claim determinism, yet every second forward()
  *                                                 differs in the last bit of O[0]
  * HOSTILE_AFTER=N lets the first N forward() calls of a process behave. */
@@ -54,6 +55,10 @@ static int forward(void* inst, const attnb_tensors* t, void* stream, attnb_messa
   if (!after || calls > atoi(after)) {
     if (is_mode("segv_forward")) raise(SIGSEGV);
     if (is_mode("exit_forward")) exit(0);
+    if (is_mode("fork_forward") && fork() == 0) {
+      sleep(3);
+      _exit(0);
+    }
   }
   for (int64_t b = 0; b < p->batch; ++b)
     for (int64_t h = 0; h < p->heads_q; ++h)
