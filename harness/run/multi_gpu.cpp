@@ -17,6 +17,7 @@
 #include "harness/device/device.hpp"
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/model/printable.hpp"
 #include "harness/run/process.hpp"
 #include "harness/run/progress.hpp"
 #include "harness/run/runner.hpp"
@@ -136,7 +137,7 @@ void redistribute_for_resume(const Scenario& scenario, const RunOptions& opts, c
     try {
       j = read_journal(jp.string());
     } catch (const InputError& e) {
-      std::fprintf(stderr, "attnbench: warning: --resume: %s; its rows are run again\n", e.what());
+      std::fprintf(stderr, "attnbench: warning: --resume: %s; its rows are run again\n", printable(e.what()).c_str());
       continue;
     }
     RunOptions so = opts;
@@ -295,7 +296,7 @@ RunSummary run_on_gpus(const Scenario& scenario, const RunOptions& opts, const s
         for (const auto& r : j.rows) have.insert(row_key(r));
         docs.emplace_back(jp, report_from_journal(j));
       } catch (const InputError& e) {
-        std::fprintf(stderr, "attnbench: shard %d: %s\n", s.index, e.what());
+        std::fprintf(stderr, "attnbench: shard %d: %s\n", s.index, printable(e.what()).c_str());
       }
     }
     // A shard that ended without all its rows (whatever its exit code) gets rows saying so.

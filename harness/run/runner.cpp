@@ -462,36 +462,21 @@ void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, Ru
                printable(text).c_str());
 }
 
-/// A case over the total-size budget (Case::invalid): an error row per backend
-/// with the message; nothing is allocated or counted for it.
-void write_invalid_case_rows(const Case& c, const std::vector<std::unique_ptr<Backend>>& backends,
-                             const std::unordered_set<std::string>& done, JournalWriter& journal, ReportWriter& writer,
-                             RunSummary& summary) {
+/// A case that gets no backend run: over the total-size budget (Case::invalid;
+/// `problem` null, nothing allocated or counted), or whose shared parts could not
+/// be built (build_case_shared). One row per backend not yet done, with `status`
+/// and `message`.
+void write_case_rows(const Case& c, const nlohmann::json& problem, RowStatus status, const std::string& message,
+                     const std::vector<std::unique_ptr<Backend>>& backends, const std::unordered_set<std::string>& done,
+                     JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
   for (const auto& backend : backends) {
     if (done.count(c.id + "|" + backend->name())) continue;
     ReportRow row;
     row.case_id = c.id;
     row.backend = backend->name();
-    row.problem = nullptr;
-    row.status = RowStatus::error;
-    row.message = c.invalid;
-    finish_row(row, journal, writer, summary);
-  }
-}
-
-/// A case whose shared parts could not be built (build_case_shared): an `error`
-/// (or `oom`) row per backend with the message.
-void write_case_error_rows(const Case& c, const CaseShared& cs, const std::vector<std::unique_ptr<Backend>>& backends,
-                           const std::unordered_set<std::string>& done, JournalWriter& journal, ReportWriter& writer,
-                           RunSummary& summary) {
-  for (const auto& backend : backends) {
-    if (done.count(c.id + "|" + backend->name())) continue;
-    ReportRow row;
-    row.case_id = c.id;
-    row.backend = backend->name();
-    row.problem = to_json(c.problem, true);
-    row.status = cs.oom ? RowStatus::oom : RowStatus::error;
-    row.message = cs.error;
+    row.problem = problem;
+    row.status = status;
+    row.message = message;
     finish_row(row, journal, writer, summary);
   }
 }
@@ -829,12 +814,13 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", k + 1, cases.size(), printable(c.id).c_str(),
                  ms_since(run_t0) / 1000.0);
     if (!c.invalid.empty()) {
-      write_invalid_case_rows(c, backends, done, journal, writer, summary);
+      write_case_rows(c, nullptr, RowStatus::error, c.invalid, backends, done, journal, writer, summary);
       continue;
     }
     const CaseShared shared = build_case_shared(p);
     if (!shared.error.empty()) {
-      write_case_error_rows(c, shared, backends, done, journal, writer, summary);
+      write_case_rows(c, to_json(c.problem, true), shared.oom ? RowStatus::oom : RowStatus::error, shared.error,
+                      backends, done, journal, writer, summary);
       continue;
     }
     const int64_t useful_pairs = shared.useful_pairs;
