@@ -171,10 +171,10 @@ bool broken_status(const std::string& st) {
 std::string unfinished_reason(const nlohmann::json& doc) {
   const auto in = doc.find("interrupted");
   if (in != doc.end() && !in->is_null()) {
-    const std::string sig = in->is_object() && in->contains("signal") && (*in)["signal"].is_string()
-                                ? (*in)["signal"].get<std::string>()
-                                : in->dump();
-    return "interrupted (" + sig + ")";
+    std::string why = in->dump();
+    if (in->is_object() && in->contains("reason") && (*in)["reason"].is_string()) why = (*in)["reason"].get<std::string>();
+    else if (in->is_object() && in->contains("signal") && (*in)["signal"].is_string()) why = (*in)["signal"].get<std::string>();
+    return "interrupted (" + why + ")";
   }
   const auto f = doc.find("finished");
   if (f == doc.end() || !f->is_string() || f->get<std::string>().empty())

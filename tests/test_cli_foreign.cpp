@@ -134,6 +134,11 @@ TEST_CASE("a plugin that calls exit(0) never makes a run succeed") {
       CHECK(contains(doc["interrupted"].value("reason", ""), "exited in the middle of the run"));
       CHECK(doc["results"].size() < 8);
       CHECK(contains(slurp(t.path / "out" / "journal.jsonl"), "\"interrupted\""));
+      // The report is valid: the gate reads it and fails it as unfinished (exit 1, not 2).
+      const std::string rp = (t.path / "out" / "report.json").string();
+      const Result c = run("compare " + q(rp) + " " + q(rp), t);
+      CHECK(c.code == 1);
+      CHECK(contains(c.err, "NEW unfinished: interrupted (the process exited in the middle of the run"));
     }
   }
 }
