@@ -97,8 +97,33 @@ int64_t Comparison::regressions() const {
   for (const auto& t : timings) n += t.regression;
   for (const auto& s : status_changes) n += s.regression;
   for (const auto& g : guards) n += g.regression;
-  if (options.fail_on_missing) n += static_cast<int64_t>(missing.size());
+  if (!options.allow_missing) n += static_cast<int64_t>(missing.size());
+  if (!options.allow_unfinished && !new_unfinished.empty()) ++n;
+  if (!options.allow_no_timing) n += static_cast<int64_t>(untimed.size());
   return n;
+}
+
+std::string Comparison::gate_breakdown() const {
+  int64_t slower = 0, ambiguous = 0, correctness = 0, broken = 0, guard = 0;
+  for (const auto& t : timings)
+    if (t.regression) ++(t.verdict == Verdict::slower ? slower : ambiguous);
+  for (const auto& s : status_changes)
+    if (s.regression) ++(s.new_errors ? broken : correctness);
+  for (const auto& g : guards) guard += g.regression;
+  std::string out;
+  auto add = [&](int64_t n, const std::string& what) {
+    if (n > 0) out += (out.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  };
+  add(slower, "SLOWER");
+  add(ambiguous, "AMBIGUOUS (--fail-on-ambiguous)");
+  add(correctness, "correctness regressions");
+  add(broken, "rows newly crashed/error/timeout/oom (--allow-new-errors)");
+  add(guard, "determinism/NaN guards (--allow-nondeterminism, --allow-nonfinite)");
+  if (!options.allow_missing) add(static_cast<int64_t>(missing.size()), "missing from NEW (--allow-missing)");
+  if (!options.allow_no_timing) add(static_cast<int64_t>(untimed.size()), "untimed in NEW (--allow-no-timing)");
+  if (!options.allow_unfinished && !new_unfinished.empty())
+    out += std::string(out.empty() ? "" : ", ") + "NEW unfinished: " + printable(new_unfinished) + " (--allow-unfinished)";
+  return out;
 }
 
 namespace {
@@ -109,14 +134,52 @@ const nlohmann::json* timing_of(const nlohmann::json& row, const std::string& pa
   return t.is_object() ? &t : nullptr;
 }
 
-/// The row's status for the gate: "unchecked" also for a "pass" row whose
-/// check.mode is "off" (reports written before the unchecked status existed).
+/// The row's status for the gate, derived from its check data for a "pass": a
+/// check with a failing tensor (or check.pass false) is "fail"; a check that
+/// checked nothing (absent, mode "off" as older reports wrote --check off, no
+/// tensors, no element checked) is "unchecked". Other statuses stand as written.
 std::string effective_status(const nlohmann::json& row) {
-  std::string st = row.value("status", "");
-  if (st == "pass" && row.contains("check") && row["check"].is_object() &&
-      row["check"].value("mode", nlohmann::json()) == "off")
-    return "unchecked";
-  return st;
+  const auto st_it = row.find("status");
+  std::string st = st_it != row.end() && st_it->is_string() ? st_it->get<std::string>() : "";
+  if (st != "pass") return st;
+  const auto c = row.find("check");
+  if (c == row.end() || !c->is_object()) return "unchecked";
+  const auto mode = c->find("mode");
+  if (mode != c->end() && *mode == "off") return "unchecked";
+  const auto pass = c->find("pass");
+  if (pass != c->end() && pass->is_boolean() && !pass->get<bool>()) return "fail";
+  const auto tensors = c->find("tensors");
+  if (tensors == c->end() || !tensors->is_array() || tensors->empty()) return "unchecked";
+  bool any_checked = false;
+  for (const auto& t : *tensors) {
+    if (!t.is_object()) return "fail";
+    const auto tp = t.find("pass");
+    if (tp == t.end() || !tp->is_boolean() || !tp->get<bool>()) return "fail";
+    const auto n = t.find("checked");
+    any_checked = any_checked || (n != t.end() && n->is_number() && n->get<double>() > 0);
+  }
+  return any_checked ? "pass" : "unchecked";
+}
+
+/// crashed, error, timeout, oom: the row did not run to a verdict.
+bool broken_status(const std::string& st) {
+  return st == "crashed" || st == "error" || st == "timeout" || st == "oom";
+}
+
+/// Why a report is not a finished run ("" when it is): no "finished" time, or an
+/// "interrupted" record.
+std::string unfinished_reason(const nlohmann::json& doc) {
+  const auto in = doc.find("interrupted");
+  if (in != doc.end() && !in->is_null()) {
+    std::string why = in->dump();
+    if (in->is_object() && in->contains("reason") && (*in)["reason"].is_string()) why = (*in)["reason"].get<std::string>();
+    else if (in->is_object() && in->contains("signal") && (*in)["signal"].is_string()) why = (*in)["signal"].get<std::string>();
+    return "interrupted (" + why + ")";
+  }
+  const auto f = doc.find("finished");
+  if (f == doc.end() || !f->is_string() || f->get<std::string>().empty())
+    return "no \"finished\" time (the run did not complete)";
+  return "";
 }
 
 /// Non-finite output elements a row records: sum of check.tensors[].nan_mismatch
@@ -163,7 +226,10 @@ std::optional<bool> deterministic_of(const nlohmann::json& row) {
 }
 
 std::string status_detail(const nlohmann::json& row) {
-  if (effective_status(row) == "unchecked") return "correctness unknown: outputs not checked (--check off)";
+  const std::string eff = effective_status(row);
+  if (eff == "unchecked") return "correctness unknown: outputs not checked (--check off or no check data)";
+  if (eff == "fail" && row.value("status", nlohmann::json()) == "pass")
+    return "status \"pass\" contradicted by its check data (a tensor failed or check.pass is false)";
   if (row.contains("message") && row["message"].is_string()) return row["message"].get<std::string>();
   if (row.contains("reason") && row["reason"].is_string()) return row["reason"].get<std::string>();
   if (row.contains("check") && row["check"].is_object() && row["check"].contains("worst_ratio") &&
@@ -254,6 +320,7 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
   new_rows = index_rows(neu, new_file, &new_order);
   for (const auto& r : base.at("results"))
     if (!new_rows.count(row_key(r))) cmp.missing.push_back(row_key(r));
+  cmp.new_unfinished = unfinished_reason(neu);
 
   for (const std::string& key : new_order) {
     const nlohmann::json& nr = *new_rows[key];
@@ -264,6 +331,8 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
     if (bit == base_rows.end()) {
       cmp.added.push_back(key);
       if (nst == "fail") cmp.status_changes.push_back({case_id, backend, "", nst, status_detail(nr), true});
+      if (broken_status(nst))
+        cmp.status_changes.push_back({case_id, backend, "", nst, status_detail(nr), !options.allow_new_errors, true});
       continue;
     }
     const nlohmann::json& br = *bit->second;
@@ -273,6 +342,10 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
       StatusChange sc{case_id, backend, bst, nst, status_detail(nr), false};
       // Only "pass" is a pass: pass -> unchecked gates (correctness no longer known).
       sc.regression = (bst == "pass" && nst != "pass") || (nst == "fail" && bst != "fail");
+      if (!sc.regression && broken_status(nst) && !broken_status(bst)) {
+        sc.regression = !options.allow_new_errors;
+        sc.new_errors = true;
+      }
       cmp.status_changes.push_back(sc);
     }
     if (deterministic_of(br) == true && deterministic_of(nr) == false)
@@ -284,9 +357,12 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
       cmp.guards.push_back({case_id, backend, "nonfinite",
                             "outputs gained " + std::to_string(*nnf) + " non-finite element(s) (NaN/Inf) where base had none",
                             !options.allow_nonfinite});
+    bool base_timed = false, new_timed = false;
     for (const char* pass : {"fwd", "bwd", "fwd_bwd"}) {
       const nlohmann::json* bt = timing_of(br, pass);
       const nlohmann::json* nt = timing_of(nr, pass);
+      base_timed = base_timed || bt;
+      new_timed = new_timed || (bt && nt);
       if (!bt || !nt) continue;
       const std::string path = "/timing/" + std::string(pass);
       TimingStats bs = TimingStats::from_json(*bt, base_file, path);
@@ -300,6 +376,7 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
       pc.pass = pass;
       cmp.timings.push_back(pc);
     }
+    if (base_timed && !new_timed && (nst == "pass" || nst == "unchecked" || nst == "fail")) cmp.untimed.push_back(key);
   }
   return cmp;
 }
@@ -374,8 +451,13 @@ std::string Comparison::markdown() const {
   os << "| determinism / NaN-Inf guards broken | " << guards.size() << " (" << guard_gates << " gating) |\n";
   os << "| rows unchecked in new (correctness unknown) | " << unchecked.size() << " |\n";
   os << "| rows added | " << added.size() << " |\n";
-  os << "| rows missing | " << missing.size() << " |\n";
+  os << "| rows missing | " << missing.size() << (options.allow_missing ? " (allowed)" : "") << " |\n";
+  os << "| rows untimed in new | " << untimed.size() << (options.allow_no_timing ? " (allowed)" : "") << " |\n";
   os << "| **gate failures** | **" << reg << "** |\n\n";
+  if (!new_unfinished.empty())
+    os << "- **new report unfinished: " << md_cell(new_unfinished) << "**"
+       << (options.allow_unfinished ? " (allowed by --allow-unfinished)" : " (gates; --allow-unfinished)") << "\n\n";
+  if (reg > 0) os << "gate failures: " << md_cell(gate_breakdown()) << "\n\n";
 
   auto pick = [&](Verdict v) {
     std::vector<const PassComparison*> out;
@@ -392,7 +474,7 @@ std::string Comparison::markdown() const {
     os << "### Status changes\n\n| case | backend | base | new | gates | detail |\n|---|---|---|---|---|---|\n";
     for (const auto& s : status_changes)
       os << "| " << md_cell(s.case_id) << " | " << md_cell(s.backend) << " | "
-         << (s.base_status.empty() ? "(new row)" : s.base_status) << " | " << s.new_status << " | "
+         << (s.base_status.empty() ? "(new row)" : md_cell(s.base_status)) << " | " << md_cell(s.new_status) << " | "
          << (s.regression ? "**yes**" : (s.base_status == "fail" && s.new_status == "fail" ? "no (known failure)" : "no"))
          << " | " << md_cell(s.detail.substr(0, 200)) << " |\n";
     os << "\n";
@@ -422,7 +504,10 @@ std::string Comparison::markdown() const {
     }
     os << "\n";
   };
-  list(options.fail_on_missing ? "Rows missing from new (gating)" : "Rows missing from new", missing);
+  list(options.allow_missing ? "Rows missing from new (allowed by --allow-missing)" : "Rows missing from new (gating)",
+       missing);
+  list(options.allow_no_timing ? "Rows untimed in new (allowed)" : "Rows untimed in new (gating; --allow-no-timing)",
+       untimed);
   list("Rows only in new", added);
   list("Rows unchecked in new (--check off: correctness unknown, never a pass)", unchecked);
   return os.str();
@@ -438,7 +523,11 @@ nlohmann::json Comparison::to_json() const {
                   {"fail_on_ambiguous", options.fail_on_ambiguous},
                   {"fail_on_missing", options.fail_on_missing},
                   {"allow_nondeterminism", options.allow_nondeterminism},
-                  {"allow_nonfinite", options.allow_nonfinite}};
+                  {"allow_nonfinite", options.allow_nonfinite},
+                  {"allow_missing", options.allow_missing},
+                  {"allow_unfinished", options.allow_unfinished},
+                  {"allow_new_errors", options.allow_new_errors},
+                  {"allow_no_timing", options.allow_no_timing}};
   j["base_identity"] = base_identity;
   j["new_identity"] = new_identity;
   j["env_mismatch"] = env_mismatch;
@@ -477,6 +566,8 @@ nlohmann::json Comparison::to_json() const {
   j["unchecked"] = unchecked;
   j["added"] = added;
   j["missing"] = missing;
+  j["untimed"] = untimed;
+  j["new_unfinished"] = new_unfinished.empty() ? nlohmann::json(nullptr) : nlohmann::json(new_unfinished);
   return j;
 }
 

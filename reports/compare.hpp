@@ -15,13 +15,25 @@
 //             not let both tests separate the runs (re-run with more samples)
 // Without raw samples on either side the U test is skipped and the interval test
 // decides alone (noted in the row).
-// Correctness: a row that passed in BASE and does not pass in NEW (fail, error,
-// oom, timeout, crashed, unsupported) is a failure; so is a row that fails the
-// correctness check in NEW and did not in BASE (NEW-only rows included). A row
+// Correctness: a row's status is derived from its check data, not taken from its
+// status string: a "pass" whose check holds a failing tensor (or check.pass
+// false) is read as "fail", one whose check checked nothing (no check, no
+// tensors, zero elements checked, mode off) as "unchecked". A row that passed in
+// BASE and does not pass in NEW (fail, error, oom, timeout, crashed, unsupported)
+// is a failure; so is a row that fails the correctness check in NEW and did not
+// in BASE (NEW-only rows included). A row
 // failing in both is listed as a known failure and does not gate. Rows only in
 // one report are listed. An `unchecked` row (--check off; also a "pass" row whose
 // check.mode is "off", as older reports wrote it) has unknown correctness: never
 // a pass, so pass -> unchecked gates; unchecked rows in NEW are counted and listed.
+// Gates by default (each allowed by its option):
+//   missing           a BASE row absent from NEW (--allow-missing);
+//   unfinished        NEW has no "finished" time or is marked "interrupted"
+//                     (--allow-unfinished);
+//   new errors        a NEW row crashed / error / timeout / oom where BASE's was
+//                     none of these, NEW-only rows included (--allow-new-errors);
+//   untimed           a NEW row that ran (pass, unchecked, fail) without any of
+//                     the timed passes BASE's row has (--allow-no-timing).
 // Guards beyond speed (each gates unless its option allows it):
 //   nondeterministic  extra.deterministic true in BASE and false in NEW
 //                     (--allow-nondeterminism);
@@ -67,7 +79,11 @@ struct CompareOptions {
   double alpha = 0.05;              ///< significance level of the U test (two-sided)
   bool allow_env_mismatch = false;  ///< compare runs of different GPUs / drivers
   bool fail_on_ambiguous = false;   ///< count AMBIGUOUS as a regression
-  bool fail_on_missing = false;     ///< count rows missing from NEW as a regression
+  bool fail_on_missing = false;     ///< kept for old command lines: missing rows gate by default now
+  bool allow_missing = false;       ///< do not gate on rows of BASE missing from NEW
+  bool allow_unfinished = false;    ///< do not gate on a NEW report that did not finish
+  bool allow_new_errors = false;    ///< do not gate on rows that became crashed / error / timeout / oom
+  bool allow_no_timing = false;     ///< do not gate on NEW rows without the timings BASE's rows have
   bool allow_nondeterminism = false;  ///< do not gate on deterministic -> nondeterministic
   bool allow_nonfinite = false;       ///< do not gate on outputs gaining NaN/Inf
 };
@@ -96,6 +112,7 @@ struct StatusChange {
   std::string new_status;
   std::string detail;       ///< NEW's reason / message, or the worst error ratio
   bool regression = false;
+  bool new_errors = false;  ///< gates as a row newly crashed / error / timeout / oom (--allow-new-errors)
 };
 
 /// A guard beyond speed that NEW broke (see the rule above).
@@ -118,12 +135,19 @@ struct Comparison {
   std::vector<std::string> unchecked;  ///< "case_id|backend" unchecked in NEW (correctness unknown)
   std::vector<std::string> added;    ///< "case_id|backend" only in NEW
   std::vector<std::string> missing;  ///< "case_id|backend" only in BASE
+  std::vector<std::string> untimed;  ///< "case_id|backend" that ran in NEW without BASE's timed passes
+  std::string new_unfinished;        ///< why NEW is not a finished run ("" when it is)
   int64_t rows_compared = 0;
 
   int64_t count(Verdict v) const;
-  /// Regressions: SLOWER timings, failing status changes, guard failures not
-  /// allowed by an option (and AMBIGUOUS / missing rows when the options say so).
+  /// Regressions: SLOWER timings, failing status changes, guard failures,
+  /// missing rows, an unfinished NEW and untimed rows, each unless its option
+  /// allows it (and AMBIGUOUS timings with --fail-on-ambiguous).
   int64_t regressions() const;
+  /// The gate failures by kind, each with the option that would allow it:
+  /// "2 missing from NEW (--allow-missing), NEW unfinished (--allow-unfinished)";
+  /// "" when none.
+  std::string gate_breakdown() const;
   /// 0 when nothing regressed, 1 otherwise (docs/semantics.md section 12).
   int exit_code() const { return regressions() > 0 ? 1 : 0; }
   /// Markdown summary for CI logs: verdict line, counts, regressions first, then

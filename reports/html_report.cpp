@@ -1,6 +1,7 @@
 // The HTML report: see html_report.hpp. The page skeleton, CSS and the small
 // script that draws the charts are in html_template.cpp.
 #include "reports/html_report.hpp"
+#include "reports/summary.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -295,6 +296,7 @@ nlohmann::json derive_rows(const json& report, const std::string& baseline) {
     std::string note = str(r, "reason");
     if (note.empty()) note = str(r, "message");
     if (note.empty()) note = str(check, "failure_detail");
+    if (const std::string det = determinism_note(r); !det.empty()) note = note.empty() ? det : note + "; " + det;
     d["note"] = note;
     // fail rows: "fully_masked_rows" (numerics fine, convention differs) or "numerics".
     d["failure_class"] = str(check, "failure_class");

@@ -143,6 +143,13 @@ void drop_torn_tail(const std::string& path, const JournalContents& j) {
     throw std::runtime_error("cannot cut the torn last line off " + path + ": " + errno_text());
 }
 
+void rewrite_journal(const std::string& path, const JournalContents& j) {
+  std::string text = dump_line({{"attnbench_journal", kJournalVersion}, {"identity", j.identity}, {"header", j.header}}) + "\n";
+  for (const auto& t : j.resumed) text += dump_line({{"resumed", t}}) + "\n";
+  for (const auto& r : j.rows) text += dump_line({{"row", r}}) + "\n";
+  write_file_atomic(path, text);
+}
+
 nlohmann::json report_from_journal(const JournalContents& j) {
   nlohmann::json doc = j.header;
   if (!doc.is_object()) doc = nlohmann::json::object();

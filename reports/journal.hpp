@@ -43,6 +43,13 @@ JournalContents read_journal(const std::string& path);
 /// Throws std::runtime_error naming the file.
 void drop_torn_tail(const std::string& path, const JournalContents& j);
 
+/// Replace the journal at `path` atomically (write_file_atomic) with the first
+/// line {identity, header of `j`}, one {"resumed"} line per `j.resumed` and one
+/// {"row"} line per `j.rows`: what --resume keeps after dropping rows that do not
+/// belong to the run, and the per-shard journals --gpus --resume hands out.
+/// Throws std::runtime_error naming the file.
+void rewrite_journal(const std::string& path, const JournalContents& j);
+
 /// The report document a journal describes: header + "results" = rows (what
 /// report.json would hold). `finished` stays as the header has it.
 nlohmann::json report_from_journal(const JournalContents& j);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "harness/model/printable.hpp"
+
 namespace attnbench {
 namespace {
 
@@ -72,7 +74,24 @@ CaseWinner pick_winner(const std::string& id, const std::vector<const nlohmann::
   return w;
 }
 
+/// printable() of a report string, cut to `max` characters (a name can be long).
+std::string shown(const std::string& s, size_t max = 200) {
+  std::string p = printable(s);
+  if (p.size() > max) p = p.substr(0, max - 3) + "...";
+  return p;
+}
+
 }  // namespace
+
+std::string determinism_note(const nlohmann::json& row) {
+  const auto ex = row.find("extra");
+  if (ex == row.end() || !ex->is_object()) return "";
+  const auto d = ex->find("deterministic"), e = ex->find("expected_deterministic");
+  if (d == ex->end() || e == ex->end() || !d->is_boolean() || !e->is_boolean()) return "";
+  if (e->get<bool>() && !d->get<bool>())
+    return "NOT DETERMINISTIC: the backend claims bitwise determinism but two runs differed";
+  return "";
+}
 
 ReportSummary summarize_report(const nlohmann::json& report) {
   const auto res = report.find("results");
@@ -93,6 +112,7 @@ ReportSummary summarize_report(const nlohmann::json& report) {
     else if (status == "error") ++t.error;
     else ++t.other;
     if (status == "unsupported") ++s.unsupported_reasons[backend][first_line(row.value("reason", std::string()))];
+    if (const std::string note = determinism_note(row); !note.empty()) s.determinism.push_back({id, backend, status, note});
     if (status == "pass" || status == "unsupported") continue;
     s.failures.push_back({id, backend, status,
                           status == "fail" ? fail_origin(row) : first_line(row.value("message", std::string("(no message)")))});
@@ -106,27 +126,27 @@ std::string ReportSummary::text(size_t max_failures) const {
   std::string out = "verdict: " + std::to_string(rows) + " rows, " + std::to_string(cases) + " cases, " +
                     std::to_string(backends.size()) + " backends\n";
   size_t w = 7;
-  for (const auto& [name, t] : backends) w = std::max(w, name.size());
+  for (const auto& [name, t] : backends) w = std::max(w, shown(name, 64).size());
   char line[512];
   std::snprintf(line, sizeof line, "  %-*s %6s %6s %12s %6s %6s\n", static_cast<int>(w), "backend", "pass", "fail",
                 "unsupported", "error", "other");
   out += line;
   for (const auto& [name, t] : backends) {
-    std::snprintf(line, sizeof line, "  %-*s %6lld %6lld %12lld %6lld %6lld\n", static_cast<int>(w), name.c_str(),
+    std::snprintf(line, sizeof line, "  %-*s %6lld %6lld %12lld %6lld %6lld\n", static_cast<int>(w), shown(name, 64).c_str(),
                   static_cast<long long>(t.pass), static_cast<long long>(t.fail), static_cast<long long>(t.unsupported),
                   static_cast<long long>(t.error), static_cast<long long>(t.other));
     out += line;
   }
   out += "fastest passing backend per case (median time):\n";
   for (const auto& c : winners) {
-    out += "  " + c.case_id + ": ";
+    out += "  " + shown(c.case_id) + ": ";
     if (c.backend.empty()) {
       out += "no passing row with a timing\n";
       continue;
     }
-    out += c.backend + " " + num(c.median_ms, "%.4g") + " ms (" + c.pass_name + ")";
+    out += shown(c.backend, 64) + " " + num(c.median_ms, "%.4g") + " ms (" + c.pass_name + ")";
     if (!c.runner_up.empty() && c.median_ms > 0.0)
-      out += ", " + num(c.runner_up_ms / c.median_ms, "%.2f") + "x ahead of " + c.runner_up;
+      out += ", " + num(c.runner_up_ms / c.median_ms, "%.2f") + "x ahead of " + shown(c.runner_up, 64);
     out += "\n";
   }
   if (failures.empty()) {
@@ -135,16 +155,22 @@ std::string ReportSummary::text(size_t max_failures) const {
     out += "failures (" + std::to_string(failures.size()) + "):\n";
     for (size_t i = 0; i < failures.size() && i < max_failures; ++i) {
       const auto& f = failures[i];
-      out += "  " + f.case_id + " / " + f.backend + ": " + f.status + ": " + f.where + "\n";
+      out += "  " + shown(f.case_id) + " / " + shown(f.backend, 64) + ": " + shown(f.status, 32) + ": " + shown(f.where, 400) + "\n";
     }
     if (failures.size() > max_failures)
       out += "  ... and " + std::to_string(failures.size() - max_failures) + " more (see the report)\n";
+  }
+  if (!determinism.empty()) {
+    out += "determinism mismatches (" + std::to_string(determinism.size()) + "):\n";
+    for (size_t i = 0; i < determinism.size() && i < max_failures; ++i)
+      out += "  " + shown(determinism[i].case_id) + " / " + shown(determinism[i].backend, 64) + ": " +
+             determinism[i].where + "\n";
   }
   if (!unsupported_reasons.empty()) out += "unsupported, most frequent reason per backend:\n";
   for (const auto& [backend, reasons] : unsupported_reasons) {
     const auto top = std::max_element(reasons.begin(), reasons.end(),
                                       [](const auto& a, const auto& b) { return a.second < b.second; });
-    out += "  " + backend + ": " + std::to_string(top->second) + "x " + top->first;
+    out += "  " + shown(backend, 64) + ": " + std::to_string(top->second) + "x " + shown(top->first);
     if (reasons.size() > 1) out += " (+" + std::to_string(reasons.size() - 1) + " other reasons)";
     out += "\n";
   }

@@ -39,13 +39,18 @@ struct ReportSummary {
   std::map<std::string, BackendTally> backends;  ///< by backend name
   std::vector<CaseWinner> winners;                ///< one per case, in report order
   std::vector<FailureNote> failures;              ///< fail, error, oom, timeout, crashed rows, report order
+  /// Rows whose backend claims bitwise determinism and whose two runs differed
+  /// (determinism_note()), report order; `where` holds the note.
+  std::vector<FailureNote> determinism;
   /// Per backend, each distinct `unsupported` reason (first line, at most 200
   /// characters) with its row count.
   std::map<std::string, std::map<std::string, int64_t>> unsupported_reasons;
   int64_t cases = 0, rows = 0;
   /// Plain-text rendering: a per-backend table, the fastest backend per case,
-  /// the failures (at most `max_failures`, the rest counted), then per backend
-  /// its most frequent unsupported reason (and how many other reasons it gave).
+  /// the failures (at most `max_failures`, the rest counted), the determinism
+  /// mismatches, then per backend its most frequent unsupported reason (and how
+  /// many other reasons it gave). Every name, message and reason taken from the
+  /// report is printed with control characters escaped (printable()).
   std::string text(size_t max_failures = 40) const;
 };
 
@@ -58,5 +63,11 @@ struct ReportSummary {
 /// other statuses the row's message (first line, at most 200 characters).
 /// Throws std::invalid_argument when `results` is missing or not an array.
 ReportSummary summarize_report(const nlohmann::json& report);
+
+/// The row note of a determinism mismatch: "NOT DETERMINISTIC: the backend claims
+/// bitwise determinism but two runs differed" when extra.expected_deterministic
+/// is true and extra.deterministic false; "" otherwise (shown by the run's
+/// terminal line, `attnbench summary` and the HTML report).
+std::string determinism_note(const nlohmann::json& row);
 
 }  // namespace attnbench

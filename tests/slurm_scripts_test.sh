@@ -49,4 +49,20 @@ want=$(rows "$tmp/unsharded/report.json")
 [[ $(rows "$tmp/sweep/report.json") == "$want" ]] || { echo "want: $want"; echo "got: $(rows "$tmp/sweep/report.json")"; fail "merged rows differ"; }
 [[ $(echo "$want" | grep -c " cpu pass$") == 5 ]] || fail "expected 5 passing rows, got: $want"
 grep -q "failures: none" "$tmp/sweep/summary.txt" || fail "summary.txt has no verdict"
-echo "slurm_scripts: OK: 4 shards via shard.sbatch, merge.sbatch names a missing shard (exit 1) and otherwise equals the unsharded run"
+# (3) submit.sh refuses (exit 2, before any sbatch) an OUT_DIR Slurm would read as a
+# pattern and a log folder it cannot create; a failing sbatch fails it.
+mkdir -p "$tmp/fakebin"
+printf '#!/bin/sh\necho "sbatch: error: refused" >&2\nexit 1\n' >"$tmp/fakebin/sbatch"
+chmod +x "$tmp/fakebin/sbatch"
+submit() { PATH="$tmp/fakebin:$PATH" ATTNBENCH_BIN="$bin" bash "$src/scripts/slurm/submit.sh" "$tmp/scenario.json" 2 "$1" >"$tmp/submit.log" 2>&1; }
+for bad in "$tmp/out%j" "$tmp/out\\x"; do
+  status=0; submit "$bad" || status=$?
+  [[ $status == 2 ]] || { cat "$tmp/submit.log"; fail "submit.sh with OUT_DIR $bad exited $status, expected 2"; }
+  grep -q "file-name pattern" "$tmp/submit.log" || fail "submit.sh does not say why it refused $bad"
+done
+mkdir -p "$tmp/blocked" && : >"$tmp/blocked/logs"
+status=0; submit "$tmp/blocked" || status=$?
+[[ $status == 2 ]] || { cat "$tmp/submit.log"; fail "submit.sh with an unwritable log folder exited $status, expected 2"; }
+status=0; submit "$tmp/ok" || status=$?
+[[ $status != 0 ]] || fail "submit.sh exited 0 although sbatch failed"
+echo "slurm_scripts: OK: 4 shards via shard.sbatch, merge.sbatch names a missing shard (exit 1) and otherwise equals the unsharded run; submit.sh refuses pattern OUT_DIRs and unwritable logs"

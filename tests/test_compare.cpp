@@ -242,11 +242,12 @@ TEST_CASE("a correctness flip fails; known failures and new rows are listed") {
   CHECK(added.added == std::vector<std::string>{"brand-new|naive"});
   CHECK(added.missing.size() == 1);
   CHECK(added.exit_code() == 1);
-  CompareOptions fail_missing;
-  fail_missing.fail_on_missing = true;
+  CompareOptions allow_missing;
+  allow_missing.allow_missing = true;
   n["results"].erase(n["results"].end() - 1);  // drop the failing new row
-  CHECK(compare_reports(a, n, "a", "n").exit_code() == 0);
-  CHECK(compare_reports(a, n, "a", "n", fail_missing).exit_code() == 1);
+  CHECK(compare_reports(a, n, "a", "n").exit_code() == 1);  // a missing row gates by default
+  CHECK(compare_reports(a, n, "a", "n").gate_breakdown() == "1 missing from NEW (--allow-missing)");
+  CHECK(compare_reports(a, n, "a", "n", allow_missing).exit_code() == 0);
 }
 
 TEST_CASE("runs from different GPUs or drivers are refused unless allowed") {

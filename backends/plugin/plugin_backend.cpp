@@ -104,6 +104,11 @@ namespace {
 struct Library {
   std::string path;
   const attnb_plugin* api = nullptr;
+  /// Name and description copied (and checked) once at load: a plugin that
+  /// rewrites its table later changes nothing.
+  std::string name, description;
+  int32_t device = ATTNB_DEVICE_CPU;
+  uint32_t flags = 0;
 };
 
 /// Memory on the plugin's device: host vectors, or tracked CUDA buffers.
@@ -219,7 +224,7 @@ class PluginInstance final : public BackendInstance {
   PluginInstance(std::shared_ptr<const Library> lib, const Problem& p, const ProblemData& in, size_t workspace)
       : lib_(std::move(lib)), p_(p), cp_(p) {
 #ifdef ATTNBENCH_HAVE_CUDA
-    if (lib_->api->device == ATTNB_DEVICE_CUDA) store_ = std::make_unique<CudaStorage>();
+    if (lib_->device == ATTNB_DEVICE_CUDA) store_ = std::make_unique<CudaStorage>();
 #endif
     if (!store_) store_ = std::make_unique<HostStorage>();
     const int32_t dt = c_dtype(p.dtype);
@@ -295,7 +300,7 @@ class PluginInstance final : public BackendInstance {
   void* stream() const override { return store_->stream(); }
 
  private:
-  std::string where() const { return "plugin " + std::string(lib_->api->name) + " (" + lib_->path + ")"; }
+  std::string where() const { return "plugin " + lib_->name + " (" + lib_->path + ")"; }
   [[noreturn]] void fail(const char* call, const attnb_message& err) const {
     std::string msg(err.text, strnlen(err.text, sizeof err.text));
     throw std::runtime_error(where() + ": " + call + " failed: " + (msg.empty() ? "no message given" : msg));
@@ -307,7 +312,7 @@ class PluginInstance final : public BackendInstance {
   attnb_tensor add(attnb_tensor v, std::optional<PhysicalLayout> l) {
     Slot s;
     s.view = v;
-    s.view.device = lib_->api->device;
+    s.view.device = lib_->device;
     s.view.device_index = store_->device_index();
     s.layout = std::move(l);
     s.numel = s.layout ? s.layout->numel() : v.shape[0] * (v.ndim == 3 ? v.shape[1] * v.shape[2] : 1);
@@ -361,14 +366,13 @@ class PluginInstance final : public BackendInstance {
 class PluginBackend final : public Backend {
  public:
   explicit PluginBackend(std::shared_ptr<const Library> lib) : lib_(std::move(lib)) {}
-  std::string name() const override { return lib_->api->name; }
+  std::string name() const override { return lib_->name; }
   std::string description() const override {
-    const char* d = lib_->api->description;
-    return std::string(d && *d ? d : "(no description)") + " [plugin " + lib_->path + "]";
+    return (lib_->description.empty() ? "(no description)" : lib_->description) + " [plugin " + lib_->path + "]";
   }
-  Device device() const override { return lib_->api->device == ATTNB_DEVICE_CUDA ? Device::cuda : Device::cpu; }
+  Device device() const override { return lib_->device == ATTNB_DEVICE_CUDA ? Device::cuda : Device::cpu; }
   bool available(std::string* why) const override {
-    if (lib_->api->device == ATTNB_DEVICE_CUDA && !device::cuda_device_available(why)) return false;
+    if (lib_->device == ATTNB_DEVICE_CUDA && !device::cuda_device_available(why)) return false;
     if (!lib_->api->available) return true;
     attnb_message m{};
     if (lib_->api->available(&m)) return true;
@@ -390,7 +394,7 @@ class PluginBackend final : public Backend {
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) override {
     return std::make_unique<PluginInstance>(lib_, p, inputs, workspace_bytes(p));
   }
-  bool deterministic() const override { return (lib_->api->flags & ATTNB_PLUGIN_NONDETERMINISTIC) == 0; }
+  bool deterministic() const override { return (lib_->flags & ATTNB_PLUGIN_NONDETERMINISTIC) == 0; }
 
  private:
   std::shared_ptr<const Library> lib_;
@@ -398,8 +402,20 @@ class PluginBackend final : public Backend {
 
 bool valid_name(const char* n) {
   if (!n || !*n) return false;
-  for (const char* c = n; *c; ++c)
-    if (!(std::isalnum(static_cast<unsigned char>(*c)) || *c == '_' || *c == '.' || *c == '-')) return false;
+  size_t len = 0;
+  for (const char* c = n; *c; ++c, ++len)
+    if (len >= kMaxPluginName ||
+        !(std::isalnum(static_cast<unsigned char>(*c)) || *c == '_' || *c == '.' || *c == '-'))
+      return false;
+  return true;
+}
+
+/// NULL, or at most kMaxPluginDescription bytes without control characters.
+bool valid_description(const char* d) {
+  if (!d) return true;
+  size_t len = 0;
+  for (const char* c = d; *c; ++c, ++len)
+    if (len >= kMaxPluginDescription || static_cast<unsigned char>(*c) < 0x20 || *c == 0x7f) return false;
   return true;
 }
 
@@ -413,7 +429,12 @@ void check_table(const std::string& path, const attnb_plugin* api) {
   if (api->struct_size < sizeof(attnb_plugin))
     bad("attnb_plugin.struct_size is " + std::to_string(api->struct_size) + ", expected at least " +
         std::to_string(sizeof(attnb_plugin)));
-  if (!valid_name(api->name)) bad("attnb_plugin.name must be a non-empty [A-Za-z0-9_.-]+ string");
+  if (!valid_name(api->name))
+    bad("attnb_plugin.name must be a non-empty [A-Za-z0-9_.-]+ string of at most " + std::to_string(kMaxPluginName) +
+        " characters");
+  if (!valid_description(api->description))
+    bad("attnb_plugin.description must be one line of at most " + std::to_string(kMaxPluginDescription) +
+        " bytes without control characters");
   if (api->device != ATTNB_DEVICE_CPU && api->device != ATTNB_DEVICE_CUDA)
     bad("attnb_plugin.device is " + std::to_string(api->device) + ", expected ATTNB_DEVICE_CPU or ATTNB_DEVICE_CUDA");
   const std::pair<const char*, bool> required[] = {{"supports", api->supports != nullptr},
@@ -431,7 +452,10 @@ std::string load_plugin(const std::string& path) {
   std::error_code ec;
   const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
   if (auto it = loaded.find(ec ? path : canonical); it != loaded.end()) return it->second;
-  if (!std::filesystem::exists(path)) throw InputError(path, "", "plugin file not found");
+  std::error_code ec2;
+  if (!std::filesystem::exists(path, ec2)) throw InputError(path, "", "plugin file not found");
+  if (!std::filesystem::is_regular_file(path, ec2))  // a FIFO would block dlopen forever
+    throw InputError(path, "", "plugin is not a regular file (a FIFO, folder or device?)");
   void* handle = dlopen(path.find('/') == std::string::npos ? ("./" + path).c_str() : path.c_str(),
                         RTLD_NOW | RTLD_LOCAL);
   if (!handle) throw InputError(path, "", std::string("cannot load plugin: ") + dlerror());
@@ -447,7 +471,11 @@ std::string load_plugin(const std::string& path) {
   lib->api = entry();
   try {
     check_table(path, lib->api);
-    const std::string name = lib->api->name;
+    lib->name = lib->api->name;
+    lib->description = lib->api->description ? lib->api->description : "";
+    lib->device = lib->api->device;
+    lib->flags = lib->api->flags;
+    const std::string name = lib->name;
     for (const auto& n : BackendRegistry::names())
       if (n == name)
         throw InputError(path, "", "backend name \"" + name +

@@ -7,7 +7,9 @@
 // ATTNBENCH_PLUGIN_PATH entries through the backend layer.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include <attnbench/plugin.h>
 
@@ -15,13 +17,20 @@
 
 namespace attnbench::plugin {
 
+/// Longest accepted plugin name (characters of [A-Za-z0-9_.-]).
+constexpr size_t kMaxPluginName = 64;
+/// Longest accepted plugin description (bytes, no control characters).
+constexpr size_t kMaxPluginDescription = 200;
+
 /// dlopen `path`, resolve attnbench_plugin_entry, check the table (ABI version,
 /// struct size, name, device, required functions) and register the backend
 /// under the plugin's name. Loading one canonical path twice is a no-op that
 /// returns the same name. Returns the backend name.
 /// Throws InputError naming `path` when the library cannot be opened, the entry
 /// point is missing, the ABI version differs from ATTNB_PLUGIN_ABI_VERSION, a
-/// required function is NULL, the name is empty or malformed, or a backend of
+/// required function is NULL, the name is empty, malformed or longer than
+/// kMaxPluginName, the description longer than kMaxPluginDescription or holding
+/// control characters, or a backend of
 /// that name is already registered (in-tree or by another plugin).
 std::string load_plugin(const std::string& path);
 

@@ -123,6 +123,11 @@ class Backend {
   /// True for backends whose work already runs in a process of their own (the
   /// PyTorch peers' worker): `--isolate auto` does not wrap them in another one.
   virtual bool runs_out_of_process() const { return false; }
+  /// True for a stand-in whose code may run only in an isolated child (a plugin
+  /// loaded through a probe process, docs/plugins.md): the runner calls none of
+  /// available(), supports() and prepare() in its own process but sends every
+  /// (case, backend) to a child, which loads the real backend.
+  virtual bool isolated_only() const { return false; }
   /// The run's options, called once by the runner before the first case. In-process
   /// backends are timed by the runner and ignore it (the default); backends that
   /// time themselves (out-of-process peers) use it to apply the same cold/hot

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "harness/backend/backend.hpp"
+#include "harness/run/plugin_probe.hpp"
 
 #include "harness/model/errors.hpp"
 #include "harness/model/printable.hpp"
@@ -28,7 +29,50 @@ void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths) {
                   "load a backend from a shared library (attnbench/plugin.h; repeatable; also ATTNBENCH_PLUGIN_PATH)");
 }
 
-std::vector<std::string> load_plugins(const std::vector<std::string>& paths) {
+std::string hex_encode(const std::string& s) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) out += digits[c >> 4], out += digits[c & 15];
+  return out;
+}
+
+std::string hex_decode(const std::string& s) {
+  auto val = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i + 1 < s.size(); i += 2) {
+    const int hi = val(s[i]), lo = val(s[i + 1]);
+    if (hi < 0 || lo < 0)
+      throw InputError("<environment>", "ATTNBENCH_CHILD_PLUGINS", "not a list of hex-encoded paths");
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
+namespace {
+
+/// The *.so files of folder `dir`, in name order. Throws InputError naming the
+/// folder when it cannot be read (no permission, a symlink loop).
+std::vector<std::string> plugin_folder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> in_dir;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code ec2;
+    if (it->is_regular_file(ec2) && it->path().extension() == ".so") in_dir.push_back(it->path().string());
+  }
+  if (ec) throw InputError(dir, "", "cannot read this ATTNBENCH_PLUGIN_PATH folder: " + ec.message());
+  std::sort(in_dir.begin(), in_dir.end());
+  return in_dir;
+}
+
+}  // namespace
+
+std::vector<std::string> load_plugins(const std::vector<std::string>& paths, bool in_process) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   if (const char* env = std::getenv("ATTNBENCH_PLUGIN_PATH")) {
@@ -40,20 +84,29 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& paths) {
       pos = colon + 1;
       if (entry.empty()) continue;
       std::error_code ec;
+      const auto st = fs::symlink_status(entry, ec);
+      if (!ec && fs::is_symlink(st) && !fs::exists(entry, ec) && ec)
+        throw InputError(entry, "", "cannot resolve this ATTNBENCH_PLUGIN_PATH entry: " + ec.message());
       if (fs::is_directory(entry, ec)) {
-        std::vector<std::string> in_dir;
-        for (const auto& e : fs::directory_iterator(entry))
-          if (e.is_regular_file() && e.path().extension() == ".so") in_dir.push_back(e.path().string());
-        std::sort(in_dir.begin(), in_dir.end());
+        const auto in_dir = plugin_folder(entry);
         files.insert(files.end(), in_dir.begin(), in_dir.end());
       } else {
         files.push_back(entry);  // a missing file is reported by the loader, naming it
       }
     }
   }
+  if (const char* env = std::getenv("ATTNBENCH_CHILD_PLUGINS")) {  // from the parent run: any byte in a path
+    const std::string list = env;
+    size_t pos = 0;
+    while (pos < list.size()) {
+      const size_t comma = std::min(list.find(',', pos), list.size());
+      if (comma > pos) files.push_back(hex_decode(list.substr(pos, comma - pos)));
+      pos = comma + 1;
+    }
+  }
   files.insert(files.end(), paths.begin(), paths.end());
   std::vector<std::string> names;
-  for (const auto& f : files) names.push_back(BackendRegistry::load_plugin(f));
+  for (const auto& f : files) names.push_back(in_process ? BackendRegistry::load_plugin(f) : probe_plugin(f));
   return names;
 }
 

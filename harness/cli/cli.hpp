@@ -24,9 +24,18 @@ void add_unit_command(CLI::App& app, Action& action);
 /// Add `--plugin PATH` (repeatable, docs/plugins.md) to `cmd`, collecting into `paths`.
 void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths);
 /// Load the plugins of ATTNBENCH_PLUGIN_PATH (colon-separated files, or folders
-/// whose *.so files load in name order), then `paths`; returns the backend names
-/// registered. Throws InputError naming the file on any loading error (exit 2).
-std::vector<std::string> load_plugins(const std::vector<std::string>& paths);
+/// whose *.so files load in name order), of ATTNBENCH_CHILD_PLUGINS (the hex-encoded,
+/// comma-separated absolute --plugin files a parent run hands its children: a
+/// path may hold any byte), then `paths`; returns the backend names registered.
+/// `in_process`: dlopen each here (`--isolate off`, and the isolated children);
+/// otherwise load each through a probe child and register a stand-in whose code
+/// runs only in isolated children (probe_plugin()). Throws InputError naming the
+/// file or folder on any loading error (exit 2).
+std::vector<std::string> load_plugins(const std::vector<std::string>& paths, bool in_process = false);
+/// Hex encoding (lower case, two digits a byte) of the paths in ATTNBENCH_CHILD_PLUGINS.
+std::string hex_encode(const std::string& s);
+/// Inverse of hex_encode(). Throws InputError on a character that is not a hex digit.
+std::string hex_decode(const std::string& s);
 
 /// The full command line of this process (argv joined by spaces), for reports.
 const std::string& command_line();

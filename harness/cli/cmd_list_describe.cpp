@@ -36,14 +36,25 @@ constexpr int64_t kDescribeTile = 128;
 struct PairCounts {
   int64_t useful = 0;
   int64_t executed = 0;
+  std::string error;  ///< the case could not be counted (std::bad_alloc of its BlockMask): "" when counted
   double efficiency() const { return executed > 0 ? static_cast<double>(useful) / static_cast<double>(executed) : 0.0; }
 };
 
+/// Never throws: a case that cannot be counted (its BlockMask does not fit in
+/// host memory) gets `error`, and the other cases are described.
 PairCounts count_pairs(const Problem& p) {
   PairCounts c;
-  c.useful = count_allowed_pairs(p) * p.heads_q;
-  BlockMask bm = build_block_mask(p, kDescribeTile, kDescribeTile);
-  c.executed = bm.executed_pairs_per_head(p.batch) * p.heads_q;
+  try {
+    c.useful = count_allowed_pairs(p) * p.heads_q;
+    BlockMask bm = build_block_mask(p, kDescribeTile, kDescribeTile);
+    c.executed = bm.executed_pairs_per_head(p.batch) * p.heads_q;
+  } catch (const std::bad_alloc& e) {
+    c = {};
+    c.error = std::string("cannot count its pairs: host out of memory (") + e.what() + ")";
+  } catch (const std::exception& e) {
+    c = {};
+    c.error = std::string("cannot count its pairs: ") + e.what();
+  }
   return c;
 }
 
@@ -148,9 +159,10 @@ int run_describe(const std::string& arg, std::optional<uint64_t> seed, bool as_j
       j["mask"] = describe_mask(p);
       j["score_mod"] = describe_score_mod(p.score_mod);
       j["packing"] = c.packing ? to_json(*c.packing) : nlohmann::json();
-      j["useful_pairs"] = pc.useful;
-      j["executed_pairs"] = pc.executed;
-      j["tile_efficiency"] = pc.efficiency();
+      j["useful_pairs"] = pc.error.empty() ? nlohmann::json(pc.useful) : nlohmann::json();
+      j["executed_pairs"] = pc.error.empty() ? nlohmann::json(pc.executed) : nlohmann::json();
+      j["tile_efficiency"] = pc.error.empty() ? nlohmann::json(pc.efficiency()) : nlohmann::json();
+      if (!pc.error.empty()) j["error"] = pc.error;
       j["problem"] = to_json(p, /*compact=*/true);
       out["cases"].push_back(std::move(j));
     }
@@ -174,17 +186,20 @@ int run_describe(const std::string& arg, std::optional<uint64_t> seed, bool as_j
     }
     const Problem& p = c.problem;
     PairCounts pc = count_pairs(p);
+    if (!pc.error.empty()) invalid.push_back(c.id + ": " + pc.error);
     rows.push_back({c.id, std::to_string(p.batch), std::to_string(p.heads_q) + "/" + std::to_string(p.heads_kv),
                     std::to_string(p.seq_q) + "/" + std::to_string(p.seq_k),
                     std::to_string(p.head_dim) + "/" + std::to_string(p.head_dim_v), to_string(p.dtype),
                     to_string(p.layout), describe_mask(p), describe_score_mod(p.score_mod),
                     c.packing ? fixed(c.packing->packing_ratio, 4) : "-",
-                    c.packing ? docs_per_pack_text(c.packing->docs_per_pack) : "-", std::to_string(pc.useful),
-                    std::to_string(pc.executed), pc.executed > 0 ? fixed(pc.efficiency(), 4) : "-"});
+                    c.packing ? docs_per_pack_text(c.packing->docs_per_pack) : "-",
+                    pc.error.empty() ? std::to_string(pc.useful) : "error",
+                    pc.error.empty() ? std::to_string(pc.executed) : "-",
+                    pc.executed > 0 ? fixed(pc.efficiency(), 4) : "-"});
   }
   print_table(rows);
   if (!invalid.empty()) {
-    std::printf("%zu case%s over the size budget (each becomes an error row in `run`):\n", invalid.size(),
+    std::printf("%zu case%s over the size budget or not countable (each becomes an error row in `run`):\n", invalid.size(),
                 invalid.size() == 1 ? "" : "s");
     for (const auto& m : invalid) std::printf("  %s\n", printable(m).c_str());
   }

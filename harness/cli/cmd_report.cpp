@@ -66,6 +66,7 @@ void add_compare(CLI::App& app, Action& action) {
     double alpha = 0.05;
     bool allow_env_mismatch = false, fail_on_ambiguous = false, fail_on_missing = false, quiet = false;
     bool allow_nondeterminism = false, allow_nonfinite = false;
+    bool allow_missing = false, allow_unfinished = false, allow_new_errors = false, allow_no_timing = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -79,7 +80,12 @@ void add_compare(CLI::App& app, Action& action) {
   cmd->add_option("--alpha", a->alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
   cmd->add_flag("--allow-env-mismatch", a->allow_env_mismatch, "compare runs from different GPUs / drivers");
   cmd->add_flag("--fail-on-ambiguous", a->fail_on_ambiguous, "count AMBIGUOUS timings as regressions");
-  cmd->add_flag("--fail-on-missing", a->fail_on_missing, "count rows missing from NEW as regressions");
+  cmd->add_flag("--fail-on-missing", a->fail_on_missing, "(the default now; kept for old command lines)");
+  cmd->add_flag("--allow-missing", a->allow_missing, "do not gate on rows of BASE missing from NEW");
+  cmd->add_flag("--allow-unfinished", a->allow_unfinished, "do not gate on a NEW report that did not finish");
+  cmd->add_flag("--allow-new-errors", a->allow_new_errors,
+                "do not gate on rows that became crashed, error, timeout or oom (NEW-only rows included)");
+  cmd->add_flag("--allow-no-timing", a->allow_no_timing, "do not gate on NEW rows without BASE's timings");
   cmd->add_flag("--allow-nondeterminism", a->allow_nondeterminism,
                 "do not gate on a row that was bitwise deterministic in BASE and is not in NEW");
   cmd->add_flag("--allow-nonfinite", a->allow_nonfinite, "do not gate on a row whose outputs gain NaN/Inf");
@@ -96,17 +102,23 @@ void add_compare(CLI::App& app, Action& action) {
       o.fail_on_missing = a->fail_on_missing;
       o.allow_nondeterminism = a->allow_nondeterminism;
       o.allow_nonfinite = a->allow_nonfinite;
+      o.allow_missing = a->allow_missing;
+      o.allow_unfinished = a->allow_unfinished;
+      o.allow_new_errors = a->allow_new_errors;
+      o.allow_no_timing = a->allow_no_timing;
       nlohmann::json base = load_report(a->base);
       nlohmann::json neu = load_report(a->neu);
       Comparison c = compare_reports(base, neu, a->base, a->neu, o);
       const std::string md = c.markdown();
       if (!a->quiet) std::fputs(md.c_str(), stdout);
       if (!a->markdown.empty()) write_text(a->markdown, md);
-      if (!a->json_out.empty()) write_text(a->json_out, c.to_json().dump(1) + "\n");
+      if (!a->json_out.empty())  // file names need not be UTF-8
+        write_text(a->json_out, c.to_json().dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
       std::fprintf(stderr, "attnbench compare: %lld gate failure(s); %lld SLOWER, %lld FASTER, %lld AMBIGUOUS, %lld SAME\n",
                    static_cast<long long>(c.regressions()), static_cast<long long>(c.count(Verdict::slower)),
                    static_cast<long long>(c.count(Verdict::faster)), static_cast<long long>(c.count(Verdict::ambiguous)),
                    static_cast<long long>(c.count(Verdict::same)));
+      if (c.regressions() > 0) std::fprintf(stderr, "attnbench compare: gate failures: %s\n", c.gate_breakdown().c_str());
       return c.exit_code();
     };
   });

@@ -7,6 +7,7 @@
 #include "harness/cli/cli.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/run/multi_gpu.hpp"
+#include "harness/run/plugin_probe.hpp"
 #include "harness/run/process.hpp"
 #include "harness/model/printable.hpp"
 #include "harness/run/runner.hpp"
@@ -41,15 +42,16 @@ std::vector<std::string> shard_child_args() {
 
 }  // namespace
 
-/// Put the --plugin files (absolute) in front of ATTNBENCH_PLUGIN_PATH, so that the
-/// child processes of --isolate and --gpus, which inherit the environment, load
-/// the same plugins.
+/// Hand the --plugin files (absolute) to the child processes of --isolate, --gpus
+/// and the plugin probe, which inherit the environment, in ATTNBENCH_CHILD_PLUGINS
+/// (hex-encoded, comma-separated: a path may hold ':' or any other byte).
 void export_plugin_path(const std::vector<std::string>& plugins) {
   if (plugins.empty()) return;
   std::string list;
-  for (const std::string& p : plugins) list += std::filesystem::absolute(p).string() + ":";
-  if (const char* env = std::getenv("ATTNBENCH_PLUGIN_PATH")) list += env;
-  ::setenv("ATTNBENCH_PLUGIN_PATH", list.c_str(), 1);
+  if (const char* env = std::getenv("ATTNBENCH_CHILD_PLUGINS")) list = env;
+  for (const std::string& p : plugins)
+    list += (list.empty() ? "" : ",") + hex_encode(std::filesystem::absolute(p).string());
+  ::setenv("ATTNBENCH_CHILD_PLUGINS", list.c_str(), 1);
 }
 
 void add_unit_command(CLI::App& app, Action& action) {
@@ -60,10 +62,16 @@ void add_unit_command(CLI::App& app, Action& action) {
   cmd->add_option("result", *res)->required();
   cmd->callback([req, res, &action] {
     action = [req, res] {
-      load_plugins({});  // the parent passed its --plugin files on in ATTNBENCH_PLUGIN_PATH
+      load_plugins({}, /*in_process=*/true);  // the parent passed its --plugin files on in ATTNBENCH_CHILD_PLUGINS
       return run_unit_main(*req, *res);
     };
   });
+  auto* probe = app.add_subcommand("__plugin-probe", "");  // hidden: load one plugin for the parent (plugin_probe.hpp)
+  probe->group("");
+  auto lib = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  probe->add_option("library", *lib)->required();
+  probe->add_option("result", *out)->required();
+  probe->callback([lib, out, &action] { action = [lib, out] { return plugin_probe_main(*lib, *out); }; });
 }
 
 void add_run_command(CLI::App& app, Action& action) {
@@ -119,7 +127,8 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->callback([args, cmd, &action] {
     const bool max_seconds_given = cmd->count("--max-seconds") > 0;
     action = [args, max_seconds_given]() -> int {
-      load_plugins(args->plugins);
+      // Plugins run in isolated children unless --isolate off asks for this process.
+      load_plugins(args->plugins, parse_isolate(args->isolate) == RunOptions::Isolate::off);
       export_plugin_path(args->plugins);
       RunOptions o;
       std::string list = args->backends;

@@ -15,6 +15,7 @@ enum ExitCode : int {
   kExitFailure = 1,     ///< correctness failure or gated regression
   kExitBadInput = 2,    ///< bad input or usage
   kExitInternal = 3,    ///< internal error
+  kExitUnexpectedExit = 4,  ///< `run`: backend or plugin code called exit() in the middle of the run
 };
 
 /// Bad user input. The message always names the file, the JSON path (RFC 6901

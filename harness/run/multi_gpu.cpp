@@ -17,8 +17,10 @@
 #include "harness/device/device.hpp"
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/model/printable.hpp"
 #include "harness/run/process.hpp"
 #include "harness/run/progress.hpp"
+#include "harness/run/runner.hpp"
 #include "reports/journal.hpp"
 #include "reports/report.hpp"
 
@@ -99,6 +101,78 @@ void add_failure_rows(const Scenario& scenario, const RunOptions& opts, const st
       r.extra = {{"shard", {{"index", s.index}, {"gpu", s.gpu}}}};
       rows.push_back(r.to_json());
     }
+  }
+}
+
+/// Create folder `path` (and its parents); a file in the way is bad input naming it.
+void make_dir(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec || !std::filesystem::is_directory(path, ec))
+    throw InputError(path, "", "cannot create this folder of the output: " +
+                                   (ec ? ec.message() : std::string("a file is in the way")));
+}
+
+/// --gpus --resume with any device list or count: read every shard journal under
+/// DIR/shards/ (their identity must be this run's, shard and device aside: another
+/// seed or option is exit 2), keep each (case, backend) row once if it belongs to
+/// this run (rows_of_this_run), and hand each new shard a journal holding exactly
+/// the rows of its cases, so that its --resume runs only the rest. Folders of GPUs
+/// no longer in the list are removed once their rows are handed on.
+void redistribute_for_resume(const Scenario& scenario, const RunOptions& opts, const std::vector<std::string>& names,
+                             const std::filesystem::path& dir, std::vector<Shard>& shards) {
+  namespace fs = std::filesystem;
+  const int n = static_cast<int>(shards.size());
+  std::vector<nlohmann::json> rows;
+  std::vector<fs::path> old_dirs;
+  nlohmann::json header, started;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir / "shards", ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path jp = it->path() / "journal.jsonl";
+    if (!it->is_directory() || it->path().filename().string().rfind("gpu", 0) != 0) continue;
+    old_dirs.push_back(it->path());
+    if (!fs::exists(jp)) continue;
+    if (!is_regular_file_path(jp.string())) throw InputError(jp.string(), "", "the journal is not a regular file");
+    JournalContents j;
+    try {
+      j = read_journal(jp.string());
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "attnbench: warning: --resume: %s; its rows are run again\n", printable(e.what()).c_str());
+      continue;
+    }
+    RunOptions so = opts;
+    so.device = 0;
+    so.shard_index = 0;
+    so.shard_count = n;
+    check_resume_identity(j.identity, resume_identity(scenario, so, names), jp.string(), {"shard"});
+    if (header.is_null()) header = j.header;
+    rows.insert(rows.end(), j.rows.begin(), j.rows.end());
+  }
+  if (ec) throw InputError((dir / "shards").string(), "", "cannot read the shard folders: " + ec.message());
+  if (header.is_null()) return;  // nothing to resume
+  RunOptions all = opts;
+  all.shard_index = 0;
+  all.shard_count = 1;
+  rows = rows_of_this_run(scenario, all, names, rows, header, (dir / "shards").string());
+  std::map<std::string, size_t> case_index;
+  for (size_t i = 0; i < scenario.cases.size(); ++i) case_index[scenario.cases[i].id] = i;
+  for (auto& s : shards) {
+    RunOptions so = opts;
+    so.device = 0;
+    so.shard_index = s.index;
+    so.shard_count = n;
+    JournalContents j;
+    j.identity = resume_identity(scenario, so, names);
+    j.header = header;
+    j.header["shard"] = std::to_string(s.index) + "/" + std::to_string(n);
+    for (const auto& r : rows)
+      if (static_cast<int>(case_index[r.value("case_id", "")] % static_cast<size_t>(n)) == s.index) j.rows.push_back(r);
+    rewrite_journal((s.dir / "journal.jsonl").string(), j);
+  }
+  for (const auto& d : old_dirs) {
+    bool kept = false;
+    for (const auto& s : shards) kept = kept || fs::equivalent(d, s.dir, ec);
+    if (!kept) fs::remove_all(d, ec);
   }
 }
 
@@ -191,9 +265,7 @@ RunSummary run_on_gpus(const Scenario& scenario, const RunOptions& opts, const s
     throw InputError("<command line>", "--shard", "--gpus makes the shards itself; drop --shard");
   const std::vector<std::string> names = validate_run(scenario, opts);
   const std::filesystem::path dir(opts.out_dir);
-  std::error_code ec;
-  std::filesystem::create_directories(dir / "shards", ec);
-  if (ec) throw InputError(opts.out_dir, "", "cannot create the output directory: " + ec.message());
+  make_dir((dir / "shards").string());
   OutDirLock lock(opts.out_dir);
   const int n = static_cast<int>(gpus.size());
   std::vector<Shard> shards(gpus.size());
@@ -202,12 +274,13 @@ RunSummary run_on_gpus(const Scenario& scenario, const RunOptions& opts, const s
     s.gpu = gpus[static_cast<size_t>(k)];
     s.index = k;
     s.dir = dir / "shards" / ("gpu" + std::to_string(s.gpu));
-    std::filesystem::create_directories(s.dir);
+    make_dir(s.dir.string());
     RunOptions so = opts;
     so.shard_index = k;
     so.shard_count = n;
     s.expected = static_cast<int64_t>(selected_cases(scenario, so).size() * names.size());
   }
+  if (opts.resume) redistribute_for_resume(scenario, opts, names, dir, shards);
   run_shards(shards, child_args);
 
   // Merge: every shard's journal (always current, even after a crash), then
@@ -223,11 +296,12 @@ RunSummary run_on_gpus(const Scenario& scenario, const RunOptions& opts, const s
         for (const auto& r : j.rows) have.insert(row_key(r));
         docs.emplace_back(jp, report_from_journal(j));
       } catch (const InputError& e) {
-        std::fprintf(stderr, "attnbench: shard %d: %s\n", s.index, e.what());
+        std::fprintf(stderr, "attnbench: shard %d: %s\n", s.index, printable(e.what()).c_str());
       }
     }
-    const bool clean = s.status && s.status->exited && s.status->exit_code <= 1;
-    if (!clean && !stop_signal()) add_failure_rows(scenario, opts, names, s, n, have, failure_rows);
+    // A shard that ended without all its rows (whatever its exit code) gets rows saying so.
+    if (static_cast<int64_t>(have.size()) < s.expected && !stop_signal())
+      add_failure_rows(scenario, opts, names, s, n, have, failure_rows);
     shard_info.push_back({{"index", s.index}, {"gpu", s.gpu}, {"dir", s.dir.string()}, {"rows", have.size()},
                           {"ended", s.status ? describe(*s.status) : "did not start"}});
   }
@@ -247,6 +321,13 @@ RunSummary run_on_gpus(const Scenario& scenario, const RunOptions& opts, const s
   for (size_t i = 0; i < scenario.cases.size(); ++i) case_pos[scenario.cases[i].id] = i;
   for (size_t i = 0; i < names.size(); ++i) backend_pos[names[i]] = i;
   auto& rows = merged["results"];
+  {  // one row per (case, backend), whatever the shards' journals held
+    std::set<std::string> keys;
+    nlohmann::json unique = nlohmann::json::array();
+    for (auto& r : rows)
+      if (keys.insert(row_key(r)).second) unique.push_back(std::move(r));
+    rows = std::move(unique);
+  }
   std::stable_sort(rows.begin(), rows.end(), [&](const nlohmann::json& a, const nlohmann::json& b) {
     return std::make_pair(case_pos[a.value("case_id", "")], backend_pos[a.value("backend", "")]) <
            std::make_pair(case_pos[b.value("case_id", "")], backend_pos[b.value("backend", "")]);

@@ -3,10 +3,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -92,9 +94,23 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     if (!overridden) envs.push_back(kv);
   }
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  // The parent handshake of follow_parent(): the read end of a pipe whose only
+  // write end this process holds, at fd kParentFd, named with its inode in
+  // ATTNBENCH_PARENT (a stale copy of the variable names no such pipe).
+  int fds[2] = {-1, -1};
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  if (fds[0] == kParentFd) {  // dup2 onto itself would keep FD_CLOEXEC
+    const int moved = ::fcntl(fds[0], F_DUPFD_CLOEXEC, kParentFd + 1);
+    ::close(fds[0]);
+    fds[0] = moved;
+  }
+  parent_pipe_ = fds[1];
+  struct stat pst{};
+  ::fstat(fds[0], &pst);
   for (auto it = envs.begin(); it != envs.end();)
-    it = it->rfind("ATTNBENCH_PARENT_PID=", 0) == 0 ? envs.erase(it) : it + 1;
-  envs.push_back("ATTNBENCH_PARENT_PID=" + std::to_string(::getpid()));  // for follow_parent()
+    it = it->rfind("ATTNBENCH_PARENT_PID=", 0) == 0 || it->rfind("ATTNBENCH_PARENT=", 0) == 0 ? envs.erase(it) : it + 1;
+  envs.push_back("ATTNBENCH_PARENT=" + std::to_string(::getpid()) + ":" + std::to_string(kParentFd) + ":" +
+                 std::to_string(static_cast<unsigned long long>(pst.st_ino)));
   std::vector<char*> av, ev;
   for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
   av.push_back(nullptr);
@@ -106,6 +122,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[0], kParentFd);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, stdout_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
   posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, stderr_path.c_str(),
@@ -124,6 +141,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   const int rc = posix_spawn(&pid_, av[0], &fa, &attr, av.data(), ev.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
+  ::close(fds[0]);
   if (rc != 0) throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(rc));
 #ifdef SYS_pidfd_open
   pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
@@ -133,6 +151,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
 ChildProcess::~ChildProcess() {
   if (!done_) (void)kill_group(0.5);
   if (pidfd_ >= 0) ::close(pidfd_);
+  if (parent_pipe_ >= 0) ::close(parent_pipe_);
 }
 
 std::optional<ChildStatus> ChildProcess::poll() {
@@ -199,11 +218,28 @@ ChildStatus wait_child(ChildProcess& c, double timeout_s, const std::function<bo
 }
 
 void follow_parent(int sig) {
-  const char* v = std::getenv("ATTNBENCH_PARENT_PID");
+  const char* v = std::getenv("ATTNBENCH_PARENT");
+  ::unsetenv("ATTNBENCH_PARENT_PID");  // the old, forgeable form: never followed
   if (!v || !*v) return;
-  const long parent = std::strtol(v, nullptr, 10);
+  unsigned long long pid = 0, fd = 0, ino = 0;
+  const bool parsed = std::sscanf(v, "%llu:%llu:%llu", &pid, &fd, &ino) == 3;
+  struct stat st{};
+  // Genuine only when the named fd is the pipe of that inode: a stale variable
+  // (inherited from a run long gone, or set by hand) names no such pipe.
+  const bool genuine = parsed && fd == static_cast<unsigned long long>(kParentFd) &&
+                       ::fstat(kParentFd, &st) == 0 && S_ISFIFO(st.st_mode) &&
+                       static_cast<unsigned long long>(st.st_ino) == ino;
+  ::unsetenv("ATTNBENCH_PARENT");  // not for this process's own children
+  if (!genuine) return;
+  ::fcntl(kParentFd, F_SETFD, FD_CLOEXEC);
   ::prctl(PR_SET_PDEATHSIG, sig);
-  if (parent > 0 && ::getppid() != static_cast<pid_t>(parent)) std::raise(sig);  // died before prctl
+  struct pollfd p{kParentFd, POLLIN, 0};
+  if (::poll(&p, 1, 0) == 1 && (p.revents & POLLHUP)) std::raise(sig);  // the parent died before prctl
+}
+
+bool is_regular_file_path(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 std::string self_executable() {
@@ -242,10 +278,42 @@ void install_stop_handlers() {
 int stop_signal() { return g_stop_signal; }
 void clear_stop_signal() { g_stop_signal = 0; }
 
+namespace {
+
+/// The fds of the --out locks this process holds. A child made by fork()
+/// without exec (plugin code, a library) closes them at once (pthread_atfork),
+/// so it never keeps DIR locked after this run ends; exec'd children never get
+/// them (O_CLOEXEC).
+int g_lock_fds[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+
+extern "C" void close_locks_in_forked_child() {
+  for (int& fd : g_lock_fds)
+    if (fd >= 0) ::close(fd), fd = -1;
+}
+
+void remember_lock_fd(int fd, bool add) {
+  static const bool registered = ::pthread_atfork(nullptr, nullptr, close_locks_in_forked_child) == 0;
+  (void)registered;
+  for (int& slot : g_lock_fds)
+    if (add ? slot < 0 : slot == fd) {
+      slot = add ? fd : -1;
+      return;
+    }
+}
+
+}  // namespace
+
 OutDirLock::OutDirLock(const std::string& dir) {
   const std::string path = dir + "/.attnbench.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  // O_NONBLOCK: a FIFO planted there never blocks the open; it is refused below.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
   if (fd_ < 0) throw InputError(dir, "", "cannot create the lock file " + path + ": " + std::strerror(errno));
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw InputError(path, "", "the lock file is not a regular file (a FIFO, socket or device?); remove it");
+  }
   char buf[32] = {0};
   const ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
   const long holder = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
@@ -258,6 +326,7 @@ OutDirLock::OutDirLock(const std::string& dir) {
   if (holder > 0 && holder != ::getpid())
     std::fprintf(stderr, "attnbench: warning: taking over the stale lock %s of pid %ld, which is no longer running\n",
                  path.c_str(), holder);
+  remember_lock_fd(fd_, true);
   const std::string me = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
     throw std::runtime_error("cannot write lock file " + path + ": " + std::strerror(errno));
@@ -265,6 +334,7 @@ OutDirLock::OutDirLock(const std::string& dir) {
 
 OutDirLock::~OutDirLock() {
   if (fd_ < 0) return;
+  remember_lock_fd(fd_, false);
   (void)::ftruncate(fd_, 0);  // released: no pid left behind
   ::close(fd_);
 }

@@ -55,6 +55,7 @@ class ChildProcess {
  private:
   pid_t pid_ = -1;
   int pidfd_ = -1;
+  int parent_pipe_ = -1;  ///< write end of the parent handshake (follow_parent())
   double t0_ = 0;
   std::optional<ChildStatus> done_;
 };
@@ -63,11 +64,23 @@ class ChildProcess {
 /// (timed_out) or when `stop()` turns true (stopped).
 ChildStatus wait_child(ChildProcess& c, double timeout_s, const std::function<bool()>& stop, double grace_s = 2.0);
 
-/// In a child started by ChildProcess (which sets ATTNBENCH_PARENT_PID): ask the
-/// kernel to send `sig` to this process when that parent dies (PR_SET_PDEATHSIG),
-/// so a parent killed with -9 leaves no orphan holding a GPU or hanging forever;
-/// if the parent is already gone, raise `sig` now. No-op outside such a child.
+/// The fd at which a child started by ChildProcess finds the read end of its
+/// parent's handshake pipe.
+constexpr int kParentFd = 3;
+
+/// In a child started by ChildProcess (ATTNBENCH_PARENT = "pid:fd:inode" naming
+/// the handshake pipe at kParentFd, whose only write end the parent holds): ask
+/// the kernel to send `sig` to this process when that parent dies
+/// (PR_SET_PDEATHSIG), so a parent killed with -9 leaves no orphan holding a GPU
+/// or hanging forever; if the parent is already gone (the pipe hung up), raise
+/// `sig` now. A variable that names no such pipe (stale, inherited from
+/// elsewhere, or the old ATTNBENCH_PARENT_PID) is ignored: no-op outside such a
+/// child. Removes the variables from this process's environment.
 void follow_parent(int sig);
+
+/// Whether `path` names a regular file (following symlinks); false for FIFOs,
+/// sockets, devices, folders and missing files. Never blocks (stat only).
+bool is_regular_file_path(const std::string& path);
 
 /// The running attnbench binary (/proc/self/exe). Throws std::runtime_error.
 std::string self_executable();

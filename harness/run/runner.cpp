@@ -10,7 +10,11 @@
 #include <regex>
 #include <set>
 #include <new>
+#include <fstream>
+#include <unordered_map>
 #include <unordered_set>
+
+#include <unistd.h>
 
 #include "harness/backend/backend.hpp"
 #include "harness/model/block_mask.hpp"
@@ -22,6 +26,8 @@
 #include "reports/journal.hpp"
 #include "harness/model/printable.hpp"
 #include "reports/report.hpp"
+#include "reports/schema.hpp"
+#include "reports/summary.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/run/process.hpp"
 #include "reference/reference.hpp"
@@ -36,6 +42,7 @@ namespace attnbench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+const std::string kNotAvailable = "backend not available on this machine: ";
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
@@ -132,15 +139,40 @@ nlohmann::json trace_passes(BackendInstance& inst, bool backward) {
 
 /// The (case, backend) row before the backend runs: what the runner knows of the
 /// case (problem, packing, useful work, mask picture).
-ReportRow skeleton_row(const Case& c, const Backend& b, int64_t useful_pairs) {
+ReportRow skeleton_row(const Case& c, const Backend& b, int64_t useful_pairs, const nlohmann::json& thumbnail) {
   ReportRow row;
   row.case_id = c.id;
   row.backend = b.name();
   row.problem = to_json(c.problem, true);
   row.packing = packing_json(c.packing);
   row.work = count_work(c.problem, useful_pairs, 0);
-  row.mask_thumbnail = mask_thumbnail_for(c.problem);
+  row.mask_thumbnail = thumbnail;
   return row;
+}
+
+/// What every row of a case shares and the runner computes before the backends
+/// run: the exact pair count and the mask thumbnail. Inside the per-row guard:
+/// a case that cannot be built (std::bad_alloc of a BlockMask, an overflow)
+/// gives `error` (or `oom`) rows with the message, and the sweep goes on.
+struct CaseShared {
+  int64_t useful_pairs = 0;
+  nlohmann::json thumbnail;
+  std::string error;   ///< "" when built
+  bool oom = false;
+};
+
+CaseShared build_case_shared(const Problem& p) {
+  CaseShared cs;
+  try {
+    cs.useful_pairs = count_allowed_pairs(p) * p.heads_q;
+    cs.thumbnail = mask_thumbnail_for(p);
+  } catch (const std::bad_alloc& e) {
+    cs.oom = true;
+    cs.error = std::string("host out of memory building the case (pair count, BlockMask thumbnail): ") + e.what();
+  } catch (const std::exception& e) {
+    cs.error = std::string("cannot build the case (pair count, BlockMask thumbnail): ") + e.what();
+  }
+  return cs;
 }
 
 /// What a case's units share in one process: inputs and the reference, both lazy.
@@ -279,14 +311,15 @@ RunOptions options_from_json(const nlohmann::json& j) {
 /// or a crashed / timeout / error row made here from how the child ended. Returns
 /// false (and no row) when this run was asked to stop while the child ran.
 bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& opts, const std::filesystem::path& dir,
-                  int64_t unit_no, ReportRow& row) {
+                  int64_t unit_no, ReportRow& row, bool check_support = false) {
   const std::string base = (dir / ("unit-" + std::to_string(unit_no))).string();
   const std::string req = base + ".request.json", res = base + ".row.json", out = base + ".stdout",
                     err = base + ".stderr";
   std::filesystem::remove(res);
   write_json_atomic(req, {{"problem", to_json(c.problem, false)},
                           {"row", skeleton.to_json()},
-                          {"options", options_json(opts)}},
+                          {"options", options_json(opts)},
+                          {"check_support", check_support}},
                     /*sync=*/false);  // transient: read back by the child at once
   const std::string exe = opts.executable.empty() ? self_executable() : opts.executable;
   ChildStatus st;
@@ -396,9 +429,11 @@ nlohmann::json run_identity(const Scenario& s, const RunOptions& o, const std::v
           {"device", o.device}};
 }
 
-void require_same_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal) {
+void require_same_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal,
+                           const std::set<std::string>& ignore = {}) {
   std::string diff;
   for (const auto& [k, v] : now.items()) {
+    if (ignore.count(k)) continue;
     nlohmann::json old = was.contains(k) ? was[k] : nlohmann::json(nullptr);
     // journals written before the path was normalised hold it as typed
     if (k == "scenario_file" && old.is_string()) old = canonical_file(old.get<std::string>());
@@ -421,26 +456,72 @@ void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, Ru
   summary.add(to_string(row.status));
   if (row.status == RowStatus::fail && row.check && row.check->failure_class == "fully_masked_rows")
     ++summary.fail_masked_rows_only;
+  std::string text = !row.reason.empty() ? row.reason : row.message;
+  if (const std::string note = determinism_note(rj); !note.empty()) text += (text.empty() ? "" : "; ") + note;
   std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
-               printable(!row.reason.empty() ? row.reason : row.message).c_str());
+               printable(text).c_str());
 }
 
-/// A case over the total-size budget (Case::invalid): an error row per backend
-/// with the message; nothing is allocated or counted for it.
-void write_invalid_case_rows(const Case& c, const std::vector<std::unique_ptr<Backend>>& backends,
-                             const std::unordered_set<std::string>& done, JournalWriter& journal, ReportWriter& writer,
-                             RunSummary& summary) {
+/// A case that gets no backend run: over the total-size budget (Case::invalid;
+/// `problem` null, nothing allocated or counted), or whose shared parts could not
+/// be built (build_case_shared). One row per backend not yet done, with `status`
+/// and `message`.
+void write_case_rows(const Case& c, const nlohmann::json& problem, RowStatus status, const std::string& message,
+                     const std::vector<std::unique_ptr<Backend>>& backends, const std::unordered_set<std::string>& done,
+                     JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
   for (const auto& backend : backends) {
     if (done.count(c.id + "|" + backend->name())) continue;
     ReportRow row;
     row.case_id = c.id;
     row.backend = backend->name();
-    row.problem = nullptr;
-    row.status = RowStatus::error;
-    row.message = c.invalid;
+    row.problem = problem;
+    row.status = status;
+    row.message = message;
     finish_row(row, journal, writer, summary);
   }
 }
+
+/// The run in progress, for the exit handler: code that calls exit() in the
+/// middle of a run (a plugin's forward(), a library) would otherwise end it with
+/// that code and a report that looks like a partial success. The handler marks
+/// the journal and report "interrupted" with the reason and turns the exit code
+/// into kExitUnexpectedExit.
+struct ActiveRunState {
+  JournalWriter* journal = nullptr;
+  ReportWriter* writer = nullptr;
+};
+ActiveRunState g_active;
+
+extern "C" void on_exit_during_run() {
+  if (!g_active.journal) return;
+  JournalWriter* journal = g_active.journal;
+  ReportWriter* writer = g_active.writer;
+  g_active = {};
+  std::fprintf(stderr, "attnbench: error: the process exited in the middle of the run (exit() called by backend "
+                       "or plugin code); the report is marked interrupted; `--resume` completes it\n");
+  try {
+    const nlohmann::json what = {{"signal", nullptr},
+                                 {"reason", "the process exited in the middle of the run (exit() called by backend code)"},
+                                 {"time", env::utc_now_iso8601()}};
+    journal->append({{"interrupted", what}});
+    writer->set_field("interrupted", what);
+  } catch (...) {
+  }
+  std::fflush(nullptr);
+  ::_exit(kExitUnexpectedExit);
+}
+
+/// Registers the run with the exit handler for its lifetime.
+class ActiveRun {
+ public:
+  ActiveRun(JournalWriter& j, ReportWriter& w) {
+    static const bool registered = std::atexit(on_exit_during_run) == 0;
+    (void)registered;
+    g_active = {&j, &w};
+  }
+  ~ActiveRun() { release(); }
+  void release() { g_active = {}; }
+};
 
 }  // namespace
 
@@ -480,7 +561,7 @@ void RunSummary::add(const std::string& status) {
 
 int RunSummary::exit_code() const {
   if (interrupted_signal) return 128 + interrupted_signal;
-  return (fail > 0 || error > 0 || timeout > 0 || crashed > 0) ? 1 : 0;
+  return (fail > 0 || error > 0 || timeout > 0 || crashed > 0 || missing > 0) ? 1 : 0;
 }
 
 std::string RunSummary::line() const {
@@ -494,6 +575,7 @@ std::string RunSummary::line() const {
     out += " (" + std::to_string(fail_masked_rows_only) +
            " fail only on the fully-masked-row convention, numerics fine)";
   if (unchecked > 0) out += ", " + std::to_string(unchecked) + " unchecked (--check off: correctness unknown)";
+  if (missing > 0) out += "; " + std::to_string(missing) + " (case, backend) rows MISSING: the run is incomplete";
   return out;
 }
 
@@ -543,22 +625,44 @@ std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions
 
 namespace {
 
+/// Whether the journal at `path` has a complete first line (a kill while it was
+/// created can leave it empty or torn). Throws InputError for a path that is not
+/// a regular file (a FIFO would block the read forever).
+bool journal_started(const std::string& path) {
+  if (!is_regular_file_path(path)) throw InputError(path, "", "the journal is not a regular file (a FIFO, folder or device?)");
+  std::ifstream in(path, std::ios::binary);
+  std::string first;
+  return static_cast<bool>(std::getline(in, first)) && !in.eof();
+}
+
 /// The rows a run starts from: the journal's when resuming (after checking its
-/// identity), else none. Throws InputError when the journal cannot be resumed.
-std::optional<JournalContents> resume_from(const std::string& journal, const RunOptions& opts,
+/// identity; rows that do not belong to this run dropped, reported and cut from
+/// the journal), else none. An empty journal, or one whose first line is torn,
+/// starts afresh with a warning. Throws InputError when the journal cannot be resumed.
+std::optional<JournalContents> resume_from(const std::string& journal, const Scenario& scenario,
+                                           const RunOptions& opts, const std::vector<std::string>& names,
                                            const nlohmann::json& identity) {
   if (!opts.resume) return std::nullopt;
-  if (!std::filesystem::exists(journal)) {
-    std::fprintf(stderr, "attnbench: --resume: no journal at %s; starting afresh\n", journal.c_str());
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(journal, ec))) {
+    std::fprintf(stderr, "attnbench: --resume: no journal at %s; starting afresh\n", printable(journal).c_str());
+    return std::nullopt;
+  }
+  if (!journal_started(journal)) {
+    std::fprintf(stderr, "attnbench: warning: --resume: %s is empty or its first line is torn (killed while it was "
+                         "created); starting afresh\n", printable(journal).c_str());
     return std::nullopt;
   }
   JournalContents j = read_journal(journal);
   require_same_identity(j.identity, identity, journal);
   if (j.dropped_partial) {
     std::fprintf(stderr, "attnbench: --resume: dropped a torn last line of %s (a row being written when it died)\n",
-                 journal.c_str());
+                 printable(journal).c_str());
     drop_torn_tail(journal, j);
   }
+  const size_t before = j.rows.size();
+  j.rows = rows_of_this_run(scenario, opts, names, j.rows, j.header, journal);
+  if (j.rows.size() != before) rewrite_journal(journal, j);  // what is left to run is run again
   return j;
 }
 
@@ -572,6 +676,63 @@ void make_out_dir(const std::string& dir) {
 
 }  // namespace
 
+nlohmann::json resume_identity(const Scenario& scenario, const RunOptions& opts, const std::vector<std::string>& names) {
+  return run_identity(scenario, opts, names);
+}
+
+void check_resume_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal,
+                           const std::set<std::string>& ignore) {
+  require_same_identity(was, now, journal, ignore);
+}
+
+std::vector<nlohmann::json> rows_of_this_run(const Scenario& scenario, const RunOptions& opts,
+                                             const std::vector<std::string>& names,
+                                             const std::vector<nlohmann::json>& rows, const nlohmann::json& header,
+                                             const std::string& file) {
+  std::unordered_map<std::string, nlohmann::json> expected;  // case_id|backend -> the row's problem
+  for (size_t ci : selected_cases(scenario, opts)) {
+    Case c = scenario.cases[ci];
+    if (opts.seed) c.problem.seed = *opts.seed;
+    const nlohmann::json problem = c.invalid.empty() ? to_json(c.problem, true) : nlohmann::json(nullptr);
+    for (const auto& b : names) expected[c.id + "|" + b] = problem;
+  }
+  std::vector<nlohmann::json> kept;
+  std::vector<std::string> dropped;
+  std::unordered_set<std::string> seen;
+  for (const auto& r : rows) {
+    const std::string key = row_key(r);
+    const auto it = expected.find(key);
+    std::string why;
+    if (it == expected.end()) {
+      why = "its (case, backend) is not in this run";
+    } else if (!seen.insert(key).second) {
+      why = "a second row for its (case, backend)";
+    } else if (r.contains("problem") && !r["problem"].is_null() && r["problem"] != it->second) {
+      why = "its problem differs from this run's case (another seed or scenario)";
+    } else {
+      nlohmann::json doc = header.is_object() ? header : nlohmann::json::object();
+      doc["results"] = nlohmann::json::array({r});
+      try {
+        validate_report_schema(doc, file);
+      } catch (const InputError& e) {
+        if (e.json_path().rfind("/results/0", 0) == 0) why = std::string("not a valid report row: ") + e.what();
+      }
+    }
+    if (why.empty()) {
+      kept.push_back(r);
+    } else {
+      if (it != expected.end()) seen.erase(key);
+      dropped.push_back(key + ": " + why);
+    }
+  }
+  for (size_t i = 0; i < dropped.size() && i < 10; ++i)
+    std::fprintf(stderr, "attnbench: warning: --resume: dropped a row of %s: %s\n", printable(file).c_str(),
+                 printable(dropped[i]).c_str());
+  if (dropped.size() > 10)
+    std::fprintf(stderr, "attnbench: warning: --resume: ... and %zu more rows dropped\n", dropped.size() - 10);
+  return kept;
+}
+
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   // Everything that can be refused is refused before anything is touched.
   const std::vector<std::string> names = validate_run(scenario, opts);
@@ -581,7 +742,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   const std::filesystem::path dir(opts.out_dir);
   OutDirLock lock(opts.out_dir);
   const std::string journal_path = (dir / "journal.jsonl").string();
-  std::optional<JournalContents> prev = resume_from(journal_path, opts, identity);
+  std::optional<JournalContents> prev = resume_from(journal_path, scenario, opts, names, identity);
 
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& n : names) {
@@ -611,9 +772,13 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       ++summary.resumed;
     }
     prev_rows = prev->rows;
-    std::fprintf(stderr, "attnbench: --resume: %zu rows from %s\n", prev_rows.size(), journal_path.c_str());
+    std::fprintf(stderr, "attnbench: --resume: %zu rows from %s\n", prev_rows.size(), printable(journal_path).c_str());
   }
   std::unique_ptr<JournalWriter> journal_owner;
+  if (std::error_code jec; std::filesystem::exists(std::filesystem::symlink_status(journal_path, jec)) &&
+                           !std::filesystem::is_symlink(std::filesystem::symlink_status(journal_path, jec)) &&
+                           !is_regular_file_path(journal_path))  // a FIFO would block the open forever
+    throw InputError(journal_path, "", "the journal is not a regular file (a FIFO, folder or device?); remove it");
   try {
     journal_owner = std::make_unique<JournalWriter>(journal_path, !prev, identity, header);
   } catch (const std::runtime_error& e) {  // e.g. a planted symlink (O_NOFOLLOW): an output-path problem
@@ -637,6 +802,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   summary.report_path = writer.path();
   const auto run_t0 = Clock::now();
   int64_t unit_no = 0;
+  std::map<std::string, std::string> unavailable;  // isolated-only backend -> its "not available" reason
+  ActiveRun active(journal, writer);
   for (size_t k = 0; k < cases.size() && !stop_signal(); ++k) {
     Case c = scenario.cases[cases[k]];
     if (opts.seed) c.problem.seed = *opts.seed;
@@ -647,21 +814,40 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", k + 1, cases.size(), printable(c.id).c_str(),
                  ms_since(run_t0) / 1000.0);
     if (!c.invalid.empty()) {
-      write_invalid_case_rows(c, backends, done, journal, writer, summary);
+      write_case_rows(c, nullptr, RowStatus::error, c.invalid, backends, done, journal, writer, summary);
       continue;
     }
-    const int64_t useful_pairs = count_allowed_pairs(p) * p.heads_q;
+    const CaseShared shared = build_case_shared(p);
+    if (!shared.error.empty()) {
+      write_case_rows(c, to_json(c.problem, true), shared.oom ? RowStatus::oom : RowStatus::error, shared.error,
+                      backends, done, journal, writer, summary);
+      continue;
+    }
+    const int64_t useful_pairs = shared.useful_pairs;
     UnitCache cache;
     for (auto& backend : backends) {
       if (stop_signal()) break;
       if (done.count(c.id + "|" + backend->name())) continue;
-      ReportRow row = skeleton_row(c, *backend, useful_pairs);
+      ReportRow row = skeleton_row(c, *backend, useful_pairs, shared.thumbnail);
       const bool on_gpu = backend->device() == Device::cuda;
       if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
       std::string why;
-      if (!backend->available(&why)) {
+      if (backend->isolated_only() && opts.isolate != RunOptions::Isolate::off) {
+        // Foreign code (a plugin): available() and supports() run in the child too,
+        // under the isolation and --case-timeout; an unavailable answer is cached.
+        if (auto it = unavailable.find(backend->name()); it != unavailable.end()) {
+          row.status = RowStatus::unsupported;
+          row.reason = it->second;
+        } else {
+          if (unit_no == 0) make_out_dir(unit_dir.string());
+          const ReportRow skeleton = row;
+          if (!run_isolated(c, skeleton, opts, unit_dir, unit_no++, row, true)) break;  // stopped: left to --resume
+          if (row.status == RowStatus::unsupported && row.reason.rfind(kNotAvailable, 0) == 0)
+            unavailable[backend->name()] = row.reason;
+        }
+      } else if (!backend->available(&why)) {
         row.status = RowStatus::unsupported;
-        row.reason = "backend not available on this machine: " + why;
+        row.reason = kNotAvailable + why;
       } else if (Support s = backend->supports(p); !s) {
         row.status = RowStatus::unsupported;
         row.reason = s.reason;
@@ -693,9 +879,19 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
                std::make_pair(case_pos[b.value("case_id", "")], backend_pos[b.value("backend", "")]);
       });
     }
-    writer.finish();
-    journal.append({{"finished", writer.header()["finished"]}});
+    summary.missing = static_cast<int64_t>(cases.size() * backends.size()) - summary.rows;
+    if (summary.missing > 0) {  // never a finished run (or exit 0) without every (case, backend) row
+      const nlohmann::json what = {{"signal", nullptr},
+                                   {"reason", std::to_string(summary.missing) + " (case, backend) rows missing"},
+                                   {"time", env::utc_now_iso8601()}};
+      journal.append({{"interrupted", what}});
+      writer.set_field("interrupted", what);
+    } else {
+      writer.finish();
+      journal.append({{"finished", writer.header()["finished"]}});
+    }
   }
+  active.release();
   return summary;
 }
 
@@ -721,7 +917,18 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
 #endif
   UnitCache cache;
   const int64_t useful_pairs = row.work ? row.work->useful_pairs : 0;
-  run_unit(p, *backend, opts, cache, useful_pairs, row);
+  std::string why;
+  if (!req.value("check_support", false)) {
+    run_unit(p, *backend, opts, cache, useful_pairs, row);
+  } else if (!backend->available(&why)) {  // the parent never runs foreign code (plugins) itself
+    row.status = RowStatus::unsupported;
+    row.reason = kNotAvailable + why;
+  } else if (Support s = backend->supports(p); !s) {
+    row.status = RowStatus::unsupported;
+    row.reason = s.reason;
+  } else {
+    run_unit(p, *backend, opts, cache, useful_pairs, row);
+  }
   write_json_atomic(result_path, row.to_json(), /*sync=*/false);  // the parent journals it
   return kExitOk;
 }

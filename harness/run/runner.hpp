@@ -5,12 +5,15 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "harness/check/check.hpp"
 #include "harness/measure/measure.hpp"
 #include "harness/workloads/scenario.hpp"
+
+#include <nlohmann/json.hpp>
 
 namespace attnbench {
 
@@ -58,12 +61,16 @@ struct RunSummary {
   /// break the convention (check.failure_class "fully_masked_rows").
   int64_t fail_masked_rows_only = 0;
   int64_t resumed = 0;          ///< rows taken over from the journal (--resume), included above
+  /// (case, backend) pairs of the run without a row at its end (never expected:
+  /// the run is then not finished and exits 1).
+  int64_t missing = 0;
   int interrupted_signal = 0;   ///< SIGINT / SIGTERM that stopped the run, else 0
   std::string report_path;
   /// Count one row of status `s` (by name; an unknown name counts as error).
   void add(const std::string& status);
   /// 128 + signal when interrupted (130 SIGINT, 143 SIGTERM); else 1 when any
-  /// row failed the correctness rule, errored, timed out or crashed; else 0.
+  /// row failed the correctness rule, errored, timed out or crashed, or a row is
+  /// missing; else 0.
   int exit_code() const;
   /// "12 rows: 10 pass, 1 fail, ..." (every status, zeros included).
   std::string line() const;
@@ -91,6 +98,25 @@ std::vector<size_t> selected_cases(const Scenario& scenario, const RunOptions& o
 /// backend and the sweep goes on. With --check off a row that ran is `unchecked`,
 /// never `pass`.
 RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts);
+
+/// What --resume requires a journal to match: scenario (file, name, case
+/// fingerprint), seed, backends, shard and every option that changes a row.
+nlohmann::json resume_identity(const Scenario& scenario, const RunOptions& opts, const std::vector<std::string>& names);
+
+/// Throws InputError naming `journal` and every key of `now` (but those in
+/// `ignore`) whose value differs in `was`.
+void check_resume_identity(const nlohmann::json& was, const nlohmann::json& now, const std::string& journal,
+                           const std::set<std::string>& ignore = {});
+
+/// The journal rows that belong to this run, keyed by the case's fingerprint:
+/// its (case_id, backend) is one of the run's (selected cases x `names`), its
+/// problem (seed included) equals the case's, it is the first row of its key,
+/// and it is a valid report row (schema, checked inside `header`). Every other
+/// row is reported on stderr (naming `file`) and dropped.
+std::vector<nlohmann::json> rows_of_this_run(const Scenario& scenario, const RunOptions& opts,
+                                             const std::vector<std::string>& names,
+                                             const std::vector<nlohmann::json>& rows, const nlohmann::json& header,
+                                             const std::string& file);
 
 /// The hidden `attnbench __unit REQUEST RESULT` subcommand: run one isolated
 /// (case, backend) unit described by the JSON file REQUEST (written by

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -260,10 +261,45 @@ struct Group {
   int rank = 0;
   std::vector<std::string> labels;  // id label of each position, unique within the group
 };
+/// Most cases one scenario file may expand to, all parts together (before exclusion).
+constexpr size_t kMaxScenarioCases = 100000;
+
 struct Rule {
   json rule;
   std::string path;
   bool used = false;
+};
+
+/// The key of a JSON value in RuleSet's index: equal values (JSON equality:
+/// 1 == 1.0) get equal keys; "" for objects and arrays (not indexed).
+std::string value_key(const json& v) {
+  if (v.is_number()) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "n:%.17g", v.get<double>());
+    return buf;
+  }
+  if (v.is_string()) return "s:" + v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "b:1" : "b:0";
+  if (v.is_null()) return "z";
+  return "";
+}
+
+/// A matrix's exclude rules, indexed by the value of each rule's first field, so
+/// that a case is tested only against the rules that can match it: the cost is
+/// about (cases x distinct first fields + matches), not rules x cases.
+struct RuleSet {
+  std::vector<Rule> rules;
+  /// first field -> value key (value_key(), or "s:" + a label) -> rule indices, ascending
+  std::map<std::string, std::unordered_map<std::string, std::vector<size_t>>> by_first;
+  std::vector<size_t> unindexed;  ///< rules whose first value is an object or array
+  void build() {
+    for (size_t i = 0; i < rules.size(); ++i) {
+      const auto first = rules[i].rule.begin();
+      const std::string k = value_key(first.value());
+      if (k.empty()) unindexed.push_back(i);
+      else by_first[first.key()][k].push_back(i);
+    }
+  }
 };
 
 /// The raw message of an InputError (its what() without "file: path: ").
@@ -324,6 +360,7 @@ struct Expander {
   const std::string& file;
   std::optional<uint64_t> seed_override;
   std::vector<Case> cases;
+  size_t expanded_ = 0;  ///< combinations of every matrix so far, before exclusion (kMaxScenarioCases)
 
   void check_base_keys(const json& base, const std::string& bpath) {
     jsonu::require_object(base, file, bpath);
@@ -470,8 +507,9 @@ struct Expander {
   }
 
   /// The matrix's "exclude" rules, every key checked.
-  std::vector<Rule> parse_rules(const json& m, const std::string& mpath) {
-    std::vector<Rule> rules;
+  RuleSet parse_rules(const json& m, const std::string& mpath) {
+    RuleSet set;
+    std::vector<Rule>& rules = set.rules;
     if (m.contains("exclude")) {
       const std::string epath = child_path(mpath, "exclude");
       const json& ex = m["exclude"];
@@ -488,7 +526,8 @@ struct Expander {
         rules.push_back({ex[r], rp, false});
       }
     }
-    return rules;
+    set.build();
+    return set;
   }
 
   /// Expand one matrix (the whole file, or one part). `outer_base` holds base
@@ -506,11 +545,16 @@ struct Expander {
     size_t total = 1;
     for (const auto& g : groups) {
       total *= g.size;
-      if (total > 100000)
+      if (total > kMaxScenarioCases)
         throw InputError(file, child_path(mpath, "axes"), "the matrix expands to more than 100000 cases");
     }
+    // One cap for the whole file: parts add up (1000 parts of 100000 cases are refused at once).
+    expanded_ += total;
+    if (expanded_ > kMaxScenarioCases)
+      throw InputError(file, mpath.empty() ? "/axes" : mpath,
+                       "the scenario expands to more than 100000 cases (all parts together)");
 
-    std::vector<Rule> rules = parse_rules(m, mpath);
+    RuleSet rules = parse_rules(m, mpath);
 
     // ---- odometer over the groups, the last fastest
     std::vector<size_t> idx(groups.size(), 0);
@@ -521,7 +565,7 @@ struct Expander {
         idx[g] = 0;
       }
     }
-    for (const auto& r : rules)
+    for (const auto& r : rules.rules)
       if (!r.used) throw InputError(file, r.path, "exclude rule " + show(r.rule) + " matches no case");
   }
 
@@ -586,21 +630,37 @@ struct Expander {
 
   /// Whether an exclusion rule matches the case (on axis values and effective
   /// fields, before packing); marks the rule used.
-  static bool excluded(std::vector<Rule>& rules, const CaseBuilder& cb, const json& model, const json& packing,
+  static bool excluded(RuleSet& set, const CaseBuilder& cb, const json& model, const json& packing,
                        const json& axes_json, const std::map<std::string, const AxisValue*>& chosen) {
-    for (auto& r : rules) {
+    auto actual_of = [&](const std::string& k) -> json {
+      if (k == "model") return model;
+      if (k == "label") return axes_json.value("label", json());
+      if (k == "packing") return packing;
+      if (k.rfind("packing.", 0) == 0) return packing.is_object() ? packing.value(k.substr(8), json()) : json();
+      if (k == "seq") return chosen.count("seq") ? chosen.at("seq")->value : cb.fields.value("seq_q", json());
+      return cb.fields.value(k, json());
+    };
+    auto label_of = [&](const std::string& k, const json& actual) {
+      return chosen.count(k) ? chosen.at(k)->label : axis_value_label(k, actual);
+    };
+    // Candidates: the rules whose first field's value equals this case's value or label.
+    std::vector<size_t> cand = set.unindexed;
+    for (const auto& [k, index] : set.by_first) {
+      const json actual = actual_of(k);
+      for (const std::string& key : {value_key(actual), "s:" + label_of(k, actual)}) {
+        if (key.empty()) continue;
+        if (const auto it = index.find(key); it != index.end()) cand.insert(cand.end(), it->second.begin(), it->second.end());
+      }
+    }
+    std::sort(cand.begin(), cand.end());
+    cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
+    for (size_t i : cand) {  // in file order: the first rule that matches is the one used
+      Rule& r = set.rules[i];
       bool all = true;
       for (auto it = r.rule.begin(); all && it != r.rule.end(); ++it) {
-        const std::string& k = it.key();
-        json actual;
-        if (k == "model") actual = model;
-        else if (k == "label") actual = axes_json.value("label", json());
-        else if (k == "packing") actual = packing;
-        else if (k.rfind("packing.", 0) == 0) actual = packing.is_object() ? packing.value(k.substr(8), json()) : json();
-        else if (k == "seq") actual = chosen.count("seq") ? chosen.at("seq")->value : cb.fields.value("seq_q", json());
-        else actual = cb.fields.value(k, json());
-        std::string label = chosen.count(k) ? chosen.at(k)->label : axis_value_label(k, actual);
-        all = it.value() == actual || (it.value().is_string() && it.value().get<std::string>() == label);
+        const json actual = actual_of(it.key());
+        all = it.value() == actual ||
+              (it.value().is_string() && it.value().get<std::string>() == label_of(it.key(), actual));
       }
       if (all) {
         r.used = true;
@@ -695,7 +755,7 @@ struct Expander {
 
   void build_case(const json& base, const std::map<std::string, std::string>& base_paths,
                   const std::string& default_prefix, const std::vector<Axis>& axes,
-                  const std::vector<Group>& groups, const std::vector<size_t>& idx, std::vector<Rule>& rules,
+                  const std::vector<Group>& groups, const std::vector<size_t>& idx, RuleSet& rules,
                   const std::string& part, const std::string& fallback_id) {
     CaseBuilder cb(file);
     cb.default_prefix = default_prefix;

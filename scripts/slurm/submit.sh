@@ -11,7 +11,9 @@
 # options for the shard tasks only (GPUs, partition, time): ATTNBENCH_SHARD_SBATCH_ARGS,
 # e.g. "--partition=gpu --gres=gpu:1 --time=02:00:00"; for the merge job:
 # ATTNBENCH_MERGE_SBATCH_ARGS. Slurm's own SBATCH_* variables apply to both.
-# Prints the two job ids; exit 2 on bad usage.
+# Prints the two job ids; exit 2 on bad usage, an OUT_DIR holding '%' or '\'
+# (Slurm would read it as a file-name pattern) or a log folder that cannot be
+# written; a failing sbatch fails the script.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if [[ $# -lt 3 ]]; then
@@ -29,8 +31,17 @@ fi
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 # A scenario name (scenarios/NAME.json) stays a name; a path becomes absolute.
 [[ -e $scenario ]] && scenario=$(cd "$(dirname "$scenario")" && pwd)/$(basename "$scenario")
-mkdir -p "$out/logs"
+# Slurm reads --output as a pattern (%j, %a, ... and '\' turns the patterns off),
+# so an OUT_DIR holding '%' or '\' would send the logs elsewhere: refused.
+case $out in
+  *%* | *\\*) echo "submit.sh: OUT_DIR '$out' holds '%' or '\\', which Slurm reads as a file-name pattern; use another folder" >&2; exit 2 ;;
+esac
+mkdir -p "$out/logs" 2>/dev/null || { echo "submit.sh: cannot create $out/logs (the jobs' logs go there)" >&2; exit 2; }
 out=$(cd "$out" && pwd)
+# The jobs write their logs there: a folder they cannot write would lose every log
+# (and Slurm would run nothing visible), so check before submitting.
+probe="$out/logs/.write-test.$$"
+{ : >"$probe" && rm -f "$probe"; } 2>/dev/null || { echo "submit.sh: $out/logs is not writable (the jobs' logs go there)" >&2; exit 2; }
 
 # shellcheck disable=SC2086  # the *_SBATCH_ARGS are word lists on purpose
 shard_job=$(sbatch --parsable --array="0-$((shards - 1))" --job-name=attnbench-shard \
