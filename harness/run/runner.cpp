@@ -347,6 +347,36 @@ bool isolate_backend(const Backend& b, const RunOptions& opts, size_t cases) {
   return b.device() == Device::cuda && !b.runs_out_of_process() && cases > 1;
 }
 
+/// One (case, backend) row: `unsupported` when the backend is unavailable or
+/// refuses the problem, else the unit in this process (sharing `cache` with the
+/// case's other backends) or in a child (`isolate`; unit files in `unit_dir`,
+/// numbered by `unit_no`, which is advanced). GPU clocks around it. False when
+/// this process was asked to stop while the child ran (no row).
+bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isolate,
+              const std::filesystem::path& unit_dir, int64_t& unit_no, UnitCache& cache, int64_t useful_pairs,
+              ReportRow& row) {
+  row = skeleton_row(c, backend, useful_pairs);
+  const bool on_gpu = backend.device() == Device::cuda;
+  if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
+  std::string why;
+  if (!backend.available(&why)) {
+    row.status = RowStatus::unsupported;
+    row.reason = "backend not available on this machine: " + why;
+  } else if (Support s = backend.supports(c.problem); !s) {
+    row.status = RowStatus::unsupported;
+    row.reason = s.reason;
+  } else if (isolate) {
+    std::error_code ec;
+    std::filesystem::create_directories(unit_dir, ec);
+    const ReportRow skeleton = row;
+    if (!run_isolated(c, skeleton, opts, unit_dir, unit_no++, row)) return false;
+  } else {
+    run_unit(c.problem, backend, opts, cache, useful_pairs, row);
+  }
+  if (on_gpu) row.clocks["end"] = env::sample_clocks(opts.device).to_json();
+  return true;
+}
+
 // ------------------------------------------------------------------ journal identity
 
 /// FNV-1a 64 of every case's id and compact problem, as 16 hex digits.
@@ -655,24 +685,10 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     for (auto& backend : backends) {
       if (stop_signal()) break;
       if (done.count(c.id + "|" + backend->name())) continue;
-      ReportRow row = skeleton_row(c, *backend, useful_pairs);
-      const bool on_gpu = backend->device() == Device::cuda;
-      if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
-      std::string why;
-      if (!backend->available(&why)) {
-        row.status = RowStatus::unsupported;
-        row.reason = "backend not available on this machine: " + why;
-      } else if (Support s = backend->supports(p); !s) {
-        row.status = RowStatus::unsupported;
-        row.reason = s.reason;
-      } else if (isolate_backend(*backend, opts, cases.size())) {
-        if (unit_no == 0) make_out_dir(unit_dir.string());
-        const ReportRow skeleton = row;
-        if (!run_isolated(c, skeleton, opts, unit_dir, unit_no++, row)) break;  // stopped: left to --resume
-      } else {
-        run_unit(p, *backend, opts, cache, useful_pairs, row);
-      }
-      if (on_gpu) row.clocks["end"] = env::sample_clocks(opts.device).to_json();
+      ReportRow row;
+      if (!unit_row(c, *backend, opts, isolate_backend(*backend, opts, cases.size()), unit_dir, unit_no, cache,
+                    useful_pairs, row))
+        break;  // stopped: left to --resume
       finish_row(row, journal, writer, summary);
     }
   }
@@ -724,6 +740,15 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
   run_unit(p, *backend, opts, cache, useful_pairs, row);
   write_json_atomic(result_path, row.to_json(), /*sync=*/false);  // the parent journals it
   return kExitOk;
+}
+
+std::optional<ReportRow> run_case_unit(const Case& c, Backend& backend, const RunOptions& opts, bool isolate,
+                                       const std::filesystem::path& unit_dir, int64_t& unit_no) {
+  UnitCache cache;
+  ReportRow row;
+  const int64_t useful_pairs = count_allowed_pairs(c.problem) * c.problem.heads_q;
+  if (!unit_row(c, backend, opts, isolate, unit_dir, unit_no, cache, useful_pairs, row)) return std::nullopt;
+  return row;
 }
 
 }  // namespace attnbench

@@ -1,0 +1,17 @@
+// Test-only backends with a planted defect, for `attnbench hunt` (docs/hunt.md):
+// the cpu backend, with its outputs corrupted only under one condition, so that
+// a hunt must find that condition and shrink a failure to it.
+//   test-planted-window129   O + 1 everywhere when Sq = 129 and the mask has a
+//                            sliding_window entry (a length-and-mask-specific bug)
+//   test-planted-masked-rows O = 1 on fully masked query rows (LSE = -inf), which
+//                            must be 0 (a kernel leaking into empty rows)
+// Registered at start-up when ATTNBENCH_TEST_BACKENDS=1 (as backends/testing/
+// testing_backends.cpp does), or by calling register_planted_backends().
+#pragma once
+
+namespace attnbench {
+
+/// Register the planted-defect backends (once; later calls do nothing). Returns true.
+bool register_planted_backends();
+
+}  // namespace attnbench
