@@ -366,3 +366,17 @@ TEST_CASE("attnbench hunt: a crashing backend is found under isolation and shrun
   CHECK(run("hunt --budget 5s" + bad, t).code == 2);
   CHECK(!fs::exists(t.path / "bad"));
 }
+
+TEST_CASE("the regression corpus tests/data/hunt passes on the cpu backend") {
+  const fs::path out = scratch("corpus");
+  HuntOptions o = in_process("cpu", out);
+  const HuntSummary s = replay_corpus(std::string(ATTNBENCH_TEST_DATA_DIR) + "/hunt", o);
+  CHECK(s.counts.generated == 4);
+  CHECK(s.counts.run == 4);
+  CHECK(s.counts.passed == 4);
+  CHECK(s.exit_code() == 0);
+  // A corpus without row files needs --backends.
+  HuntOptions none = in_process("", out / "none");
+  none.backends.clear();
+  CHECK_THROWS_AS(replay_corpus(std::string(ATTNBENCH_TEST_DATA_DIR) + "/hunt", none), InputError);
+}

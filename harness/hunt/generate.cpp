@@ -47,7 +47,8 @@ T weighted(Rng& r, std::initializer_list<std::pair<T, double>> choices) {
 int64_t pick_seq(Rng& r, int64_t max_seq) {
   static const int64_t edges[] = {1,   2,   3,   5,   7,   8,   13,  15,  16,  17,  31,  32,  33,
                                   61,  63,  64,  65,  97,  127, 128, 129, 131, 191, 192, 193, 251,
-                                  255, 256, 257, 383, 384, 385, 509, 511, 512, 513};
+                                  255, 256, 257, 383, 384, 385, 509, 511, 512, 513, 767, 768,
+                                  769, 1021, 1023, 1024, 1025};
   std::vector<int64_t> fit;
   for (int64_t e : edges)
     if (e <= max_seq) fit.push_back(e);

@@ -154,8 +154,9 @@ Lineup make_lineup(const std::vector<std::string>& names, const HuntOptions& opt
     }
     b->configure(ropts.policy, ropts.backward, ropts.timing, ropts.determinism, ropts.device);
     bool iso = opts.isolate == RunOptions::Isolate::on;
+    // automatic: a peer already runs in its own worker (isolating it would start one per unit)
     if (opts.isolate == RunOptions::Isolate::automatic)
-      iso = opts.case_timeout_s > 0 || (b->device() == Device::cuda && !b->runs_out_of_process());
+      iso = !b->runs_out_of_process() && (opts.case_timeout_s > 0 || b->device() == Device::cuda);
     l.isolated.push_back(iso);
     l.backends.push_back(std::move(b));
   }

@@ -28,8 +28,9 @@ struct HuntOptions {
   uint64_t seed = 0;
   std::string out_dir = "hunt-out";
   GenLimits limits;
-  /// automatic: isolated for in-process GPU backends (as `run` does for sweeps)
-  /// and whenever case_timeout_s > 0; on / off: every backend.
+  /// automatic: isolated for in-process GPU backends (as `run` does for sweeps),
+  /// and for every in-process backend when case_timeout_s > 0 (never for an
+  /// out-of-process peer, whose worker is its isolation); on / off: every backend.
   RunOptions::Isolate isolate = RunOptions::Isolate::automatic;
   double case_timeout_s = 0;   ///< kill an isolated unit after this (0: none)
   int64_t max_problems = 0;    ///< stop after this many generated problems (0: only the budget)
