@@ -375,8 +375,44 @@ TEST_CASE("the regression corpus tests/data/hunt passes on the cpu backend") {
   CHECK(s.counts.run == 4);
   CHECK(s.counts.passed == 4);
   CHECK(s.exit_code() == 0);
+  CHECK(s.line() == "4 problems, 4 run, 0 unsupported, 4 passed, 0 failed");
   // A corpus without row files needs --backends.
   HuntOptions none = in_process("", out / "none");
   none.backends.clear();
   CHECK_THROWS_AS(replay_corpus(std::string(ATTNBENCH_TEST_DATA_DIR) + "/hunt", none), InputError);
+}
+
+TEST_CASE("attnbench hunt: a hang is a timeout failure; a shrink out of time keeps the smallest so far") {
+  using namespace attnbench::test::cli;
+  TempDir t;
+  const std::string out = (t.path / "out").string();
+  // Budget and shrink time of one second: the first problem hangs (killed after
+  // 1 s), its shrink gets about one candidate and stops incomplete.
+  const Result r = run("hunt --backends test-hang --budget 1s --shrink-time 1s --case-timeout 1 --max-problems 1 "
+                       "--max-work 4096 --quiet --out '" + out + "'",
+                       t, "ATTNBENCH_TEST_BACKENDS=1", 60);
+  CAPTURE(r.err);
+  CHECK(r.code == 1);
+  const auto j = attnbench::jsonu::load_file(out + "/hunt.json");
+  REQUIRE(j["failures"].size() == 1);
+  CHECK(j["failures"][0]["class"] == "timeout");
+  CHECK(j["failures"][0]["shrink"]["complete"] == false);
+  CHECK(j["failures"][0]["shrink"]["tried"].get<int>() <= 2);
+  CHECK(fs::exists(j["failures"][0]["problem_file"].get<std::string>()));
+}
+
+TEST_CASE("attnbench hunt: Ctrl-C stops the hunt, keeping its counts and findings") {
+  using namespace attnbench::test::cli;
+  TempDir t;
+  const std::string out = (t.path / "out").string();
+  const std::string cmd = "timeout --preserve-status -s INT 3 '" + std::string(ATTNBENCH_BINARY) +
+                          "' hunt --backends cpu --budget 10m --quiet --out '" + out + "' >/dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 130);
+  const auto j = attnbench::jsonu::load_file(out + "/hunt.json");
+  CHECK(j["interrupted"] == "SIGINT");
+  CHECK(!j["finished"].is_null());
+  CHECK(j["counts"]["generated"].get<int>() > 0);
+  CHECK(j["counts"]["failed"] == 0);
 }

@@ -48,8 +48,8 @@ int HuntSummary::exit_code() const {
 
 std::string HuntSummary::line() const {
   char buf[200];
-  std::snprintf(buf, sizeof(buf), "%lld generated, %lld run, %lld unsupported, %lld passed, %lld failed",
-                static_cast<long long>(counts.generated), static_cast<long long>(counts.run),
+  std::snprintf(buf, sizeof(buf), "%lld %s, %lld run, %lld unsupported, %lld passed, %lld failed",
+                static_cast<long long>(counts.generated), replay ? "problems" : "generated", static_cast<long long>(counts.run),
                 static_cast<long long>(counts.unsupported), static_cast<long long>(counts.passed),
                 static_cast<long long>(counts.failed));
   return buf;
@@ -380,6 +380,7 @@ HuntSummary Hunter::replay(const std::string& dir) {
   }
   if (ec) throw InputError(dir, "", "cannot read the corpus folder: " + ec.message());
   std::sort(files.begin(), files.end());
+  sum_.replay = true;
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& file : files) {
     if (stop_signal()) break;

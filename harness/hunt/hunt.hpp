@@ -75,9 +75,10 @@ struct HuntSummary {
   nlohmann::json repeats = nlohmann::json::array();
   int interrupted_signal = 0;
   double seconds = 0;
+  bool replay = false;  ///< a replay: `generated` counts the corpus's problem files
   /// 128 + signal when interrupted, 1 when any unit failed, else 0.
   int exit_code() const;
-  /// "120 generated, 200 run, 40 unsupported, 199 passed, 1 failed".
+  /// "120 generated, 200 run, 40 unsupported, 199 passed, 1 failed" ("120 problems, ..." for a replay).
   std::string line() const;
 };
 
