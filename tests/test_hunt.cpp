@@ -75,6 +75,22 @@ fs::path scratch(const std::string& name) {
   return d;
 }
 
+/// The checks every shrunk problem here must meet: one batch row, one head, the
+/// given lengths, head dims 1, no score mod, the default layout and seed.
+void check_minimal(const Problem& m, int64_t seq_q, int64_t seq_k) {
+  CAPTURE(to_json(m).dump());
+  CHECK(m.batch == 1);
+  CHECK(m.heads_q == 1);
+  CHECK(m.heads_kv == 1);
+  CHECK(m.seq_q == seq_q);
+  CHECK(m.seq_k == seq_k);
+  CHECK(m.head_dim == 1);
+  CHECK(m.head_dim_v == 1);
+  CHECK(m.score_mod.kind == ScoreMod::Kind::none);
+  CHECK(m.layout == Layout::bshd);
+  CHECK(m.seed == 0);
+}
+
 HuntOptions in_process(const std::string& backend, const fs::path& out) {
   HuntOptions o;
   o.backends = {backend};
@@ -169,20 +185,11 @@ TEST_CASE("shrink finds the smallest problem that still fails") {
   CHECK(r.tried == calls);
   CHECK(r.steps > 5);
   const Problem& m = r.problem;
-  CHECK(m.batch == 1);
-  CHECK(m.heads_q == 1);
-  CHECK(m.heads_kv == 1);
-  CHECK(m.seq_q == 100);
-  CHECK(m.seq_k == 1);
-  CHECK(m.head_dim == 1);
-  CHECK(m.head_dim_v == 1);
+  check_minimal(m, 100, 1);
   REQUIRE(m.mask.size() == 1);
   REQUIRE(m.find_mask<CausalTerm>());
   CHECK(m.find_mask<CausalTerm>()->align == CausalAlign::bottom_right);
-  CHECK(m.score_mod.kind == ScoreMod::Kind::none);
-  CHECK(m.layout == Layout::bshd);
   CHECK(!m.scale);
-  CHECK(m.seed == 0);
   // A stop request ends the shrink at once, with the problem as it was.
   const ShrinkResult s = shrink(p, fails, [] { return true; });
   CHECK(!s.complete);
@@ -269,20 +276,11 @@ TEST_CASE("a hunt finds the planted Sq = 129 window defect and shrinks it to tha
   CHECK(f.failure_class == "numerics-O");
   CHECK(f.shrink_complete);
   const Problem& m = f.minimal;
-  CHECK(m.batch == 1);
-  CHECK(m.heads_q == 1);
-  CHECK(m.heads_kv == 1);
-  CHECK(m.seq_q == 129);  // the condition itself: nothing shorter fails
-  CHECK(m.seq_k == 1);
-  CHECK(m.head_dim == 1);
-  CHECK(m.head_dim_v == 1);
+  check_minimal(m, 129, 1);  // Sq = 129 is the condition itself: nothing shorter fails
   REQUIRE(m.mask.size() == 1);
   REQUIRE(m.find_mask<SlidingWindowTerm>());
   CHECK(m.find_mask<SlidingWindowTerm>()->left == -1);
   CHECK(m.find_mask<SlidingWindowTerm>()->right == -1);
-  CHECK(m.score_mod.kind == ScoreMod::Kind::none);
-  CHECK(m.layout == Layout::bshd);
-  CHECK(m.seed == 0);
   // The corpus holds the minimal problem (a problem file), its row and the repro line.
   const Problem back = problem_from_json(jsonu::load_file(f.problem_file), f.problem_file);
   CHECK(to_json(back) == to_json(m));
@@ -322,16 +320,8 @@ TEST_CASE("a hunt finds the planted fully-masked-row defect and shrinks it to on
   const HuntFailure& f = s.failures[0];
   CHECK(f.failure_class == "fully_masked_rows-O");
   CHECK(f.shrink_complete);
-  const Problem& m = f.minimal;
-  CAPTURE(to_json(m).dump());
-  CHECK(m.batch == 1);
-  CHECK(m.heads_q == 1);
-  CHECK(m.seq_q == 1);
-  CHECK(m.seq_k == 1);
-  CHECK(m.head_dim == 1);
-  CHECK(m.head_dim_v == 1);
-  CHECK(m.mask.size() == 1);  // one entry that empties the only row
-  CHECK(m.score_mod.kind == ScoreMod::Kind::none);
+  check_minimal(f.minimal, 1, 1);
+  CHECK(f.minimal.mask.size() == 1);  // one entry that empties the only row
 }
 
 TEST_CASE("attnbench hunt: a crashing backend is found under isolation and shrunk to the smallest problem") {
