@@ -6,6 +6,7 @@
 // corpus replays; the CLI survives a crashing backend and refuses bad input.
 #include <doctest/doctest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -18,6 +19,7 @@
 #include "harness/hunt/shrink.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
+#include "harness/run/process.hpp"
 
 namespace {
 
@@ -395,14 +397,28 @@ TEST_CASE("attnbench hunt: Ctrl-C stops the hunt, keeping its counts and finding
   using namespace attnbench::test::cli;
   TempDir t;
   const std::string out = (t.path / "out").string();
-  const std::string cmd = "timeout --preserve-status -s INT 3 '" + std::string(ATTNBENCH_BINARY) +
-                          "' hunt --backends cpu --budget 10m --quiet --out '" + out + "' >/dev/null 2>&1";
-  const int status = std::system(cmd.c_str());
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 130);
+  attnbench::ChildProcess child({ATTNBENCH_BINARY, "hunt", "--backends", "cpu", "--budget", "10m", "--quiet", "--out", out},
+                                {}, (t.path / "stdout.txt").string(), (t.path / "stderr.txt").string());
+  // SIGINT once the hunt has written its state with a problem done (at most 60 s).
+  bool started = false;
+  for (int i = 0; i < 600 && !started; ++i) {
+    try {
+      started = attnbench::jsonu::load_file(out + "/hunt.json")["counts"]["generated"].get<int>() > 0;
+    } catch (const std::exception&) {
+    }
+    if (!started) REQUIRE(!child.wait_for(100));  // still running
+  }
+  REQUIRE(started);
+  child.signal_group(SIGINT);
+  const auto st = child.wait_for(60000);
+  REQUIRE(st);
+  CAPTURE(slurp(t.path / "stderr.txt"));
+  CHECK(st->exited);
+  CHECK(st->exit_code == 130);
   const auto j = attnbench::jsonu::load_file(out + "/hunt.json");
   CHECK(j["interrupted"] == "SIGINT");
   CHECK(!j["finished"].is_null());
   CHECK(j["counts"]["generated"].get<int>() > 0);
   CHECK(j["counts"]["failed"] == 0);
+  CHECK(contains(slurp(t.path / "stdout.txt"), "interrupted by SIGINT"));
 }

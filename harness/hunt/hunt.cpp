@@ -206,6 +206,7 @@ class Hunter {
   void shrink_failure(size_t b, uint64_t index, const Problem& p, const ReportRow& row, const std::string& cls);
   void write_corpus(HuntFailure& f);
   void write_state(bool finished);
+  /// Every 2 s hunt.json's counts; every 5 s (or `force`) a progress line unless quiet.
   void progress(bool force);
   double left() const { return opts_.budget_s - seconds_since(t0_); }
 
@@ -214,7 +215,7 @@ class Hunter {
   Lineup lineup_;
   fs::path unit_dir_;
   int64_t unit_no_ = 0;
-  Clock::time_point t0_, last_progress_{};
+  Clock::time_point t0_, last_progress_{}, last_state_{};
   std::string started_;
   HuntSummary sum_;
   std::set<std::pair<std::string, std::string>> shrunk_;  // (backend, class)
@@ -246,6 +247,10 @@ void Hunter::record(size_t b, const std::optional<ReportRow>& row, bool& failed,
 }
 
 void Hunter::progress(bool force) {
+  if (!force && seconds_since(last_state_) >= 2) {  // hunt.json's counts stay current
+    last_state_ = Clock::now();
+    write_state(false);
+  }
   if (opts_.quiet) return;
   if (!force && seconds_since(last_progress_) < 5) return;
   last_progress_ = Clock::now();

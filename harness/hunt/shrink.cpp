@@ -92,6 +92,31 @@ Problem with_seq_keeping_padding(const Problem& p, int64_t sq, int64_t sk) {
   return q;
 }
 
+/// p under a document mask with Sq = Sk = s, each row keeping its last s tokens
+/// (so trailing padding and the last documents stay; leading documents shrink).
+Problem with_seq_from_end(const Problem& p, int64_t s) {
+  Problem q = with_seq(p, s, s);
+  const DocumentTerm* was = p.find_mask<DocumentTerm>();
+  DocumentTerm* d = q.find_mask<DocumentTerm>();
+  const int64_t cut = p.seq_q - s;
+  for (size_t b = 0; b < d->doc_ids.size(); ++b) {
+    const auto& row = was->doc_ids[b];
+    d->doc_ids[b].assign(row.begin() + cut, row.end());
+  }
+  for (size_t b = 0; b < d->doc_lengths.size(); ++b) {
+    std::vector<int64_t> lengths = was->doc_lengths[b];
+    int64_t drop = cut;
+    for (auto& l : lengths) {
+      const int64_t take = std::min(l, drop);
+      l -= take;
+      drop -= take;
+    }
+    d->doc_lengths[b] = lengths;
+    d->doc_ids[b] = doc_ids_from_lengths(lengths, s);  // ids renumbered as the lengths say
+  }
+  return q;
+}
+
 /// p with mask entry i replaced by `t`.
 Problem with_term(const Problem& p, size_t i, MaskTerm t) {
   Problem q = p;
@@ -133,6 +158,7 @@ void seq_candidates(const Problem& p, std::vector<Problem>& out) {
   const bool tied = p.find_mask<DocumentTerm>() != nullptr;  // document: Sq = Sk
   if (tied) {
     for (int64_t v : smaller_values(p.seq_q, 1)) out.push_back(with_seq(p, v, v));
+    for (int64_t v : smaller_values(p.seq_q, 1)) out.push_back(with_seq_from_end(p, v));
     return;
   }
   if (p.seq_q > 1 && p.seq_k > 1) out.push_back(with_seq(p, 1, 1));

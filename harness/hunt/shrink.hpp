@@ -22,7 +22,8 @@ int64_t shrink_measure(const Problem& p);
 
 /// Valid problems simpler than `p` (validate() passes, shrink_measure strictly
 /// smaller), the most aggressive first: single batch rows, fewer heads, shorter
-/// sequences (per-row mask data cut to fit), each mask entry and the score mod
+/// sequences (per-row mask data cut to fit, or padding and trailing documents
+/// kept), each mask entry and the score mod
 /// removed, smaller head dims, then simpler mask and mod parameters, layout bshd,
 /// the default scale and seed 0. Sq = Sk is kept under a document mask.
 std::vector<Problem> shrink_candidates(const Problem& p);
