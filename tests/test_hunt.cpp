@@ -326,6 +326,26 @@ TEST_CASE("a hunt finds the planted fully-masked-row defect and shrinks it to on
   CHECK(f.minimal.mask.size() == 1);  // one entry that empties the only row
 }
 
+TEST_CASE("a hunt finds planted nondeterminism under GQA and shrinks it to two query heads on one kv head") {
+  register_planted_backends();
+  const fs::path out = scratch("nondet");
+  HuntOptions o = in_process("test-planted-nondeterministic-gqa", out);
+  o.seed = 2;
+  o.max_problems = 20;
+  const HuntSummary s = run_hunt(o);
+  REQUIRE(s.failures.size() == 1);
+  CHECK(s.failures[0].failure_class == "nondeterministic");
+  CHECK(s.failures[0].row["status"] == "pass");  // right numbers, not repeatable
+  const Problem& m = s.failures[0].minimal;
+  CAPTURE(to_json(m).dump());
+  CHECK(m.batch == 1);
+  CHECK(m.heads_q == 2);
+  CHECK(m.heads_kv == 1);
+  CHECK(m.seq_q == 1);
+  CHECK(m.seq_k == 1);
+  CHECK(m.mask.empty());
+}
+
 TEST_CASE("attnbench hunt: a crashing backend is found under isolation and shrunk to the smallest problem") {
   using namespace attnbench::test::cli;
   TempDir t;

@@ -10,11 +10,12 @@
 namespace attnbench {
 namespace {
 
-enum class Plant { window129, masked_rows };
+enum class Plant { window129, masked_rows, nondeterministic_gqa };
 
 /// Whether the defect fires on problem p.
 bool fires(Plant plant, const Problem& p) {
   if (plant == Plant::window129) return p.seq_q == 129 && p.find_mask<SlidingWindowTerm>() != nullptr;
+  if (plant == Plant::nondeterministic_gqa) return p.heads_q > p.heads_kv;
   return true;  // masked_rows: wherever a row is fully masked
 }
 
@@ -35,6 +36,12 @@ class PlantedInstance final : public BackendInstance {
       for (double& x : out.o.data) x += 1.0;
       return out;
     }
+    if (plant_ == Plant::nondeterministic_gqa) {
+      // Every other read moves O[0] by one float64 ulp: well inside the rule, but
+      // not bitwise the same (as float32 atomics in another order would be).
+      if (!out.o.data.empty() && (reads_++ % 2 == 1)) out.o.data[0] = std::nextafter(out.o.data[0], 1e300);
+      return out;
+    }
     const int64_t rows = out.lse.numel(), dv = rows ? out.o.numel() / rows : 0;
     for (int64_t r = 0; r < rows; ++r)
       if (std::isinf(out.lse.data[static_cast<size_t>(r)]))
@@ -46,6 +53,7 @@ class PlantedInstance final : public BackendInstance {
   std::unique_ptr<BackendInstance> inner_;
   Plant plant_;
   bool fires_;
+  int64_t reads_ = 0;
 };
 
 class PlantedBackend final : public Backend {
@@ -77,7 +85,8 @@ const bool kPlantedRegistered = [] {
 
 bool register_planted_backends() {
   const std::pair<const char*, Plant> plants[] = {{"test-planted-window129", Plant::window129},
-                                                  {"test-planted-masked-rows", Plant::masked_rows}};
+                                                  {"test-planted-masked-rows", Plant::masked_rows},
+                                                  {"test-planted-nondeterministic-gqa", Plant::nondeterministic_gqa}};
   for (const auto& [name, plant] : plants) {
     const std::string n = name;
     const Plant pl = plant;

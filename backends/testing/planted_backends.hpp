@@ -5,6 +5,9 @@
 //                            sliding_window entry (a length-and-mask-specific bug)
 //   test-planted-masked-rows O = 1 on fully masked query rows (LSE = -inf), which
 //                            must be 0 (a kernel leaking into empty rows)
+//   test-planted-nondeterministic-gqa  under GQA (Hq > Hkv) every other run moves
+//                            O[0] by one float64 ulp: right, but not bitwise
+//                            repeatable although the backend claims determinism
 // Registered at start-up when ATTNBENCH_TEST_BACKENDS=1 (as backends/testing/
 // testing_backends.cpp does), or by calling register_planted_backends().
 #pragma once
