@@ -120,8 +120,15 @@ TEST_CASE("generated problems are valid, within the size budget, deterministic a
     CHECK(p.seq_k <= lim.max_seq);
     CHECK(p.batch <= lim.max_batch);
     CHECK(to_json(p) == to_json(generate_problem(3, i, lim)));  // a pure function of (seed, index)
-    // The problem file round-trips through the parser `reference --problem` uses.
+    // The problem file round-trips through the parser `reference --problem` uses,
+    // and the problem is already in the form it reads back (canonical).
     CHECK(to_json(problem_from_json(to_json(p), "gen")) == to_json(p));
+    if (auto* d = p.find_mask<DocumentTerm>())
+      for (const auto& row : d->doc_lengths) {
+        int64_t sum = 0;
+        for (int64_t l : row) sum += l;
+        CHECK(sum == p.seq_q);  // lengths kept only where they fill the row, as in a file
+      }
   }
   CHECK(to_json(generate_problem(3, 0, lim)) != to_json(generate_problem(4, 0, lim)));
   const auto f = features(3, 2000, lim);

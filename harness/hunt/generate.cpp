@@ -211,8 +211,9 @@ Problem generate_problem(uint64_t seed, uint64_t index, const GenLimits& limits)
   pick_mask(r, plan, p);
   p.score_mod = pick_score_mod(r);
   p.seed = r.next() >> 33;
-  validate(p);
-  return p;
+  return canonical(p);
 }
+
+Problem canonical(const Problem& p) { return problem_from_json(to_json(p), "<generated problem>"); }
 
 }  // namespace attnbench::hunt

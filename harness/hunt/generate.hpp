@@ -49,8 +49,16 @@ class Rng {
 /// The weighted work of `p`: B * Hq * Sq * Sk * (Dqk + Dv) / 128 (saturating).
 int64_t problem_work(const Problem& p);
 
-/// Problem number `index` of hunt seed `seed`: a valid problem (validate() passes)
-/// within `limits`. Never throws for limits with max_seq >= 1 and max_work >= 1.
+/// `p` as its problem file reads back: problem_from_json(to_json(p)). A document
+/// row ending in padding is written as doc_ids (doc_lengths in a file must fill
+/// the row), which drops its zero-length documents; hunting the canonical form
+/// keeps an isolated unit (which reads the problem from a file), the corpus file
+/// and its replay on exactly the problem that ran. Throws InputError for an
+/// invalid p.
+Problem canonical(const Problem& p);
+
+/// Problem number `index` of hunt seed `seed`: a valid, canonical problem
+/// (validate() passes) within `limits`. Never throws for limits with max_seq >= 1 and max_work >= 1.
 Problem generate_problem(uint64_t seed, uint64_t index, const GenLimits& limits = {});
 
 }  // namespace attnbench::hunt

@@ -1,5 +1,7 @@
 #include "harness/hunt/shrink.hpp"
 
+#include "harness/hunt/generate.hpp"
+
 #include <algorithm>
 #include <exception>
 #include <set>
@@ -300,10 +302,11 @@ std::vector<Problem> shrink_candidates(const Problem& p) {
   for (auto& q : raw) {
     if (shrink_measure(q) >= m) continue;
     try {
-      validate(q);
+      q = canonical(q);  // validates; the form its problem file has
     } catch (const std::exception&) {
       continue;
     }
+    if (shrink_measure(q) >= m) continue;
     out.push_back(std::move(q));
   }
   return out;

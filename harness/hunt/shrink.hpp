@@ -20,8 +20,8 @@ namespace attnbench::hunt {
 /// shrink_candidates() has a smaller measure, so a greedy shrink ends.
 int64_t shrink_measure(const Problem& p);
 
-/// Valid problems simpler than `p` (validate() passes, shrink_measure strictly
-/// smaller), the most aggressive first: single batch rows, fewer heads, shorter
+/// Valid problems simpler than `p` (canonical(): validated, in the form their
+/// problem file reads back; shrink_measure strictly smaller), the most aggressive first: single batch rows, fewer heads, shorter
 /// sequences (per-row mask data cut to fit, or padding and trailing documents
 /// kept), each mask entry and the score mod
 /// removed, smaller head dims, then simpler mask and mod parameters, layout bshd,
