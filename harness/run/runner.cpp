@@ -368,6 +368,9 @@ bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isol
   } else if (isolate) {
     std::error_code ec;
     std::filesystem::create_directories(unit_dir, ec);
+    if (ec || !std::filesystem::is_directory(unit_dir))
+      throw InputError(unit_dir.string(), "", "cannot create the folder of isolated units: " +
+                                                  (ec ? ec.message() : "not a directory"));
     const ReportRow skeleton = row;
     if (!run_isolated(c, skeleton, opts, unit_dir, unit_no++, row)) return false;
   } else {
