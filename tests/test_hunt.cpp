@@ -14,6 +14,7 @@
 
 #include "backends/testing/planted_backends.hpp"
 #include "cli_util.hpp"
+#include "harness/backend/backend.hpp"
 #include "harness/hunt/generate.hpp"
 #include "harness/hunt/hunt.hpp"
 #include "harness/hunt/shrink.hpp"
@@ -350,6 +351,76 @@ TEST_CASE("a hunt finds planted nondeterminism under GQA and shrinks it to two q
   CHECK(m.heads_kv == 1);
   CHECK(m.seq_q == 1);
   CHECK(m.seq_k == 1);
+  CHECK(m.mask.empty());
+}
+
+namespace {
+
+/// The cpu backend that only takes head dims 64 and half precision (as the GPU
+/// backends are narrower than the problem space) and is wrong past Sq = 64 (a
+/// second query tile): O + 1.
+class NarrowBuggyInstance final : public BackendInstance {
+ public:
+  NarrowBuggyInstance(std::unique_ptr<BackendInstance> inner, bool bug) : inner_(std::move(inner)), bug_(bug) {}
+  void forward() override { inner_->forward(); }
+  void backward() override { inner_->backward(); }
+  void poison_outputs() override { inner_->poison_outputs(); }
+  int64_t executed_pairs() const override { return inner_->executed_pairs(); }
+  AttentionOutputs read_outputs(bool grads) override {
+    AttentionOutputs out = inner_->read_outputs(grads);
+    if (bug_)
+      for (double& x : out.o.data) x += 1.0;
+    return out;
+  }
+
+ private:
+  std::unique_ptr<BackendInstance> inner_;
+  bool bug_;
+};
+
+class NarrowBuggyBackend final : public Backend {
+ public:
+  std::string name() const override { return "test-hunt-narrow"; }
+  std::string description() const override { return "test_hunt.cpp only"; }
+  Device device() const override { return Device::cpu; }
+  Support supports(const Problem& p) const override {
+    if (p.head_dim != 64 || p.head_dim_v != 64) return Support::no("head dims 64 only");
+    if (p.dtype == DType::fp32) return Support::no("no fp32");
+    return Support::yes();
+  }
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
+    return std::make_unique<NarrowBuggyInstance>(cpu_->prepare(p, in), p.seq_q > 64);
+  }
+
+ private:
+  std::unique_ptr<Backend> cpu_ = BackendRegistry::create("cpu");
+};
+
+}  // namespace
+
+TEST_CASE("unsupported problems are skipped and counted; the shrink stays inside what the backend supports") {
+  if (!BackendRegistry::create("test-hunt-narrow"))
+    BackendRegistry::add("test-hunt-narrow", [] { return std::make_unique<NarrowBuggyBackend>(); });
+  const fs::path out = scratch("narrow");
+  HuntOptions o = in_process("test-hunt-narrow", out);
+  o.seed = 4;
+  o.max_problems = 40;
+  const HuntSummary s = run_hunt(o);
+  CHECK(s.counts.generated == 40);
+  CHECK(s.counts.unsupported > 5);  // refused by supports(), never run, never failures
+  CHECK(s.counts.unsupported + s.counts.run == 40);
+  CHECK(s.per_backend.at("test-hunt-narrow").unsupported == s.counts.unsupported);
+  REQUIRE(s.failures.size() == 1);
+  CHECK(s.failures[0].failure_class == "numerics-O");
+  const Problem& m = s.failures[0].minimal;
+  CAPTURE(to_json(m).dump());
+  CHECK(m.batch == 1);
+  CHECK(m.heads_q == 1);
+  CHECK(m.seq_q == 65);  // one past the first tile
+  CHECK(m.seq_k == 1);
+  CHECK(m.head_dim == 64);  // smaller head dims are unsupported, so they never "still fail"
+  CHECK(m.head_dim_v == 64);
+  CHECK(m.dtype != DType::fp32);
   CHECK(m.mask.empty());
 }
 
