@@ -14,7 +14,6 @@
 
 #include "backends/testing/planted_backends.hpp"
 #include "cli_util.hpp"
-#include "harness/backend/backend.hpp"
 #include "harness/hunt/generate.hpp"
 #include "harness/hunt/hunt.hpp"
 #include "harness/hunt/shrink.hpp"
@@ -104,6 +103,16 @@ HuntOptions in_process(const std::string& backend, const fs::path& out) {
   o.limits.max_work = 1 << 15;
   o.limits.max_seq = 300;
   return o;
+}
+
+/// An in-process hunt of planted backend `backend` (registered here) over the
+/// first `max_problems` problems of `seed`.
+HuntSummary hunt_planted(const std::string& backend, uint64_t seed, int64_t max_problems) {
+  register_planted_backends();
+  HuntOptions o = in_process(backend, scratch(backend));
+  o.seed = seed;
+  o.max_problems = max_problems;
+  return run_hunt(o);
 }
 
 }  // namespace
@@ -318,12 +327,7 @@ TEST_CASE("a hunt finds the planted Sq = 129 window defect and shrinks it to tha
 }
 
 TEST_CASE("a hunt finds the planted fully-masked-row defect and shrinks it to one empty row") {
-  register_planted_backends();
-  const fs::path out = scratch("masked");
-  HuntOptions o = in_process("test-planted-masked-rows", out);
-  o.seed = 1;
-  o.max_problems = 30;
-  const HuntSummary s = run_hunt(o);
+  const HuntSummary s = hunt_planted("test-planted-masked-rows", 1, 30);
   REQUIRE(s.failures.size() == 1);  // later failures of the same class are counted, not shrunk again
   CHECK(s.counts.failed >= 1);
   CHECK(static_cast<int64_t>(s.repeats.size()) == s.counts.failed - 1);
@@ -335,12 +339,7 @@ TEST_CASE("a hunt finds the planted fully-masked-row defect and shrinks it to on
 }
 
 TEST_CASE("a hunt finds planted nondeterminism under GQA and shrinks it to two query heads on one kv head") {
-  register_planted_backends();
-  const fs::path out = scratch("nondet");
-  HuntOptions o = in_process("test-planted-nondeterministic-gqa", out);
-  o.seed = 2;
-  o.max_problems = 20;
-  const HuntSummary s = run_hunt(o);
+  const HuntSummary s = hunt_planted("test-planted-nondeterministic-gqa", 2, 20);
   REQUIRE(s.failures.size() == 1);
   CHECK(s.failures[0].failure_class == "nondeterministic");
   CHECK(s.failures[0].row["status"] == "pass");  // right numbers, not repeatable
@@ -354,62 +353,12 @@ TEST_CASE("a hunt finds planted nondeterminism under GQA and shrinks it to two q
   CHECK(m.mask.empty());
 }
 
-namespace {
-
-/// The cpu backend that only takes head dims 64 and half precision (as the GPU
-/// backends are narrower than the problem space) and is wrong past Sq = 64 (a
-/// second query tile): O + 1.
-class NarrowBuggyInstance final : public BackendInstance {
- public:
-  NarrowBuggyInstance(std::unique_ptr<BackendInstance> inner, bool bug) : inner_(std::move(inner)), bug_(bug) {}
-  void forward() override { inner_->forward(); }
-  void backward() override { inner_->backward(); }
-  void poison_outputs() override { inner_->poison_outputs(); }
-  int64_t executed_pairs() const override { return inner_->executed_pairs(); }
-  AttentionOutputs read_outputs(bool grads) override {
-    AttentionOutputs out = inner_->read_outputs(grads);
-    if (bug_)
-      for (double& x : out.o.data) x += 1.0;
-    return out;
-  }
-
- private:
-  std::unique_ptr<BackendInstance> inner_;
-  bool bug_;
-};
-
-class NarrowBuggyBackend final : public Backend {
- public:
-  std::string name() const override { return "test-hunt-narrow"; }
-  std::string description() const override { return "test_hunt.cpp only"; }
-  Device device() const override { return Device::cpu; }
-  Support supports(const Problem& p) const override {
-    if (p.head_dim != 64 || p.head_dim_v != 64) return Support::no("head dims 64 only");
-    if (p.dtype == DType::fp32) return Support::no("no fp32");
-    return Support::yes();
-  }
-  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
-    return std::make_unique<NarrowBuggyInstance>(cpu_->prepare(p, in), p.seq_q > 64);
-  }
-
- private:
-  std::unique_ptr<Backend> cpu_ = BackendRegistry::create("cpu");
-};
-
-}  // namespace
-
 TEST_CASE("unsupported problems are skipped and counted; the shrink stays inside what the backend supports") {
-  if (!BackendRegistry::create("test-hunt-narrow"))
-    BackendRegistry::add("test-hunt-narrow", [] { return std::make_unique<NarrowBuggyBackend>(); });
-  const fs::path out = scratch("narrow");
-  HuntOptions o = in_process("test-hunt-narrow", out);
-  o.seed = 4;
-  o.max_problems = 40;
-  const HuntSummary s = run_hunt(o);
+  const HuntSummary s = hunt_planted("test-planted-narrow-tile64", 4, 40);
   CHECK(s.counts.generated == 40);
   CHECK(s.counts.unsupported > 5);  // refused by supports(), never run, never failures
   CHECK(s.counts.unsupported + s.counts.run == 40);
-  CHECK(s.per_backend.at("test-hunt-narrow").unsupported == s.counts.unsupported);
+  CHECK(s.per_backend.at("test-planted-narrow-tile64").unsupported == s.counts.unsupported);
   REQUIRE(s.failures.size() == 1);
   CHECK(s.failures[0].failure_class == "numerics-O");
   const Problem& m = s.failures[0].minimal;

@@ -10,11 +10,12 @@
 namespace attnbench {
 namespace {
 
-enum class Plant { window129, masked_rows, nondeterministic_gqa };
+enum class Plant { window129, masked_rows, nondeterministic_gqa, narrow_tile64 };
 
 /// Whether the defect fires on problem p.
 bool fires(Plant plant, const Problem& p) {
   if (plant == Plant::window129) return p.seq_q == 129 && p.find_mask<SlidingWindowTerm>() != nullptr;
+  if (plant == Plant::narrow_tile64) return p.seq_q > 64;
   if (plant == Plant::nondeterministic_gqa) return p.heads_q > p.heads_kv;
   return true;  // masked_rows: wherever a row is fully masked
 }
@@ -32,7 +33,7 @@ class PlantedInstance final : public BackendInstance {
   AttentionOutputs read_outputs(bool with_grads) override {
     AttentionOutputs out = inner_->read_outputs(with_grads);
     if (!fires_) return out;
-    if (plant_ == Plant::window129) {
+    if (plant_ == Plant::window129 || plant_ == Plant::narrow_tile64) {
       for (double& x : out.o.data) x += 1.0;
       return out;
     }
@@ -64,7 +65,11 @@ class PlantedBackend final : public Backend {
     return "test only: the cpu backend with a planted defect (ATTNBENCH_TEST_BACKENDS=1)";
   }
   Device device() const override { return Device::cpu; }
-  Support supports(const Problem& p) const override { return cpu_->supports(p); }
+  Support supports(const Problem& p) const override {
+    if (plant_ == Plant::narrow_tile64 && (p.head_dim != 64 || p.head_dim_v != 64 || p.dtype == DType::fp32))
+      return Support::no("test-planted-narrow-tile64 takes head dims 64 in fp16 or bf16 only");
+    return cpu_->supports(p);
+  }
   RuleConstants rule() const override { return cpu_->rule(); }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
     return std::make_unique<PlantedInstance>(cpu_->prepare(p, in), plant_, p);
@@ -86,7 +91,8 @@ const bool kPlantedRegistered = [] {
 bool register_planted_backends() {
   const std::pair<const char*, Plant> plants[] = {{"test-planted-window129", Plant::window129},
                                                   {"test-planted-masked-rows", Plant::masked_rows},
-                                                  {"test-planted-nondeterministic-gqa", Plant::nondeterministic_gqa}};
+                                                  {"test-planted-nondeterministic-gqa", Plant::nondeterministic_gqa},
+                                                  {"test-planted-narrow-tile64", Plant::narrow_tile64}};
   for (const auto& [name, plant] : plants) {
     const std::string n = name;
     const Plant pl = plant;

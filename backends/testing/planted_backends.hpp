@@ -8,6 +8,9 @@
 //   test-planted-nondeterministic-gqa  under GQA (Hq > Hkv) every other run moves
 //                            O[0] by one float64 ulp: right, but not bitwise
 //                            repeatable although the backend claims determinism
+//   test-planted-narrow-tile64  takes only head dims 64 in fp16/bf16 (narrower than
+//                            the problem space, as GPU backends are) and is O + 1
+//                            past Sq = 64 (a second query tile)
 // Registered at start-up when ATTNBENCH_TEST_BACKENDS=1 (as backends/testing/
 // testing_backends.cpp does), or by calling register_planted_backends().
 #pragma once
