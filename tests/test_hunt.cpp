@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <variant>
 #include <string>
 
+#include "backends/cudnn/cudnn_plan.hpp"
 #include "backends/testing/planted_backends.hpp"
 #include "cli_util.hpp"
 #include "harness/hunt/generate.hpp"
@@ -154,6 +156,25 @@ TEST_CASE("generated problems are valid, within the size budget, deterministic a
   // Weighted toward edges: far more 129s than a uniform length in [1, 300] gives (2000 * 2 / 300 ~ 13).
   CHECK(f.at("s=129") > 30);
 }
+
+#if defined(ATTNBENCH_HAVE_CUDNN)  // plan_case is built with the cudnn backend (CUDA + cuDNN builds)
+TEST_CASE("cuDNN's host analysis answers every generated problem (a plan or a reason), never throws") {
+  // What the GPU hunt of `cudnn` asks first for every problem; on the CPU here.
+  cudnn_sdpa::Env env;
+  env.version = 91900;
+  env.sm = 90;
+  int plans = 0, refusals = 0;
+  for (uint64_t i = 0; i < 1500; ++i) {
+    const Problem p = generate_problem(21, i, GenLimits{});
+    CAPTURE(to_json(p).dump());
+    std::variant<cudnn_sdpa::CasePlan, std::string> r;
+    REQUIRE_NOTHROW(r = cudnn_sdpa::plan_case(p, env));
+    ++(std::holds_alternative<std::string>(r) ? refusals : plans);
+  }
+  CHECK(plans > 100);     // the generator reaches what cuDNN supports
+  CHECK(refusals > 100);  // and beyond it
+}
+#endif
 
 TEST_CASE("shrink candidates are valid and strictly smaller") {
   GenLimits lim;
