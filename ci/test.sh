@@ -12,6 +12,11 @@ ci/bootstrap.sh
 ci/install_slurm.sh
 ci/build.sh "$@"
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j"$(nproc)")
+# A bounded differential hunt of the cpu backend against the reference (docs/hunt.md):
+# it must find nothing. ATTNBENCH_NO_HUNT=1 skips it; HUNT_SECONDS sets its time (default 60).
+if [[ "${ATTNBENCH_NO_HUNT:-0}" != 1 ]]; then
+  ci/hunt_cpu.sh "${BUILD_DIR:-build}"
+fi
 # Bounded fuzzing of every input parser when clang's libFuzzer is installed (it
 # says so and passes when not); ATTNBENCH_NO_FUZZ=1 skips it, FUZZ_SECONDS sets
 # the time per target (default 30: four targets, about 2 minutes plus the build).

@@ -23,7 +23,8 @@ std::string layer_of(const std::string& path) {
       {"harness/model/", "model"},         {"harness/device/", "device"},
       {"harness/backend/", "backend"},     {"harness/workloads/", "workloads"},
       {"harness/check/", "check"},         {"harness/measure/", "measure"},
-      {"harness/run/", "run"},             {"harness/cli/", "cli"},
+      {"harness/run/", "run"},             {"harness/hunt/", "hunt"},
+      {"harness/cli/", "cli"},
       {"reference/", "reference"},         {"reports/", "reports"},
       {"backends/", "backends"}};
   for (const auto& [prefix, layer] : prefixes)
@@ -43,7 +44,8 @@ const std::map<std::string, std::set<std::string>>& allowed() {
       {"measure", {"measure", "backend", "device", "model"}},
       {"reports", {"reports", "measure", "device", "model"}},
       {"run", {"run", "reports", "check", "measure", "workloads", "backend", "reference", "device", "model"}},
-      {"cli", {"cli", "run", "reports", "check", "measure", "workloads", "backend", "reference", "device", "model"}},
+      {"hunt", {"hunt", "run", "reports", "check", "measure", "workloads", "backend", "reference", "device", "model"}},
+      {"cli", {"cli", "hunt", "run", "reports", "check", "measure", "workloads", "backend", "reference", "device", "model"}},
       {"backends", {"backends", "backend", "device", "model", "reference", "measure"}},
   };
   return table;

@@ -18,6 +18,7 @@ void add_describe_command(CLI::App& app, Action& action);   ///< describe SCENAR
 void add_run_command(CLI::App& app, Action& action);        ///< run SCENARIO
 void add_reference_command(CLI::App& app, Action& action);  ///< reference --problem P --out DIR
 void add_report_commands(CLI::App& app, Action& action);    ///< report, summary, compare, merge
+void add_hunt_command(CLI::App& app, Action& action);       ///< hunt --backends a,b --budget T (docs/hunt.md)
 /// The hidden `__unit REQUEST RESULT` subcommand (one isolated unit of `run`).
 void add_unit_command(CLI::App& app, Action& action);
 
@@ -36,6 +37,10 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& paths, boo
 std::string hex_encode(const std::string& s);
 /// Inverse of hex_encode(). Throws InputError on a character that is not a hex digit.
 std::string hex_decode(const std::string& s);
+
+/// Put the --plugin files (absolute) in front of ATTNBENCH_PLUGIN_PATH, so that
+/// child processes (isolated units, --gpus shards) load the same plugins.
+void export_plugin_path(const std::vector<std::string>& plugins);
 
 /// The full command line of this process (argv joined by spaces), for reports.
 const std::string& command_line();

@@ -380,6 +380,59 @@ bool isolate_backend(const Backend& b, const RunOptions& opts, size_t cases) {
   return b.device() == Device::cuda && !b.runs_out_of_process() && cases > 1;
 }
 
+/// Create the output directory; failures are bad input (exit 2), naming it.
+void make_out_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    throw InputError(dir, "", "cannot create the output directory: " + (ec ? ec.message() : "not a directory"));
+}
+
+/// One (case, backend) row: `unsupported` when the backend is unavailable or
+/// refuses the problem, else the unit in this process (sharing `cache` with the
+/// case's other backends) or in a child (`isolate`; unit files in `unit_dir`,
+/// numbered by `unit_no`, which is advanced). Foreign code (isolated_only(), a
+/// plugin) runs available() and supports() in the child too, under the isolation
+/// and --case-timeout, unless --isolate off; its "not available" answer is cached
+/// in `unavailable` (backend -> reason) for the rest of the run. `thumbnail`: the
+/// case's BlockMask thumbnail for the row. GPU clocks around it. False when this
+/// process was asked to stop while the child ran (no row).
+bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isolate,
+              const std::filesystem::path& unit_dir, int64_t& unit_no, UnitCache& cache, int64_t useful_pairs,
+              const nlohmann::json& thumbnail, std::map<std::string, std::string>& unavailable, ReportRow& row) {
+  row = skeleton_row(c, backend, useful_pairs, thumbnail);
+  const bool on_gpu = backend.device() == Device::cuda;
+  if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
+  auto isolated = [&](bool check_support) {
+    make_out_dir(unit_dir.string());
+    const ReportRow skeleton = row;
+    return run_isolated(c, skeleton, opts, unit_dir, unit_no++, row, check_support);
+  };
+  std::string why;
+  if (backend.isolated_only() && opts.isolate != RunOptions::Isolate::off) {
+    if (auto it = unavailable.find(backend.name()); it != unavailable.end()) {
+      row.status = RowStatus::unsupported;
+      row.reason = it->second;
+    } else {
+      if (!isolated(true)) return false;
+      if (row.status == RowStatus::unsupported && row.reason.rfind(kNotAvailable, 0) == 0)
+        unavailable[backend.name()] = row.reason;
+    }
+  } else if (!backend.available(&why)) {
+    row.status = RowStatus::unsupported;
+    row.reason = kNotAvailable + why;
+  } else if (Support s = backend.supports(c.problem); !s) {
+    row.status = RowStatus::unsupported;
+    row.reason = s.reason;
+  } else if (isolate) {
+    if (!isolated(false)) return false;
+  } else {
+    run_unit(c.problem, backend, opts, cache, useful_pairs, row);
+  }
+  if (on_gpu) row.clocks["end"] = env::sample_clocks(opts.device).to_json();
+  return true;
+}
+
 // ------------------------------------------------------------------ journal identity
 
 /// FNV-1a 64 of every case's id and compact problem, as 16 hex digits.
@@ -666,14 +719,6 @@ std::optional<JournalContents> resume_from(const std::string& journal, const Sce
   return j;
 }
 
-/// Create the output directory; failures are bad input (exit 2), naming it.
-void make_out_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir))
-    throw InputError(dir, "", "cannot create the output directory: " + (ec ? ec.message() : "not a directory"));
-}
-
 }  // namespace
 
 nlohmann::json resume_identity(const Scenario& scenario, const RunOptions& opts, const std::vector<std::string>& names) {
@@ -828,37 +873,10 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     for (auto& backend : backends) {
       if (stop_signal()) break;
       if (done.count(c.id + "|" + backend->name())) continue;
-      ReportRow row = skeleton_row(c, *backend, useful_pairs, shared.thumbnail);
-      const bool on_gpu = backend->device() == Device::cuda;
-      if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
-      std::string why;
-      if (backend->isolated_only() && opts.isolate != RunOptions::Isolate::off) {
-        // Foreign code (a plugin): available() and supports() run in the child too,
-        // under the isolation and --case-timeout; an unavailable answer is cached.
-        if (auto it = unavailable.find(backend->name()); it != unavailable.end()) {
-          row.status = RowStatus::unsupported;
-          row.reason = it->second;
-        } else {
-          if (unit_no == 0) make_out_dir(unit_dir.string());
-          const ReportRow skeleton = row;
-          if (!run_isolated(c, skeleton, opts, unit_dir, unit_no++, row, true)) break;  // stopped: left to --resume
-          if (row.status == RowStatus::unsupported && row.reason.rfind(kNotAvailable, 0) == 0)
-            unavailable[backend->name()] = row.reason;
-        }
-      } else if (!backend->available(&why)) {
-        row.status = RowStatus::unsupported;
-        row.reason = kNotAvailable + why;
-      } else if (Support s = backend->supports(p); !s) {
-        row.status = RowStatus::unsupported;
-        row.reason = s.reason;
-      } else if (isolate_backend(*backend, opts, cases.size())) {
-        if (unit_no == 0) make_out_dir(unit_dir.string());
-        const ReportRow skeleton = row;
-        if (!run_isolated(c, skeleton, opts, unit_dir, unit_no++, row)) break;  // stopped: left to --resume
-      } else {
-        run_unit(p, *backend, opts, cache, useful_pairs, row);
-      }
-      if (on_gpu) row.clocks["end"] = env::sample_clocks(opts.device).to_json();
+      ReportRow row;
+      if (!unit_row(c, *backend, opts, isolate_backend(*backend, opts, cases.size()), unit_dir, unit_no, cache,
+                    useful_pairs, shared.thumbnail, unavailable, row))
+        break;  // stopped: left to --resume
       finish_row(row, journal, writer, summary);
     }
   }
@@ -931,6 +949,24 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
   }
   write_json_atomic(result_path, row.to_json(), /*sync=*/false);  // the parent journals it
   return kExitOk;
+}
+
+std::optional<ReportRow> run_case_unit(const Case& c, Backend& backend, const RunOptions& opts, bool isolate,
+                                       const std::filesystem::path& unit_dir, int64_t& unit_no) {
+  UnitCache cache;
+  ReportRow row;
+  const CaseShared shared = build_case_shared(c.problem);
+  if (!shared.error.empty()) {  // the case cannot be built: its row says why, as run_scenario's do
+    row = skeleton_row(c, backend, 0, nullptr);
+    row.status = shared.oom ? RowStatus::oom : RowStatus::error;
+    row.message = shared.error;
+    return row;
+  }
+  std::map<std::string, std::string> unavailable;
+  if (!unit_row(c, backend, opts, isolate, unit_dir, unit_no, cache, shared.useful_pairs, shared.thumbnail,
+                unavailable, row))
+    return std::nullopt;
+  return row;
 }
 
 }  // namespace attnbench

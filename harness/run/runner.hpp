@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "harness/check/check.hpp"
 #include "harness/measure/measure.hpp"
+#include "reports/report.hpp"
 #include "harness/workloads/scenario.hpp"
 
 #include <nlohmann/json.hpp>
@@ -117,6 +119,20 @@ std::vector<nlohmann::json> rows_of_this_run(const Scenario& scenario, const Run
                                              const std::vector<std::string>& names,
                                              const std::vector<nlohmann::json>& rows, const nlohmann::json& header,
                                              const std::string& file);
+
+/// One (case, backend) unit exactly as run_scenario runs it, for callers that
+/// run problems one at a time (`attnbench hunt`): an `unsupported` row when the
+/// backend is not available or its supports() refuses the problem; else prepare,
+/// forward, backward, check against the reference (opts.check), determinism and
+/// timing as `opts` asks, in this process, or with `isolate` in a child
+/// `attnbench __unit` (opts.executable, killed after opts.case_timeout_s when > 0;
+/// its transient files in `unit_dir`, created when needed, numbered by `unit_no`,
+/// which is advanced). A failing backend becomes the row's status (error, oom,
+/// timeout, crashed, with the message), never an exception. std::nullopt when
+/// this process was asked to stop (stop_signal()) while the child ran.
+/// `backend` must have been configure()d by the caller.
+std::optional<ReportRow> run_case_unit(const Case& c, Backend& backend, const RunOptions& opts, bool isolate,
+                                       const std::filesystem::path& unit_dir, int64_t& unit_no);
 
 /// The hidden `attnbench __unit REQUEST RESULT` subcommand: run one isolated
 /// (case, backend) unit described by the JSON file REQUEST (written by
