@@ -119,6 +119,8 @@ std::string effective_status(const nlohmann::json& row) {
   return st;
 }
 
+}  // namespace
+
 /// Non-finite output elements a row records: sum of check.tensors[].nan_mismatch
 /// + unwritten, else of check.nonfinite's counts; nullopt when it records neither.
 std::optional<int64_t> nonfinite_count(const nlohmann::json& row) {
@@ -161,6 +163,8 @@ std::optional<bool> deterministic_of(const nlohmann::json& row) {
     return row["extra"]["deterministic"].get<bool>();
   return std::nullopt;
 }
+
+namespace {
 
 std::string status_detail(const nlohmann::json& row) {
   if (effective_status(row) == "unchecked") return "correctness unknown: outputs not checked (--check off)";

@@ -71,6 +71,7 @@ int main_entry(int argc, char** argv) {
   add_run_command(app, action);
   add_reference_command(app, action);
   add_report_commands(app, action);
+  add_history_command(app, action);
   add_unit_command(app, action);
   try {
     app.parse(argc, argv);

@@ -66,6 +66,7 @@ void add_compare(CLI::App& app, Action& action) {
     double alpha = 0.05;
     bool allow_env_mismatch = false, fail_on_ambiguous = false, fail_on_missing = false, quiet = false;
     bool allow_nondeterminism = false, allow_nonfinite = false;
+    HistoryCompareArgs history;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -73,7 +74,7 @@ void add_compare(CLI::App& app, Action& action) {
       "regression gate: compare NEW against BASE per (case, backend, pass); exit 0 nothing regressed, 1 a "
       "slowdown beyond the tolerance or a correctness failure, 2 bad input");
   cmd->add_option("base", a->base, "baseline report.json")->required();
-  cmd->add_option("new", a->neu, "new report.json")->required();
+  cmd->add_option("new", a->neu, "new report.json (with --history: give NEW alone)");
   cmd->add_option("--max-slowdown", a->max_slowdown, "tolerated slowdown of the median, e.g. 5% or 0.05")
       ->capture_default_str();
   cmd->add_option("--alpha", a->alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
@@ -86,6 +87,7 @@ void add_compare(CLI::App& app, Action& action) {
   cmd->add_option("--markdown", a->markdown, "also write the markdown summary to this file");
   cmd->add_option("--json", a->json_out, "write the full comparison as JSON to this file");
   cmd->add_flag("-q,--quiet", a->quiet, "do not print the markdown summary to stdout");
+  add_history_compare_options(cmd, a->history);
   cmd->callback([a, &action] {
     action = [a]() -> int {
       CompareOptions o;
@@ -96,6 +98,12 @@ void add_compare(CLI::App& app, Action& action) {
       o.fail_on_missing = a->fail_on_missing;
       o.allow_nondeterminism = a->allow_nondeterminism;
       o.allow_nonfinite = a->allow_nonfinite;
+      if (!a->history.db.empty()) {
+        if (!a->neu.empty())
+          throw InputError("<command line>", "--history", "give NEW.json alone: the baseline comes from the history");
+        return run_history_compare(a->history, o, a->base, a->markdown, a->json_out, a->quiet);
+      }
+      if (a->neu.empty()) throw InputError("<command line>", "compare", "give BASE.json and NEW.json (or --history DB NEW.json)");
       nlohmann::json base = load_report(a->base);
       nlohmann::json neu = load_report(a->neu);
       Comparison c = compare_reports(base, neu, a->base, a->neu, o);
