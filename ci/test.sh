@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 ci/bootstrap.sh
 [[ -x ci/install_browser.sh ]] && ci/install_browser.sh
 ci/install_slurm.sh
+ci/install_postgres.sh
 ci/build.sh "$@"
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j"$(nproc)")
 # Bounded fuzzing of every input parser when clang's libFuzzer is installed (it
