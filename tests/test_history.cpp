@@ -11,6 +11,8 @@
 // ATTNBENCH_TEST_PG_SOCKET / ATTNBENCH_TEST_PG_PORT; elsewhere they are skipped.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -400,6 +402,39 @@ TEST_CASE("sqlite: corrupted, foreign and missing files exit 2, named, untouched
   CHECK(r.code == 2);
   CHECK(!fs::exists(fresh));
   CHECK(tc::run("compare --history " + q(fresh) + " " + q(kTemplate) + " " + q(kTemplate), t).code == 2);
+}
+
+TEST_CASE("ci/gate.sh against the history: gates, then records accepted runs and candidates") {
+  tc::TempDir t;
+  const std::string db = sqlite_db(t, "gate");
+  std::string args = "history add --db " + q(db);
+  for (int i = 0; i < 4; ++i) args += " " + q(save(t, "r" + std::to_string(i) + ".json", make_run(i, 1.0)));
+  REQUIRE(tc::run(args, t).code == 0);
+  const std::string gate = std::string(ATTNBENCH_SOURCE_DIR) + "/ci/gate.sh";
+  auto run_gate = [&](const std::string& report) {
+    const std::string cmd = "cd " + q(t.path.string()) + " && ATTNBENCH=" + q(ATTNBENCH_BINARY) + " GATE_HISTORY_DB=" +
+                            q(db) + " GATE_HISTORY_RECORD=1 " + q(gate) + " " + q(report) + " >gate.out 2>&1";
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  CHECK(run_gate(save(t, "slow.json", make_run(4, 1.10))) == 1);
+  CHECK(tc::contains(tc::slurp(t.path / "gate-summary.md"), "compare --history: REGRESSED"));
+  CHECK(run_gate(save(t, "noise.json", make_run(5, 1.0))) == 0);
+  {
+    HistoryStore s = HistoryStore::open(db, false);
+    const auto runs = s.list_runs();  // newest first
+    REQUIRE(runs.size() == 6);
+    CHECK(runs[0].git_revision == "rev05");
+    CHECK(runs[0].accepted);
+    CHECK(runs[1].git_revision == "rev04");
+    CHECK(!runs[1].accepted);  // the failed run is a candidate, never a baseline
+  }
+  const tc::Result r = tc::run("compare --history " + q(db) + " " + q(save(t, "next.json", make_run(6, 1.0))) +
+                                   " --json " + q((t.path / "next_gate.json").string()),
+                               t);
+  CHECK(r.code == 0);
+  const json g = json::parse(tc::slurp(t.path / "next_gate.json"));
+  CHECK(g["timings"][0]["history_runs"] == 5);  // rev00..rev03 and rev05
 }
 
 TEST_CASE("the trend page draws one chart per case and backend with the report's charting") {
