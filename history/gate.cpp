@@ -11,7 +11,6 @@
 
 #include "harness/measure/measure.hpp"
 #include "harness/model/errors.hpp"
-#include "harness/model/printable.hpp"
 #include "reports/report.hpp"
 
 namespace attnbench::history {
@@ -28,19 +27,13 @@ double median_in_place(std::vector<double>& x) {
   return (*std::max_element(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(mid)) + hi) / 2.0;
 }
 
+}  // namespace
+
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, v);
   return buf;
 }
-
-std::string md_cell(const std::string& text) {
-  std::string out;
-  for (char c : printable(text)) out += c == '|' ? std::string("\\|") : std::string(1, c == '\n' ? ' ' : c);
-  return out;
-}
-
-}  // namespace
 
 RobustStats robust_stats(std::vector<double> x) {
   if (x.empty()) throw std::invalid_argument("robust_stats: no values");

@@ -66,6 +66,9 @@ struct HistoryTiming {
   bool regression = false;
 };
 
+/// snprintf of one number with `format` (e.g. "%.4g"), for tables and markdown.
+std::string fmt(const char* format, double v);
+
 /// Judge `new_median` against `history` medians (the rule above); `history` may be
 /// shorter than options.min_runs (then NO_HISTORY).
 HistoryTiming judge_against(const std::vector<double>& history, double new_median, const HistoryGateOptions& options);

@@ -18,12 +18,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
-
 std::regex make_regex(const std::string& text, const char* option) {
   try {
     return std::regex(text, std::regex::ECMAScript);

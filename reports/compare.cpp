@@ -310,8 +310,6 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
 
 // ------------------------------------------------------------------ output
 
-namespace {
-
 std::string md_cell(const std::string& text) {
   const std::string s = printable(text);  // report fields are input: no control characters
   std::string out;
@@ -322,6 +320,8 @@ std::string md_cell(const std::string& text) {
   }
   return out;
 }
+
+namespace {
 
 std::string fmt(const char* f, double v) {
   char buf[64];

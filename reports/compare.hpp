@@ -148,6 +148,10 @@ std::optional<int64_t> nonfinite_count(const nlohmann::json& row);
 /// extra.deterministic of a row (the nondeterministic guard); nullopt when not recorded.
 std::optional<bool> deterministic_of(const nlohmann::json& row);
 
+/// `text` as one markdown table cell: printable() (control characters escaped),
+/// '|' as "\\|", line breaks as spaces.
+std::string md_cell(const std::string& text);
+
 /// Parse a tolerance such as "5%", "0.05" or "12.5%" into a fraction. Plain numbers
 /// must be fractions in [0, 1); percentages in [0, 100). Throws InputError naming
 /// `option` ("--max-slowdown") and the value.
