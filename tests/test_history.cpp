@@ -179,7 +179,13 @@ void check_series_and_gate(const DbMaker& make) {
   CHECK_MESSAGE(r.code == 0, (r.out + r.err));
   const json g0 = json::parse(tc::slurp(t.path / "g0.json"));
   CHECK(g0["regressions"] == 0);
-  for (const auto& tm : g0["timings"]) CHECK(tm["verdict"] == "SAME");
+  double noise_dev = 0, noise_thr = 1;
+  for (const auto& tm : g0["timings"]) {
+    CHECK(tm["verdict"] == "SAME");
+    noise_dev = std::max(noise_dev, std::abs(tm["ratio"].get<double>() - 1));
+    noise_thr = std::min(noise_thr, tm["threshold_ms"].get<double>() / tm["center_ms"].get<double>());
+  }
+  CHECK(noise_thr >= 0.05);  // never under the relative floor
   r = tc::run("compare --history " + q(db) + " " + q(slow) + " --json " + q((t.path / "g1.json").string()), t);
   CHECK_MESSAGE(r.code == 1, (r.out + r.err));
   CHECK(tc::contains(r.out, "Regressions against history (SLOWER)"));
@@ -190,6 +196,10 @@ void check_series_and_gate(const DbMaker& make) {
     CHECK(tm["history_runs"] == 10);
   }
   CHECK(g1["regressions"] == 27);
+  double slow_min = 10;
+  for (const auto& tm : g1["timings"]) slow_min = std::min(slow_min, tm["ratio"].get<double>());
+  MESSAGE("noise-only run: largest change " << noise_dev * 100 << "%, smallest threshold " << noise_thr * 100
+                                            << "%; 10% slower run: smallest change " << (slow_min - 1) * 100 << "%");
   r = tc::run("compare " + q(files[9]) + " " + q(slow) + " --json " + q((t.path / "two.json").string()), t);
   CHECK_MESSAGE(r.code == 0, (r.out + r.err));  // the two-report test misses it
   const json two = json::parse(tc::slurp(t.path / "two.json"));
