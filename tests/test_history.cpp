@@ -185,7 +185,7 @@ void check_series_and_gate(const DbMaker& make) {
     noise_dev = std::max(noise_dev, std::abs(tm["ratio"].get<double>() - 1));
     noise_thr = std::min(noise_thr, tm["threshold_ms"].get<double>() / tm["center_ms"].get<double>());
   }
-  CHECK(noise_thr >= 0.05);  // never under the relative floor
+  CHECK(noise_thr >= doctest::Approx(0.05));  // never under the relative floor
   r = tc::run("compare --history " + q(db) + " " + q(slow) + " --json " + q((t.path / "g1.json").string()), t);
   CHECK_MESSAGE(r.code == 1, (r.out + r.err));
   CHECK(tc::contains(r.out, "Regressions against history (SLOWER)"));
@@ -412,6 +412,54 @@ TEST_CASE("sqlite: corrupted, foreign and missing files exit 2, named, untouched
   CHECK(r.code == 2);
   CHECK(!fs::exists(fresh));
   CHECK(tc::run("compare --history " + q(fresh) + " " + q(kTemplate) + " " + q(kTemplate), t).code == 2);
+}
+
+TEST_CASE("compare --history: status, determinism and NaN guards gate; short histories fall back to two reports") {
+  tc::TempDir t;
+  const std::string db = sqlite_db(t, "guards");
+  REQUIRE(tc::run("history add --db " + q(db) + " " + q(save(t, "a.json", make_run(0, 1.0))) + " " +
+                      q(save(t, "b.json", make_run(1, 1.0))),
+                  t)
+              .code == 0);
+  // Two runs (< --history-min-runs 3): NO_HISTORY, the two-report test against
+  // the latest run decides: a 10% slowdown is AMBIGUOUS there, a 60% one SLOWER.
+  tc::Result r = tc::run("compare --history " + q(db) + " " + q(save(t, "c.json", make_run(2, 1.10))) + " --json " +
+                             q((t.path / "c_gate.json").string()),
+                         t);
+  CHECK_MESSAGE(r.code == 0, (r.out + r.err));
+  json g = json::parse(tc::slurp(t.path / "c_gate.json"));
+  for (const auto& tm : g["timings"]) CHECK(tm["verdict"] == "NO_HISTORY");
+  CHECK(g["two_report"]["timings"].size() == 27);
+  r = tc::run("compare --history " + q(db) + " " + q(save(t, "d.json", make_run(2, 1.60))) + " --json " +
+                  q((t.path / "d_gate.json").string()),
+              t);
+  CHECK(r.code == 1);
+  g = json::parse(tc::slurp(t.path / "d_gate.json"));
+  CHECK(g["regressions"] == 27);
+  CHECK(g["two_report"]["regressions"] == 27);
+  // Guards, against the latest accepted row of each case.
+  json bad = make_run(3, 1.0);
+  bad["results"][0]["extra"]["deterministic"] = false;           // full-s1024 naive
+  bad["results"][1]["check"]["tensors"][0]["nan_mismatch"] = 5;  // full-s1024 cudnn
+  bad["results"][2]["status"] = "fail";                          // causal-s1024 naive
+  bad["results"][2]["check"]["pass"] = false;
+  r = tc::run("compare --history " + q(db) + " " + q(save(t, "bad.json", bad)) + " --json " +
+                  q((t.path / "bad_gate.json").string()),
+              t);
+  CHECK(r.code == 1);
+  g = json::parse(tc::slurp(t.path / "bad_gate.json"));
+  CHECK(g["regressions"] == 3);
+  REQUIRE(g["two_report"]["guards"].size() == 2);
+  CHECK(g["two_report"]["guards"][0]["kind"] == "nondeterministic");
+  CHECK(g["two_report"]["guards"][1]["kind"] == "nonfinite");
+  REQUIRE(g["two_report"]["status_changes"].size() == 1);
+  CHECK(g["two_report"]["status_changes"][0]["case_id"] == "causal-s1024");
+  CHECK(g["two_report"]["status_changes"][0]["new_status"] == "fail");
+  r = tc::run("compare --history " + q(db) + " " + q((t.path / "bad.json").string()) +
+                  " --allow-nondeterminism --allow-nonfinite --json " + q((t.path / "bad2.json").string()),
+              t);
+  CHECK(r.code == 1);
+  CHECK(json::parse(tc::slurp(t.path / "bad2.json"))["regressions"] == 1);  // the status change alone
 }
 
 TEST_CASE("ci/gate.sh against the history: gates, then records accepted runs and candidates") {
