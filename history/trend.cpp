@@ -183,7 +183,7 @@ json series_json(const std::vector<TrendSeries>& series) {
 namespace {
 
 /// One chart per (case, backend): a line per (variant, pass, machine), points of
-/// regressions drawn large and red.
+/// regressions circled by a large black triangle.
 json trend_charts(const std::vector<TrendSeries>& series, const std::string& figure) {
   std::map<std::pair<std::string, std::string>, json> data;
   for (const auto& s : series)
@@ -211,8 +211,8 @@ json trend_charts(const std::vector<TrendSeries>& series, const std::string& fig
                         {"encoding", {{"x", x}, {"y", y}, {"color", {{"field", "series"}, {"type", "nominal"}}},
                                       {"tooltip", tooltip}}}},
                        {{"transform", json::array({{{"filter", "datum.regression"}}})},
-                        {"mark", {{"type", "point"}, {"filled", true}, {"size", 160}, {"color", "#d62728"},
-                                  {"shape", "triangle-up"}}},
+                        {"mark", {{"type", "point"}, {"filled", false}, {"size", 220}, {"strokeWidth", 2},
+                                  {"color", "#000"}, {"shape", "triangle-up"}}},
                         {"encoding", {{"x", x}, {"y", y}, {"tooltip", tooltip}}}}})}}));
   }
   return charts;
@@ -249,7 +249,7 @@ std::string render_trend_page(const std::vector<TrendSeries>& series, const std:
   body << "<h2 id=\"regressions-heading\">Regressions</h2>";
   if (regressions == 0) body << "<p id=\"no-regressions\">No point is a regression against the accepted runs before it.</p>";
   else
-    body << "<table id=\"regressions\"><thead><tr><th>case</th><th>backend</th><th>variant</th><th>pass</th>"
+    body << "<table id=\"regressions\" class=\"kv\"><thead><tr><th>case</th><th>backend</th><th>variant</th><th>pass</th>"
             "<th>revision</th><th>started</th><th>" << escape_html(figure) << "</th></tr></thead><tbody>"
          << reg.str() << "</tbody></table>";
   html::HtmlOptions opt;

@@ -64,7 +64,7 @@ std::string trend_table(const std::vector<TrendSeries>& series, const std::strin
 nlohmann::json series_json(const std::vector<TrendSeries>& series);
 
 /// The `history report` page: a chart per (case, backend) with a line per
-/// (variant, machine, pass) and regressions as red points, then a table of the
+/// (variant, machine, pass) and regressions marked by black triangles, then a table of the
 /// regressions. `node_modules` as HtmlOptions::node_modules; `inline_charts`
 /// false gives the tables alone.
 std::string render_trend_page(const std::vector<TrendSeries>& series, const std::string& figure,

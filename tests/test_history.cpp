@@ -34,6 +34,7 @@
 #include "history/trend.hpp"
 #include "reports/report.hpp"
 #include "tests/cli_util.hpp"
+#include "tests/test_util.hpp"
 
 using namespace attnbench;
 using namespace attnbench::history;
@@ -225,7 +226,7 @@ void check_series_and_gate(const DbMaker& make) {
   REQUIRE_MESSAGE(r.code == 0, r.err);
   const std::string page = tc::slurp(t.path / "trend.html");
   CHECK(tc::contains(page, "27 series, 324 points, 27 regressions"));
-  CHECK(tc::contains(page, "<table id=\"regressions\">"));
+  CHECK(tc::contains(page, "<table id=\"regressions\""));
   CHECK(tc::contains(page, "<td>rev11</td>"));
 }
 
@@ -532,6 +533,38 @@ TEST_CASE("the trend page draws one chart per case and backend with the report's
   CHECK(rates[0].points[5].verdict == HistoryVerdict::slower);
   f.case_regex = "(";
   CHECK_THROWS_AS(load_series(s, f, HistoryGateOptions{}), InputError);
+}
+
+TEST_CASE("headless Chromium draws every chart of the trend page") {
+  const std::string source = ATTNBENCH_SOURCE_DIR;
+  std::string missing;
+  if (!fs::exists("/usr/bin/chromium") && !std::getenv("ATTNBENCH_CHROMIUM")) missing += "/usr/bin/chromium; ";
+  if (!fs::exists(source + "/reports/node_modules/playwright-core/package.json")) missing += "playwright-core; ";
+  if (!fs::exists(source + "/reports/node_modules/vega/build/vega.min.js")) missing += "vega bundles; ";
+  if (!missing.empty()) {
+    const char* allow = std::getenv("ATTNBENCH_ALLOW_BROWSER_SKIP");
+    REQUIRE_MESSAGE((allow && std::string(allow) == "1"), "the browser test cannot run, missing: "
+                                                              << missing << "(run ci/install_browser.sh)");
+    MESSAGE("SKIPPED (ATTNBENCH_ALLOW_BROWSER_SKIP=1): trend page browser test, missing " << missing);
+    return;
+  }
+  tc::TempDir t;
+  const std::string db = sqlite_db(t, "browser");
+  std::string args = "history add --db " + q(db);
+  for (int i = 0; i < 5; ++i) args += " " + q(save(t, "r" + std::to_string(i) + ".json", make_run(i, i == 4 ? 1.2 : 1.0)));
+  REQUIRE(tc::run(args, t).code == 0);
+  const std::string page = (t.path / "trend.html").string(), png = (t.path / "trend.png").string();
+  REQUIRE(tc::run("history report --db " + q(db) + " --case causal -o " + q(page), t).code == 0);
+  const auto [rc, out] = attnbench::test::run_command("node " + q(source + "/tests/html/render_check.mjs") + " " +
+                                                      q(page) + " " + q(png) + " 2>&1");
+  REQUIRE_MESSAGE(rc == 0, out);
+  const json info = json::parse(out.substr(out.rfind('{')));
+  CHECK(info["errors"].empty());
+  CHECK(info["requests"].empty());  // offline
+  CHECK(info["expected"] == 4);     // causal-s1024, causal-s4096 x naive, cudnn
+  CHECK(info["drawn"] == 4);
+  CHECK(info["svgs"] == 4);
+  CHECK(info["table_rows"] == 12);  // 4 (case, backend) x 3 passes
 }
 
 TEST_CASE("postgresql: series, idempotent ingest, show, report and the gate" * doctest::skip(!pg_socket())) {
