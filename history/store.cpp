@@ -200,10 +200,17 @@ void add_pass(Database& db, int64_t result_id, const std::string& pass, const js
     for (const auto& [name, v] : derived.items())
       if (v.is_number() && std::none_of(figures.begin(), figures.end(), [&](const auto& f) { return f.first == name; }))
         figures.emplace_back(name, v.get<double>());
-  for (const auto& [name, value] : figures)
-    if (std::isfinite(value))
-      db.exec("INSERT INTO attnbench_figures (result_id, pass, name, value) VALUES ($1, $2, $3, $4)",
-              {result_id, pass, name, value});
+  // One statement per pass (a round trip each on PostgreSQL).
+  std::string sql = "INSERT INTO attnbench_figures (result_id, pass, name, value) VALUES ";
+  std::vector<DbValue> params;
+  for (const auto& [name, value] : figures) {
+    if (!std::isfinite(value)) continue;
+    const size_t k = params.size();
+    sql += (k ? ", ($" : "($") + std::to_string(k + 1) + ", $" + std::to_string(k + 2) + ", $" +
+           std::to_string(k + 3) + ", $" + std::to_string(k + 4) + ")";
+    params.insert(params.end(), {result_id, pass, name, value});
+  }
+  if (!params.empty()) db.exec(sql, params);
 }
 
 /// Store row `i` of run `run_id`.
