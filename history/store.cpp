@@ -197,9 +197,12 @@ void add_pass(Database& db, int64_t result_id, const std::string& pass, const js
       {"iqr_ms", s.iqr_ms},           {"min_ms", s.min_ms},       {"max_ms", s.max_ms},   {"mean_ms", s.mean_ms},
       {"stddev_ms", s.stddev_ms},     {"rel_stddev", s.rel_stddev}};
   if (derived.is_object())
-    for (const auto& [name, v] : derived.items())
-      if (v.is_number() && std::none_of(figures.begin(), figures.end(), [&](const auto& f) { return f.first == name; }))
-        figures.emplace_back(name, v.get<double>());
+    for (const auto& item : derived.items()) {
+      const std::string name = item.key();
+      if (item.value().is_number() &&
+          std::none_of(figures.begin(), figures.end(), [&](const auto& f) { return f.first == name; }))
+        figures.emplace_back(name, item.value().get<double>());
+    }
   // One statement per pass (a round trip each on PostgreSQL).
   std::string sql = "INSERT INTO attnbench_figures (result_id, pass, name, value) VALUES ";
   std::vector<DbValue> params;

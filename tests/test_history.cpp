@@ -555,8 +555,9 @@ TEST_CASE("headless Chromium draws every chart of the trend page") {
   REQUIRE(tc::run(args, t).code == 0);
   const std::string page = (t.path / "trend.html").string(), png = (t.path / "trend.png").string();
   REQUIRE(tc::run("history report --db " + q(db) + " --case causal -o " + q(page), t).code == 0);
-  const auto [rc, out] = attnbench::test::run_command("node " + q(source + "/tests/html/render_check.mjs") + " " +
+  const auto [rc, out_text] = attnbench::test::run_command("node " + q(source + "/tests/html/render_check.mjs") + " " +
                                                       q(page) + " " + q(png) + " 2>&1");
+  const std::string out = out_text;  // a plain variable: doctest's macros capture it in a lambda
   REQUIRE_MESSAGE(rc == 0, out);
   const json info = json::parse(out.substr(out.rfind('{')));
   CHECK(info["errors"].empty());
