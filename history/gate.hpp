@@ -81,6 +81,7 @@ struct HistoryGate {
   Comparison two_report;  ///< against the latest accepted rows; timings decided by history do not gate here
   int64_t rows_with_history = 0;  ///< rows of NEW with a stored accepted row on this machine
 
+  /// Timings with verdict `v`.
   int64_t count(HistoryVerdict v) const;
   /// SLOWER history verdicts plus the two-report comparison's regressions.
   int64_t regressions() const;

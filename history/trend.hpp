@@ -38,6 +38,7 @@ struct TrendPoint {
 struct TrendSeries {
   std::string case_id, case_key, backend, variant, machine, machine_label, pass;
   std::vector<TrendPoint> points;
+  /// Points judged SLOWER (for rates: smaller than the threshold allows).
   int64_t regressions() const;
 };
 

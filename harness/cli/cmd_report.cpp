@@ -72,7 +72,8 @@ void add_compare(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
       "compare",
       "regression gate: compare NEW against BASE per (case, backend, pass); exit 0 nothing regressed, 1 a "
-      "slowdown beyond the tolerance or a correctness failure, 2 bad input");
+      "slowdown beyond the tolerance or a correctness failure, 2 bad input; --history DB NEW judges NEW against a "
+      "results history (docs/history.md)");
   cmd->add_option("base", a->base, "baseline report.json")->required();
   cmd->add_option("new", a->neu, "new report.json (with --history: give NEW alone)");
   cmd->add_option("--max-slowdown", a->max_slowdown, "tolerated slowdown of the median, e.g. 5% or 0.05")
