@@ -192,7 +192,11 @@ std::string HistoryGate::markdown() const {
   os << "- rule: SLOWER when the median exceeds the median c of the last " << options.window
      << " accepted runs by more than max(" << fmt("%.3g", options.k) << " * 1.4826 * MAD, "
      << fmt("%.3g", options.compare.max_slowdown * 100) << "% of c); with fewer than " << options.min_runs
-     << " runs the two-report test against the latest accepted run decides\n\n";
+     << " runs the two-report test against the latest accepted run decides\n";
+  if (rows_with_history == 0)
+    os << "- **warning: the history holds no accepted run of this machine for these cases: nothing to compare "
+          "against (only failing rows gate)**\n";
+  os << "\n";
   os << "| | count |\n|---|---:|\n";
   os << "| rows with history | " << rows_with_history << " |\n";
   for (HistoryVerdict v : {HistoryVerdict::slower, HistoryVerdict::faster, HistoryVerdict::same, HistoryVerdict::no_history})

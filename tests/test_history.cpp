@@ -187,6 +187,11 @@ void check_series_and_gate(const DbMaker& make) {
     noise_thr = std::min(noise_thr, tm["threshold_ms"].get<double>() / tm["center_ms"].get<double>());
   }
   CHECK(noise_thr >= doctest::Approx(0.05));  // never under the relative floor
+  json elsewhere = make_run(12, 1.5);  // another driver: no history there
+  elsewhere["environment"]["versions"]["driver"] = "580.1";
+  r = tc::run("compare --history " + q(db) + " " + q(save(t, "elsewhere.json", elsewhere)), t);
+  CHECK(r.code == 0);
+  CHECK(tc::contains(r.out, "no accepted run of this machine"));
   r = tc::run("compare --history " + q(db) + " " + q(slow) + " --json " + q((t.path / "g1.json").string()), t);
   CHECK_MESSAGE(r.code == 1, (r.out + r.err));
   CHECK(tc::contains(r.out, "Regressions against history (SLOWER)"));
