@@ -4,10 +4,14 @@
 # expected from the CUDA install under /usr/local/cuda and is optional: without it
 # the CPU parts build and the GPU backends are left out. libvalijson-dev (report
 # schema validation on load) is optional for the build: without it reports are
-# read unvalidated, with a note.
+# read unvalidated, with a note. libsqlite3-dev and libsqlitecpp-dev hold the
+# results history's SQLite store (required); libpq-dev its PostgreSQL client
+# (optional for the build: without it postgresql:// databases are refused). The
+# PostgreSQL server is only for its test (ci/install_postgres.sh).
 set -euo pipefail
 
-packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev libvalijson-dev)
+packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev libvalijson-dev
+          libsqlite3-dev libsqlitecpp-dev libpq-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,6 +14,12 @@
 #   ATTNBENCH          the attnbench binary (default: build/attnbench)
 #   GATE_MAX_SLOWDOWN  tolerated slowdown of the median (default: 5%)
 #   GATE_SUMMARY       markdown output file (default: gate-summary.md)
+#   GATE_HISTORY_DB    judge NEW against the last accepted runs of this results
+#                      history instead of a baseline file (`attnbench compare
+#                      --history`, docs/history.md): a SQLite file or postgresql://...
+#   GATE_HISTORY_RECORD  with GATE_HISTORY_DB, 1 = then store NEW in the history:
+#                      accepted when the gate passed, as a candidate (never a
+#                      baseline) when it failed
 #
 # Refreshing the baseline after an intended change, on the same GPU kind:
 #   attnbench run scenarios/smoke.json --out out
@@ -38,9 +44,20 @@ if [ ! -x "$bin" ]; then
 fi
 
 set +e
-"$bin" compare "$base" "$new" --max-slowdown "${GATE_MAX_SLOWDOWN:-5%}" \
-  --markdown "$summary" --quiet "$@"
-rc=$?
+if [ -n "${GATE_HISTORY_DB:-}" ]; then
+  base="history $GATE_HISTORY_DB"
+  "$bin" compare --history "$GATE_HISTORY_DB" "$new" --max-slowdown "${GATE_MAX_SLOWDOWN:-5%}" \
+    --markdown "$summary" --quiet "$@"
+  rc=$?
+  if [ "${GATE_HISTORY_RECORD:-0}" = 1 ] && [ $rc -le 1 ]; then
+    if [ $rc -eq 0 ]; then "$bin" history add --db "$GATE_HISTORY_DB" "$new"
+    else "$bin" history add --db "$GATE_HISTORY_DB" --candidate "$new"; fi || rc=2
+  fi
+else
+  "$bin" compare "$base" "$new" --max-slowdown "${GATE_MAX_SLOWDOWN:-5%}" \
+    --markdown "$summary" --quiet "$@"
+  rc=$?
+fi
 set -e
 
 [ -f "$summary" ] && cat "$summary"

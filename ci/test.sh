@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 ci/bootstrap.sh
 [[ -x ci/install_browser.sh ]] && ci/install_browser.sh
 ci/install_slurm.sh
+ci/install_postgres.sh
 ci/build.sh "$@"
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j"$(nproc)")
 # A bounded differential hunt of the cpu backend against the reference (docs/hunt.md):

@@ -182,6 +182,8 @@ std::string unfinished_reason(const nlohmann::json& doc) {
   return "";
 }
 
+}  // namespace
+
 /// Non-finite output elements a row records: sum of check.tensors[].nan_mismatch
 /// + unwritten, else of check.nonfinite's counts; nullopt when it records neither.
 std::optional<int64_t> nonfinite_count(const nlohmann::json& row) {
@@ -224,6 +226,8 @@ std::optional<bool> deterministic_of(const nlohmann::json& row) {
     return row["extra"]["deterministic"].get<bool>();
   return std::nullopt;
 }
+
+namespace {
 
 std::string status_detail(const nlohmann::json& row) {
   const std::string eff = effective_status(row);
@@ -383,8 +387,6 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
 
 // ------------------------------------------------------------------ output
 
-namespace {
-
 std::string md_cell(const std::string& text) {
   const std::string s = printable(text);  // report fields are input: no control characters
   std::string out;
@@ -395,6 +397,8 @@ std::string md_cell(const std::string& text) {
   }
   return out;
 }
+
+namespace {
 
 std::string fmt(const char* f, double v) {
   char buf[64];

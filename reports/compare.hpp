@@ -46,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,17 @@ struct Comparison {
 /// rows with the same (case_id, backend) (naming that file and the later row).
 Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu, const std::string& base_file,
                            const std::string& new_file, const CompareOptions& options = {});
+
+/// Non-finite output elements a row records (the nonfinite guard): the sum of
+/// check.tensors[].nan_mismatch + unwritten, else of check.nonfinite's counts
+/// (each capped at 2^40, the sum saturating); nullopt when it records neither.
+std::optional<int64_t> nonfinite_count(const nlohmann::json& row);
+/// extra.deterministic of a row (the nondeterministic guard); nullopt when not recorded.
+std::optional<bool> deterministic_of(const nlohmann::json& row);
+
+/// `text` as one markdown table cell: printable() (control characters escaped),
+/// '|' as "\\|", line breaks as spaces.
+std::string md_cell(const std::string& text);
 
 /// Parse a tolerance such as "5%", "0.05" or "12.5%" into a fraction. Plain numbers
 /// must be fractions in [0, 1); percentages in [0, 100). Throws InputError naming

@@ -638,12 +638,6 @@ std::string kernels_html(const json& results) {
 // ---- charts: Vega-Lite specs with inline data; each builder returns null when
 // its chart has no data.
 
-/// A chart entry {name, title, spec} of the page's chart list, with the
-/// Vega-Lite v6 schema set in `spec`.
-json chart_entry(const std::string& name, const std::string& heading, json spec) {
-  spec["$schema"] = "https://vega.github.io/schema/vega-lite/v6.json";
-  return {{"name", name}, {"title", heading}, {"spec", spec}};
-}
 
 /// Useful TFLOP/s (fwd and fwd+bwd) against Sq, one line per backend and config,
 /// faceted by pass and mask, on a log2 axis ticked at the measured lengths only.
@@ -857,6 +851,32 @@ std::string ceiling_line(const json& report) {
 }
 
 }  // namespace
+
+json chart_entry(const std::string& name, const std::string& heading, json spec) {
+  spec["$schema"] = "https://vega.github.io/schema/vega-lite/v6.json";
+  return {{"name", name}, {"title", heading}, {"spec", spec}};
+}
+
+std::string render_chart_page(const std::string& title, const std::string& subtitle_html, const std::string& body_html,
+                              const json& charts, const HtmlOptions& opt) {
+  // The report's own head (style) and tail (chart list, bundles, script) around a new body.
+  const std::string tpl = kReportTemplate;
+  const size_t body = tpl.find("<body>");
+  const size_t tail = tpl.find("<script type=\"application/json\" id=\"attnbench-charts\">");
+  if (body == std::string::npos || tail == std::string::npos)
+    throw std::logic_error("render_chart_page: the report template lost its <body> or chart list");
+  const std::string page = tpl.substr(0, body + 6) +
+                           "\n<header>\n  <h1>{{TITLE}}</h1>\n  <div class=\"subtitle\">{{SUBTITLE}}</div>\n</header>\n"
+                           "{{BODY}}\n<h2 id=\"charts-heading\">Charts</h2>\n<div class=\"charts\">{{CHARTS}}</div>\n\n" +
+                           tpl.substr(tail);
+  const ChartSection cs = chart_section(charts, opt);
+  return fill(page, {{"TITLE", escape_html(title)},
+                     {"SUBTITLE", subtitle_html},
+                     {"BODY", body_html},
+                     {"CHARTS", cs.html},
+                     {"CHART_SPECS", json_for_script(cs.specs)},
+                     {"BUNDLES", cs.bundles}});
+}
 
 std::string render_report(const json& report, const HtmlOptions& opt) {
   const json& results = report.at("results");

@@ -45,6 +45,18 @@ std::string find_chart_assets(std::string* why = nullptr);
 /// std::runtime_error when a bundle cannot be read.
 std::string render_report(const nlohmann::json& report, const HtmlOptions& options);
 
+/// A chart entry {name, title, spec} of a page's chart list (what render_report()
+/// draws), with the Vega-Lite v6 "$schema" set in `spec`.
+nlohmann::json chart_entry(const std::string& name, const std::string& heading, nlohmann::json spec);
+
+/// Another page in the report's look (its style and chart script): header with
+/// `title` (text) and `subtitle_html` (markup), then `body_html` (markup), then a
+/// "Charts" section drawing `charts` (chart_entry() objects; the bundles as in
+/// render_report(), else a notice). Used by `attnbench history report`.
+/// Throws std::runtime_error when a bundle cannot be read.
+std::string render_chart_page(const std::string& title, const std::string& subtitle_html,
+                              const std::string& body_html, const nlohmann::json& charts, const HtmlOptions& options);
+
 /// Escape & < > " ' for HTML text and attribute values.
 std::string escape_html(std::string_view s);
 /// JSON text safe inside a <script> element: ASCII only (U+2028/U+2029 and all

@@ -125,6 +125,7 @@ int main_entry(int argc, char** argv) {
   add_reference_command(app, action);
   add_report_commands(app, action);
   add_hunt_command(app, action);
+  add_history_command(app, action);
   add_unit_command(app, action);
   try {
     app.parse(argc, argv);

@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "reports/compare.hpp"
+
 namespace attnbench::cli {
 
 using Action = std::function<int()>;
@@ -19,6 +21,20 @@ void add_run_command(CLI::App& app, Action& action);        ///< run SCENARIO
 void add_reference_command(CLI::App& app, Action& action);  ///< reference --problem P --out DIR
 void add_report_commands(CLI::App& app, Action& action);    ///< report, summary, compare, merge
 void add_hunt_command(CLI::App& app, Action& action);       ///< hunt --backends a,b --budget T (docs/hunt.md)
+/// history add | show | report | runs | prune | migrate (harness/cli/cmd_history.cpp).
+void add_history_command(CLI::App& app, Action& action);
+/// `compare --history DB NEW.json` and its --history-* options.
+struct HistoryCompareArgs {
+  std::string db;      ///< "" = no history gate
+  int window = 10;     ///< last N accepted runs
+  int min_runs = 3;    ///< fewer: the two-report test decides the timing
+  double k = 3.5;      ///< threshold in robust standard deviations
+};
+void add_history_compare_options(CLI::App* compare, HistoryCompareArgs& args);
+/// Run the history gate (history/gate.hpp) on `new_file`; the output options as
+/// compare's. Returns the exit code (0, 1; bad input throws InputError).
+int run_history_compare(const HistoryCompareArgs& args, const CompareOptions& options, const std::string& new_file,
+                        const std::string& markdown_file, const std::string& json_file, bool quiet);
 /// The hidden `__unit REQUEST RESULT` subcommand (one isolated unit of `run`).
 void add_unit_command(CLI::App& app, Action& action);
 

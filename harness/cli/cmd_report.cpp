@@ -67,14 +67,16 @@ void add_compare(CLI::App& app, Action& action) {
     bool allow_env_mismatch = false, fail_on_ambiguous = false, fail_on_missing = false, quiet = false;
     bool allow_nondeterminism = false, allow_nonfinite = false;
     bool allow_missing = false, allow_unfinished = false, allow_new_errors = false, allow_no_timing = false;
+    HistoryCompareArgs history;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "compare",
       "regression gate: compare NEW against BASE per (case, backend, pass); exit 0 nothing regressed, 1 a "
-      "slowdown beyond the tolerance or a correctness failure, 2 bad input");
+      "slowdown beyond the tolerance or a correctness failure, 2 bad input; --history DB NEW judges NEW against a "
+      "results history (docs/history.md)");
   cmd->add_option("base", a->base, "baseline report.json")->required();
-  cmd->add_option("new", a->neu, "new report.json")->required();
+  cmd->add_option("new", a->neu, "new report.json (with --history: give NEW alone)");
   cmd->add_option("--max-slowdown", a->max_slowdown, "tolerated slowdown of the median, e.g. 5% or 0.05")
       ->capture_default_str();
   cmd->add_option("--alpha", a->alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
@@ -92,6 +94,7 @@ void add_compare(CLI::App& app, Action& action) {
   cmd->add_option("--markdown", a->markdown, "also write the markdown summary to this file");
   cmd->add_option("--json", a->json_out, "write the full comparison as JSON to this file");
   cmd->add_flag("-q,--quiet", a->quiet, "do not print the markdown summary to stdout");
+  add_history_compare_options(cmd, a->history);
   cmd->callback([a, &action] {
     action = [a]() -> int {
       CompareOptions o;
@@ -106,6 +109,12 @@ void add_compare(CLI::App& app, Action& action) {
       o.allow_unfinished = a->allow_unfinished;
       o.allow_new_errors = a->allow_new_errors;
       o.allow_no_timing = a->allow_no_timing;
+      if (!a->history.db.empty()) {
+        if (!a->neu.empty())
+          throw InputError("<command line>", "--history", "give NEW.json alone: the baseline comes from the history");
+        return run_history_compare(a->history, o, a->base, a->markdown, a->json_out, a->quiet);
+      }
+      if (a->neu.empty()) throw InputError("<command line>", "compare", "give BASE.json and NEW.json (or --history DB NEW.json)");
       nlohmann::json base = load_report(a->base);
       nlohmann::json neu = load_report(a->neu);
       Comparison c = compare_reports(base, neu, a->base, a->neu, o);
