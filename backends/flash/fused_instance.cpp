@@ -452,12 +452,14 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   a.softcap = static_cast<float>(p.score_mod.cap);
   a.dtype = p.dtype == DType::bf16 ? kernels::ElemType::bf16 : kernels::ElemType::fp16;
   if (flex_) setup_flex(p, in, opt, flex_.get(), &a, st);
-  if (fwd_path_ == kernels::FwdPath::sm90)
-    kv_maps_ = kernels::make_kv_tensor_maps(a, packed_ ? seqs_.cu_k.back() : p.seq_k, packed_ ? 1 : p.batch,
-                                            plan_.tile_keys);
-  if (bwd_path_ == kernels::BwdPath::sm90)
-    bwd_maps_ = kernels::make_bwd_tensor_maps(a, packed_ ? seqs_.cu_q.back() : p.seq_q,
-                                              packed_ ? seqs_.cu_k.back() : p.seq_k, packed_ ? 1 : p.batch);
+  // TMA descriptors of the Hopper kernels. A problem without tokens (every document id -1: no
+  // sequence) launches no tile, and the driver refuses a tensor map of zero rows
+  // (found by `attnbench hunt`), so none is encoded then.
+  const int64_t q_rows = packed_ ? seqs_.cu_q.back() : p.seq_q, k_rows = packed_ ? seqs_.cu_k.back() : p.seq_k;
+  if (fwd_path_ == kernels::FwdPath::sm90 && k_rows > 0)
+    kv_maps_ = kernels::make_kv_tensor_maps(a, k_rows, packed_ ? 1 : p.batch, plan_.tile_keys);
+  if (bwd_path_ == kernels::BwdPath::sm90 && q_rows > 0 && k_rows > 0)
+    bwd_maps_ = kernels::make_bwd_tensor_maps(a, q_rows, k_rows, packed_ ? 1 : p.batch);
   ATTNBENCH_CHECK(cudaStreamSynchronize(st));
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

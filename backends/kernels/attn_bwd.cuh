@@ -635,6 +635,24 @@ __device__ __forceinline__ void dq_accumulate(const Acc (&ds)[kNt], const uint16
   }
 }
 
+/// dQ = scale * acc of the thread's two rows row_t of query head h (the m16n8
+/// accumulator layout: columns 8 dt + 2 qd ..+1) in the element type, for rows
+/// before store_q. The epilogue of both deterministic dQ kernels.
+template <bool Bf16, int kDt>
+__device__ __forceinline__ void dq_store_rows(const AttnParams& p, const SeqInfo& si, int b, int h,
+                                              const int (&row_t)[2], int qd, const Acc (&dq)[kDt]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = row_t[r];
+    if (t >= si.store_q) continue;
+    uint16_t* row = static_cast<uint16_t*>(p.dq) + q_off(p, si, b, t, h);
+#pragma unroll
+    for (int dt = 0; dt < kDt; ++dt)
+      *reinterpret_cast<uint32_t*>(row + dt * 8 + 2 * qd) =
+          pack2<Bf16>(dq[dt].c[2 * r] * p.scale, dq[dt].c[2 * r + 1] * p.scale);
+  }
+}
+
 /// kFlex: key tiles from the BlockMask lists of the tile's query block (see attn_fwd_kernel).
 template <int D, bool Bf16, int kWarps, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -703,16 +721,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   if (n_tiles == 0) cp_async_wait<0>();
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int t = row_t[r];
-    if (t >= si.store_q) continue;
-    uint16_t* row = static_cast<uint16_t*>(p.dq) + q_off(p, si, b, t, wh);
-#pragma unroll
-    for (int dt = 0; dt < kDt; ++dt)
-      *reinterpret_cast<uint32_t*>(row + dt * 8 + 2 * qd) =
-          pack2<Bf16>(dq[dt].c[2 * r] * p.scale, dq[dt].c[2 * r + 1] * p.scale);
-  }
+  dq_store_rows<Bf16, kDt>(p, si, b, wh, row_t, qd, dq);
 }
 
 }  // namespace attnbench::kernels

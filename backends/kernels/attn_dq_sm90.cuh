@@ -20,20 +20,25 @@
 
 namespace attnbench::kernels {
 
-/// Query rows per CTA (one consumer warpgroup; the plan's dq_items, kDqBlockM),
-/// keys per step and K / V stages of attn_dq_sm90_kernel.
+/// Query rows per CTA (one consumer warpgroup; the plan's dq_items, kDqBlockM) and
+/// keys per step of attn_dq_sm90_kernel.
 constexpr int kDqSm90BlockM = kDqBlockM;
 constexpr int kDqSm90BlockN = kDqBlockN;  // make_bwd_tensor_maps encodes dq_kv with these boxes
-constexpr int kDqSm90Stages = 2;
+/// K / V stages: three at head_dim 64; two at 128, where three would not leave
+/// room for two CTAs per SM (Q and dO 32 KB + 3 x 32 KB).
+template <int D>
+constexpr int dq_sm90_stages() {
+  return D == 64 ? 3 : 2;
+}
 static_assert(kDqSm90BlockM == 64, "one consumer warpgroup of 64 rows");
 
-/// Shared memory of attn_dq_sm90_kernel: the Q and dO tiles, kDqSm90Stages
+/// Shared memory of attn_dq_sm90_kernel: the Q and dO tiles, dq_sm90_stages<D>()
 /// stages of K and V tiles, the stages' full / empty barriers, the consumer
-/// warps' KeySpans. 96 KB at head_dim 128 (two CTAs per SM), 48 KB at 64.
+/// warps' KeySpans. 96 KB at head_dim 128 (two CTAs per SM), 64 KB at 64.
 template <int D>
 constexpr size_t dq_sm90_smem_bytes() {
-  return 2u * (2u * kDqSm90BlockM * D + 2u * kDqSm90Stages * kDqSm90BlockN * D) +
-         2u * kDqSm90Stages * sizeof(uint64_t) + 2u * 4u * sizeof(int);
+  return 2u * (2u * kDqSm90BlockM * D + 2u * dq_sm90_stages<D>() * kDqSm90BlockN * D) +
+         2u * dq_sm90_stages<D>() * sizeof(uint64_t) + 2u * 4u * sizeof(int);
 }
 constexpr int kDqSm90Threads = 2 * 128;  ///< the consumer warpgroup and the producer warpgroup
 constexpr int kDqSm90ProducerRegs = 40;
@@ -49,18 +54,21 @@ static_assert(128 * (kDqSm90ProducerRegs + kDqSm90ConsumerRegs) <= 65536 / 2,
 /// (make_bwd_tensor_maps' dq_kv). Needs Dsum and LSE.
 ///
 /// The producer warpgroup (setmaxnreg 40) has one thread stream K / V tile pairs
-/// through kDqSm90Stages stages (full barriers complete by transaction bytes, empty
+/// through dq_sm90_stages<D>() stages (full barriers complete by transaction bytes, empty
 /// ones when the consumer warpgroup has retired the products that read them).
-/// Per key tile the consumers issue S and dP as two commit groups, wait, turn dP
-/// into dS in registers and issue dQ += dS K; partial tiles outside the KeySpan
-/// of the tile's rows are skipped. Rows a box reads past a sequence
+/// Per key tile the consumers issue S and dP as two commit groups and the
+/// previous tile's dQ += dS K as a third, wait for S and dP only, and turn dP into
+/// dS in registers while the tensor cores run that dQ product (the forward's P V
+/// overlap, FlashAttention-3 section 3.2); partial tiles outside the KeySpan of the
+/// tile's rows are skipped. A stage is released once the dQ product that reads its K
+/// retires. Rows a box reads past a sequence
 /// (padding, the next THD sequence) are masked (P = dS = 0), so they must be finite.
 template <int D, bool Bf16, bool kFlex = false>
 __global__ void __launch_bounds__(kDqSm90Threads, 2)
     attn_dq_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack,
                         const __grid_constant__ KvTensorMaps maps) {
 #if ATTNBENCH_SM90A
-  constexpr int kBlockM = kDqSm90BlockM, kBlockN = kDqSm90BlockN, kStages = kDqSm90Stages, kConsumers = 128;
+  constexpr int kBlockM = kDqSm90BlockM, kBlockN = kDqSm90BlockN, kStages = dq_sm90_stages<D>(), kConsumers = 128;
   constexpr int kNt = kBlockN / 8, kDt = D / 8;
   using RowTile = sm90::Sw128Tile<kBlockM, D>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -136,6 +144,8 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
 
     Acc dq[kDt];
     zero_acc(dq);
+    uint32_t dsa[kNt / 2][4];  // dS of the tile in stage ds_stage, as A operands
+    int ds_stage = -1;         // the stage whose dQ += dS K is not issued yet
     for (int tile = 0; tile < n_tiles; ++tile) {
       const int stage = tile % kStages;
       sm90::mbar_wait(&full[stage], (tile / kStages) & 1);
@@ -143,33 +153,40 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
       bool full_tile;
       steps.at(p, si, tile, &n0, &full_tile);
       if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of the tile sees these keys
+        if (ds_stage >= 0) {
+          sm90::pv<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
+          sm90::wgmma_wait<0>();
+          sm90::fence_acc(dq);
+          sm90::mbar_arrive(&empty[ds_stage]);
+          ds_stage = -1;
+        }
         sm90::mbar_arrive(&empty[stage]);
         continue;
       }
       Acc s[kNt], dp[kNt];
       sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, 0, s);    // S = Q K^T
       sm90::scores<D, Bf16, kBlockM, kBlockN>(do_addr, v_addr + stage * kStageBytes, 0, dp);  // dP = dO V^T
-      sm90::wgmma_wait<0>();
+      if (ds_stage >= 0) {  // dQ += dS K of the previous tile runs while this tile's dS is computed
+        sm90::pv<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
+        sm90::wgmma_wait<1>();  // S and dP retired (groups retire in order)
+      } else {
+        sm90::wgmma_wait<0>();
+      }
       sm90::fence_acc(s);
       sm90::fence_acc(dp);
       dq_ds<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp);
-      uint32_t dsa[kNt / 2][4];
+      sm90::wgmma_wait<0>();  // the previous dQ product has read dsa and K
+      sm90::fence_acc(dq);
+      if (ds_stage >= 0) sm90::mbar_arrive(&empty[ds_stage]);
       sm90::p_operand<Bf16>(dp, dsa);
-      sm90::pv<D, Bf16, kBlockN>(dsa, k_addr + stage * kStageBytes, dq);  // dQ += dS K
+      ds_stage = stage;
+    }
+    if (ds_stage >= 0) {
+      sm90::pv<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(dq);
-      sm90::mbar_arrive(&empty[stage]);  // K / V of this stage are read
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int t = row_t[r];
-      if (t >= si.store_q) continue;
-      uint16_t* row = static_cast<uint16_t*>(p.dq) + q_off(p, si, b, t, wh);
-#pragma unroll
-      for (int dt = 0; dt < kDt; ++dt)
-        *reinterpret_cast<uint32_t*>(row + dt * 8 + 2 * qd) =
-            pack2<Bf16>(dq[dt].c[2 * r] * p.scale, dq[dt].c[2 * r + 1] * p.scale);
-    }
+    dq_store_rows<Bf16, kDt>(p, si, b, wh, row_t, qd, dq);
   }
 #else
   (void)p;
