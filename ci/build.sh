@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configure and build attnbench into ${BUILD_DIR:-build} (Release) with all cores.
-# Extra CMake arguments pass through, e.g. ci/build.sh -DCUDNN_ROOT=/path.
+# Extra CMake arguments pass through, e.g. ci/build.sh -DCUDNN_ROOT=/path;
+# BUILD_TARGETS limits the build to some targets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -12,4 +13,7 @@ if [[ -n "${CUDNN_ROOT:-}" ]]; then cudnn_args+=("-DCUDNN_ROOT=$CUDNN_ROOT"); fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cudnn_args[@]}" "$@" >"${build}.configure.log" 2>&1 || {
   cat "${build}.configure.log"; exit 1; }
 grep -E "attnbench:|Found CUDNN|CUDA compiler identification" "${build}.configure.log" || true
-cmake --build "$build" -j"$(nproc)"
+# BUILD_TARGETS (space-separated) builds only those targets (ci/quickstart.sh: attnbench).
+targets=()
+for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" -j"$(nproc)" "${targets[@]}"
