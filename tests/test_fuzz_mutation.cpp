@@ -171,4 +171,17 @@ TEST_CASE("fuzz regressions: inputs the fuzzer found, each now an InputError") {
   CHECK(jsonu::get_int(nlohmann::json(-9223372036854775808.0), "f", "/x") == INT64_MIN);
   CHECK_THROWS_AS((void)jsonu::get_int(nlohmann::json(9223372036854775808.0), "f", "/x"), InputError);
   CHECK(jsonu::get_int(nlohmann::json(uint64_t{9223372036854775807ULL}), "f", "/x") == INT64_MAX);
+  // ci/fuzz.sh, scenario (session 11): a causal mask entry of a mask axis whose
+  // "align" is not a string made the case label throw nlohmann's type_error
+  // (std::terminate in the fuzzer) instead of the problem's InputError.
+  const std::string bad_align = R"({"name": "m", "base": {"batch": 1, "heads_q": 1, "head_dim": 8, "seq": 16},
+    "axes": {"mask": [[{"kind": "causal", "align": [384, 130]}]]}})";
+  try {
+    (void)scenario_from_json(jsonu::parse_text(bad_align, "s.json"), "s.json");
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("s.json") == 0);
+    CHECK(std::string(e.what()).find("align") != std::string::npos);
+  }
+  REQUIRE_NOTHROW(fuzz::scenario(reinterpret_cast<const uint8_t*>(bad_align.data()), bad_align.size()));
 }

@@ -119,7 +119,9 @@ std::string window_bound(const json& v) {
 std::string mask_entry_label(const json& m) {
   if (!m.is_object() || !m.contains("kind") || !m["kind"].is_string()) return "mask";
   const std::string k = m["kind"].get<std::string>();
-  if (k == "causal") return m.value("align", std::string("bottom_right")) == "top_left" ? "causal-tl" : "causal";
+  // A label only: a malformed entry (an align that is not a string, found by fuzz_scenario)
+  // gets a plain label here and its InputError where the problem is parsed.
+  if (k == "causal") return m.contains("align") && m["align"] == "top_left" ? "causal-tl" : "causal";
   if (k == "sliding_window")
     return "win" + window_bound(m.value("left", json(-1))) + "-" + window_bound(m.value("right", json(-1)));
   if (k == "document") return "doc";
