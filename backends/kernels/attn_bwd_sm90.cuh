@@ -137,6 +137,32 @@ __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& s
 #endif
 }
 
+/// The producer's row warp's share of one query step (rows m0 .. m0 + kBlockM - 1
+/// of query head h): each row's log2(e) LSE and Dsum into tLse / tDsum; on the flex
+/// path each row's key interval (row_bounds) into tRb; without dQ (kDq = false) the
+/// KeySpan of the rows into span[0..1] (lane 0, after a warp reduction).
+template <bool kFlex, bool kDq, int kBlockM>
+__device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInfo& si, int b, int m0, int h, int lane,
+                                               float* tLse, float* tDsum, int2* tRb, int* span_out) {
+  KeySpan span;
+  for (int r = lane; r < kBlockM; r += 32) {
+    tLse[r] = lse2_of(p, si, b, m0 + r, h);
+    tDsum[r] = dsum_of(p, si, b, m0 + r, h);
+    if constexpr (kFlex || !kDq) {  // flex: the consumers read the rows' intervals from here
+      const RowBounds rb = row_bounds<kFlex>(p, si, b, m0 + r);
+      if constexpr (kFlex) tRb[r] = make_int2(rb.lo, rb.hi);
+      if constexpr (!kDq) span.add(rb);
+    }
+  }
+  if constexpr (!kDq) {
+    span.warp_reduce();
+    if (lane == 0) {
+      span_out[0] = span.lo;
+      span_out[1] = span.hi;
+    }
+  }
+}
+
 /// Item-lists, arguments and results of attn_bwd_dkdv_kernel<..., kAtomicDq =
 /// true>: blockIdx.x = item * heads_kv + KV head, items of kBwdSm90BlockN keys.
 /// kFlex: the query steps come from the BlockMask's query lists of the CTA's key
@@ -235,23 +261,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
                                              &maps.dout, ob, q_row + m0, h, &full[stage]);
       } else {
-        KeySpan span;
-        for (int r = lane; r < kBlockM; r += 32) {
-          sLse[stage * kBlockM + r] = lse2_of(p, si, b, m0 + r, h);
-          sDsum[stage * kBlockM + r] = dsum_of(p, si, b, m0 + r, h);
-          if constexpr (kFlex || !kDq) {  // flex: the consumers read the rows' intervals from here
-            const RowBounds rb = row_bounds<kFlex>(p, si, b, m0 + r);
-            if constexpr (kFlex) sRb[stage * kBlockM + r] = make_int2(rb.lo, rb.hi);
-            if constexpr (!kDq) span.add(rb);
-          }
-        }
-        if constexpr (!kDq) {
-          span.warp_reduce();
-          if (lane == 0) {
-            sSpan[2 * stage] = span.lo;
-            sSpan[2 * stage + 1] = span.hi;
-          }
-        }
+        bwd_stage_rows<kFlex, kDq, kBlockM>(p, si, b, m0, h, lane, sLse + stage * kBlockM, sDsum + stage * kBlockM,
+                                            sRb + stage * kBlockM, sSpan + 2 * stage);
         sm90::mbar_arrive(&full[stage]);
       }
     }
