@@ -280,6 +280,19 @@ struct KeySpan {
   }
 };
 
+/// The KeySpan of one thread's two rows (rb), reduced over its warp; lane 0 leaves
+/// it in scratch[2 warp], [2 warp + 1] for warpgroup_span() after a barrier.
+__device__ __forceinline__ void stage_warp_span(const RowBounds (&rb)[2], int* scratch, int warp, int lane) {
+  KeySpan span;
+  span.add(rb[0]);
+  span.add(rb[1]);
+  span.warp_reduce();
+  if (lane == 0) {
+    scratch[2 * warp] = span.lo;
+    scratch[2 * warp + 1] = span.hi;
+  }
+}
+
 /// The span of the rows of the 4 warps of a warpgroup (w0 = its first warp):
 /// each warp's lane 0 leaves its warp_reduce()d span in scratch[2 w], [2 w + 1];
 /// call after a barrier that orders those stores.

@@ -124,19 +124,12 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
     const int g = lane / 4, qd = lane % 4;
     const int row_t[2] = {wt0 + g, wt0 + g + 8};
     const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row_t[0]), row_bounds<kFlex>(p, si, b, row_t[1])};
-    KeySpan span;  // the keys the tile's rows may see: partial steps outside it are skipped
-    span.add(rb[0]);
-    span.add(rb[1]);
-    span.warp_reduce();
-    if (lane == 0) {
-      s_span[2 * warp] = span.lo;
-      s_span[2 * warp + 1] = span.hi;
-    }
+    stage_warp_span(rb, s_span, warp, lane);  // partial steps outside the tile's span are skipped
     cp_async_commit();
     cp_async_wait<0>();
     sm90::fence_proxy_async();  // the rows' stores, before wgmma reads them
     sm90::named_barrier(1, kConsumers);
-    span = warpgroup_span(s_span, 0);
+    const KeySpan span = warpgroup_span(s_span, 0);
     const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
     const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
     const ScoreMod2 mod = ScoreMod2::of(p, wh);
@@ -154,9 +147,7 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
       steps.at(p, si, tile, &n0, &full_tile);
       if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of the tile sees these keys
         if (ds_stage >= 0) {
-          sm90::pv<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
-          sm90::wgmma_wait<0>();
-          sm90::fence_acc(dq);
+          sm90::pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
           sm90::mbar_arrive(&empty[ds_stage]);
           ds_stage = -1;
         }
@@ -182,9 +173,7 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
       ds_stage = stage;
     }
     if (ds_stage >= 0) {
-      sm90::pv<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
-      sm90::wgmma_wait<0>();
-      sm90::fence_acc(dq);
+      sm90::pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
     }
     dq_store_rows<Bf16, kDt>(p, si, b, wh, row_t, qd, dq);
   }

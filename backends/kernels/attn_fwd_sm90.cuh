@@ -81,6 +81,19 @@ __device__ __forceinline__ void pv(const uint32_t (&pa)[kNp][4], uint32_t v_addr
 
 }  // namespace sm90
 
+namespace sm90 {
+
+/// O (m64 x D) += A B as pv() issues it, then wait until it retires: the last (or a
+/// flushed) product of a pipeline whose A registers are about to be reused.
+template <int D, bool Bf16, int kBlockN, int kNp, int kDt>
+__device__ __forceinline__ void pv_retire(const uint32_t (&pa)[kNp][4], uint32_t b_addr, Acc (&o)[kDt]) {
+  pv<D, Bf16, kBlockN>(pa, b_addr, o);
+  wgmma_wait<0>();
+  fence_acc(o);
+}
+
+}  // namespace sm90
+
 /// Threads of attn_fwd_sm90_kernel: kWG consumer warpgroups and one producer
 /// warpgroup (registers are allocated per warpgroup: a lone producer warp would
 /// cost as much; setmaxnreg moves its registers to the consumers).
@@ -177,19 +190,12 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     const int g = lane / 4, qd = lane % 4;
     const int row0 = wt0 + g, row1 = wt0 + g + 8;
     const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row0), row_bounds<kFlex>(p, si, b, row1)};
-    KeySpan span;  // the keys this warpgroup's rows may see: partial steps outside it are skipped
-    span.add(rb[0]);
-    span.add(rb[1]);
-    span.warp_reduce();
-    if (lane == 0) {
-      s_span[2 * warp] = span.lo;
-      s_span[2 * warp + 1] = span.hi;
-    }
+    stage_warp_span(rb, s_span, warp, lane);  // partial steps outside the warpgroup's span are skipped
     cp_async_commit();
     cp_async_wait<0>();
     sm90::fence_proxy_async();
     sm90::named_barrier(1, kConsumers);  // Q and the warps' spans are in shared memory
-    span = warpgroup_span(s_span, 4 * wg);
+    const KeySpan span = warpgroup_span(s_span, 4 * wg);
     const ScoreMod2 mod = ScoreMod2::of(p, wh);
     const uint32_t q_addr = smem_u32(sQ), k_addr = smem_u32(sK), v_addr = smem_u32(sV);
 
@@ -207,9 +213,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       steps.at(p, si, tile, &n0, &full_tile);
       if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of this warpgroup sees these keys
         if (p_stage >= 0) {
-          sm90::pv<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
-          sm90::wgmma_wait<0>();
-          sm90::fence_acc(o);
+          sm90::pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
           sm90::mbar_arrive(&empty[p_stage]);
           p_stage = -1;
         }
@@ -235,9 +239,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       p_stage = stage;
     }
     if (p_stage >= 0) {
-      sm90::pv<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
-      sm90::wgmma_wait<0>();
-      sm90::fence_acc(o);
+      sm90::pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
     }
     fwd_store_row<Bf16, kDt>(p, si, b, row0, wh, qd, o, 0, m_run[0], l_run[0]);
     fwd_store_row<Bf16, kDt>(p, si, b, row1, wh, qd, o, 1, m_run[1], l_run[1]);
