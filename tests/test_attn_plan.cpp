@@ -161,7 +161,7 @@ TEST_CASE("tile plan: longest work first, executed pairs, packing") {
   CHECK(t4.tile_keys == kFwdBlockN);
   CHECK(plan_tiles(m, lens, 2, 1, 1, 128).tile_keys == kFwdBlockN);
   // The Hopper forward: 128-key steps on dense 128-row tiles, 64 on packed ones.
-  CHECK(plan_tiles(m, lens, 2, 1, 1, 128, FwdPath::sm90).tile_keys == 128);
+  CHECK(plan_tiles(m, lens, 2, 1, 1, 128, FwdPath::sm90, BwdPath::sm80, 128).tile_keys == 128);
   CHECK(plan_tiles(m, lens, 8, 4, 4, 128, FwdPath::sm90).tile_keys == 64);
   CHECK(t4.q_items.size() == 8);
   CHECK(t4.q_items.front().start >= t4.q_items.back().start);
@@ -176,6 +176,51 @@ TEST_CASE("tile plan: longest work first, executed pairs, packing") {
   CHECK(plan_tiles(m, lens300, 2, 1, 1, 128).k_items.size() == 5);  // 64-key tiles on the portable backward
   CHECK(describe(tb, 2, 2).find("k tiles 128: 6 CTAs") != std::string::npos);
   CHECK_THROWS_AS(plan_tiles(m, lens, 6, 3, 2, 64), std::invalid_argument);
+}
+
+TEST_CASE("Hopper forward CTA rows: 64-row CTAs where they cut the executed pairs, 128 otherwise") {
+  Problem p = with_causal(make_problem(1, 2, 2, 128, 128, 64, DType::bf16));
+  MaskArrays arrays;
+  const MaskDesc m = make_mask_desc(p, arrays);
+  auto lens_of = [](int32_t n) { return SeqLengths{{n}, {n}, {n}, {n}}; };
+  // Causal over 128 keys: one 128 x 128 tile (16384 pairs) against 64 x 64 tiles of
+  // 1 and 2 steps (12288 pairs, 75%) -> 64 rows.
+  CHECK(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm90, 0) == 64);
+  // Causal over 1920 keys: 120 wide steps (1966080 pairs) against 465 narrow ones
+  // (1904640, 97%) -> 128 rows.
+  CHECK(fwd_cta_rows(m, lens_of(1920), 1, FwdPath::sm90, 0) == 128);
+  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm90, 0) == 128);
+  // A causal window of 256 keys: 3 wide steps per 128 rows (49152 pairs) against
+  // 2 x 5 narrow ones (40960, 83%) -> 64 rows; a window of 4096 keys: 98% -> 128.
+  Problem w = with_window(p, 256, 0);
+  const MaskDesc mw = make_mask_desc(w, arrays);
+  CHECK(fwd_cta_rows(mw, lens_of(8192), 1, FwdPath::sm90, 0) == 64);
+  Problem w4 = with_window(p, 4096, 0);
+  const MaskDesc mw4 = make_mask_desc(w4, arrays);
+  CHECK(fwd_cta_rows(mw4, lens_of(16384), 1, FwdPath::sm90, 0) == 128);
+  // Full attention: equal pairs -> 128 rows.
+  Problem f = make_problem(1, 2, 2, 512, 512, 64, DType::bf16);
+  const MaskDesc mf = make_mask_desc(f, arrays);
+  CHECK(fwd_cta_rows(mf, lens_of(512), 1, FwdPath::sm90, 0) == 128);
+  // Forced, the portable path and GQA packing keep their own tile.
+  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm90, 64) == 64);
+  CHECK(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm80, 0) == 128);
+  CHECK(fwd_cta_rows(m, lens_of(128), 4, FwdPath::sm90, 0) == 64);
+  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm80, 64), std::invalid_argument);
+  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm90, 96), std::invalid_argument);
+  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 2, FwdPath::sm90, 128), std::invalid_argument);
+  // The plan follows: 64-row tiles of 64-key steps, with the executed pairs of that tile.
+  const TilePlan t = plan_tiles(m, lens_of(256), 2, 1, 1, 128, FwdPath::sm90, BwdPath::sm80, 64);
+  CHECK(t.tile_rows == 64);
+  CHECK(t.tile_keys == 64);
+  REQUIRE(t.q_items.size() == 4);
+  CHECK(t.fwd_tiles == 1 + 2 + 3 + 4);
+  CHECK(t.executed_pairs == 10 * 64 * 64 * 2);
+  const TilePlan wide = plan_tiles(m, lens_of(256), 2, 1, 1, 128, FwdPath::sm90, BwdPath::sm80, 128);
+  CHECK(wide.tile_rows == 128);
+  CHECK(wide.executed_pairs == 3 * 128 * 128 * 2);
+  // An empty problem keeps the wide tile (no tile to average).
+  CHECK(fwd_cta_rows(m, SeqLengths{}, 1, FwdPath::sm90, 0) == 128);
 }
 
 TEST_CASE("GQA pack choice by group and mean document length") {

@@ -72,6 +72,18 @@ kernels::FwdPath choose_fwd_path(const std::string& backend, int pack, int64_t h
   return sm90 ? kernels::FwdPath::sm90 : kernels::FwdPath::sm80;
 }
 
+/// ATTNBENCH_FWD_ROWS: query rows per forward CTA without GQA packing on the Hopper
+/// forward (kernels::fwd_cta_rows): unset or "auto" -> 0 (the plan's short-walk
+/// rule), "64" or "128". Throws InputError for another value.
+int env_fwd_rows() {
+  const char* v = std::getenv("ATTNBENCH_FWD_ROWS");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto") return 0;
+  if (s == "64") return 64;
+  if (s == "128") return 128;
+  throw InputError("environment variable ATTNBENCH_FWD_ROWS", "", "value '" + s + "' is not auto, 64 or 128");
+}
+
 /// The dK/dV kernel of a non-flex instance: ATTNBENCH_BWD_PATH (env_sm90_path);
 /// auto = the Hopper kernels where kernels::fwd_sm90_usable(), in either dQ mode
 /// (atomic: dQ added by the dK/dV kernel; deterministic: the Hopper dQ kernel).
@@ -206,9 +218,76 @@ DeviceBuffer upload_items(const std::vector<WorkItem>& items, cudaStream_t st) {
   return device::upload_i32(flat, st);
 }
 
+/// The tokens' placement and tile plan of a padded or documents instance: the
+/// packed sequences (documents, or THD rows), their valid and stored lengths,
+/// the GQA pack, the kernels' paths, the work lists, and the interval mask the
+/// kernels evaluate (lengths come from the sequences, documents are sequences).
+struct SequencePlan {
+  bool packed = false;
+  Sequences seqs;
+  kernels::SeqLengths lens;
+  MaskDesc mask;
+  kernels::FwdPath fwd = kernels::FwdPath::sm80;
+  kernels::BwdPath bwd = kernels::BwdPath::sm80;
+  kernels::TilePlan plan;
+};
+
+/// One sequence per batch row of a padded batch: valid lengths p.valid_q / valid_k,
+/// outputs stored for every position.
+kernels::SeqLengths padded_lengths(const Problem& p) {
+  kernels::SeqLengths lens;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    lens.lq.push_back(static_cast<int32_t>(p.valid_q(b)));
+    lens.lk.push_back(static_cast<int32_t>(p.valid_k(b)));
+    lens.store_q.push_back(static_cast<int32_t>(p.seq_q));
+    lens.store_k.push_back(static_cast<int32_t>(p.seq_k));
+  }
+  return lens;
+}
+
+/// SequencePlan of `p` under opt.placement (padded or documents), opt.pack and the
+/// ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH choices (choose_fwd_path, choose_bwd_path).
+SequencePlan plan_sequences(const Problem& p, const FusedOptions& opt) {
+  SequencePlan sp;
+  MaskArrays arrays;
+  sp.mask = make_mask_desc(p, arrays);
+  sp.mask.doc_ids = nullptr;                         // documents become sequences
+  sp.mask.seq_lens_q = sp.mask.seq_lens_k = nullptr;  // lengths come from the sequences
+  kernels::SeqLengths& lens = sp.lens;
+  sp.packed = opt.placement == Placement::documents || p.layout == Layout::thd;
+  if (sp.packed) {
+    sp.seqs = opt.placement == Placement::documents ? kernels::document_sequences(p) : kernels::row_sequences(p);
+    for (int64_t s = 0; s < sp.seqs.size(); ++s) {
+      lens.lq.push_back(sp.seqs.cu_q[s + 1] - sp.seqs.cu_q[s]);
+      lens.lk.push_back(sp.seqs.cu_k[s + 1] - sp.seqs.cu_k[s]);
+    }
+    lens.store_q = lens.lq;
+    lens.store_k = lens.lk;
+  } else {
+    lens = padded_lengths(p);
+  }
+  double mean_len = 0;
+  for (int32_t l : lens.lq) mean_len += l;
+  mean_len = lens.lq.empty() ? 0.0 : mean_len / static_cast<double>(lens.lq.size());
+  int pack = opt.placement == Placement::documents ? kernels::choose_pack(static_cast<int>(p.group_size()), mean_len)
+                                                   : 1;
+  if (opt.pack > 0) pack = opt.pack;
+  sp.fwd = choose_fwd_path(opt.name, pack, p.head_dim);
+  sp.bwd = choose_bwd_path(opt.name);
+  sp.plan = kernels::plan_tiles(sp.mask, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
+                                static_cast<int>(p.head_dim), sp.fwd, sp.bwd, env_fwd_rows());
+  return sp;
+}
+
 class FusedInstance final : public BackendInstance {
  public:
-  FusedInstance(const Problem& p, const ProblemData& in, const FusedOptions& opt);
+  /// `prebuilt`: the BlockMask of the block_mask placement when the caller built it
+  /// already (moved from), else null.
+  FusedInstance(const Problem& p, const ProblemData& in, const FusedOptions& opt, BlockMask* prebuilt = nullptr);
+  /// The flex schedule decision, for the report (extra.backend.schedule).
+  void set_schedule_note(std::string note) { schedule_note_ = std::move(note); }
+  /// Host time spent choosing the schedule before construction, counted as setup.
+  void add_setup_ms(double ms) { setup_ms_ += ms; }
   ~FusedInstance() override {
     if (cudaStreamSynchronize(stream_.s) != cudaSuccess) (void)cudaGetLastError();
   }
@@ -223,7 +302,7 @@ class FusedInstance final : public BackendInstance {
       return;
     }
     kernels::launch_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()), plan_.pack,
-                            stream_.s, fwd_path_, &kv_maps_);
+                            stream_.s, fwd_path_, &kv_maps_, plan_.tile_rows * plan_.pack);
   }
   void backward() override {
     if (flex_) {
@@ -279,6 +358,8 @@ class FusedInstance final : public BackendInstance {
   FusedOptions opt_;
   bool packed_ = false;  // tokens packed per sequence (cu_seqlens)
   Sequences seqs_;
+  kernels::SeqLengths lens_;  // valid lengths per sequence (batch row, or packed sequence)
+  std::string schedule_note_;  // flex: which schedule ran and why (extra.backend.schedule)
   PhysicalLayout lq_, lk_, lv_, lo_;
   kernels::TilePlan plan_;
   kernels::FwdPath fwd_path_ = kernels::FwdPath::sm80;
@@ -332,7 +413,7 @@ void FusedInstance::set_strides() {
   a.lse_head_stride = p_.seq_q;
 }
 
-FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const FusedOptions& opt)
+FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const FusedOptions& opt, BlockMask* prebuilt)
     : p_(p),
       opt_(opt),
       lq_(physical_layout(p, TensorRole::q)),
@@ -350,47 +431,30 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   cudaStream_t st = stream_.s;
 
   // Sequences, lengths and the plan.
-  MaskArrays arrays;
-  MaskDesc md = make_mask_desc(p, arrays);
-  md.doc_ids = nullptr;  // documents become sequences
-  md.seq_lens_q = md.seq_lens_k = nullptr;  // lengths come from the sequences
-  kernels::SeqLengths lens;
-  packed_ = opt.placement == Placement::documents || p.layout == Layout::thd;
-  if (packed_) {
-    seqs_ = opt.placement == Placement::documents ? kernels::document_sequences(p) : kernels::row_sequences(p);
-    for (int64_t s = 0; s < seqs_.size(); ++s) {
-      lens.lq.push_back(seqs_.cu_q[s + 1] - seqs_.cu_q[s]);
-      lens.lk.push_back(seqs_.cu_k[s + 1] - seqs_.cu_k[s]);
-    }
-    lens.store_q = lens.lq;
-    lens.store_k = lens.lk;
-  } else {
-    for (int64_t b = 0; b < p.batch; ++b) {
-      lens.lq.push_back(static_cast<int32_t>(p.valid_q(b)));
-      lens.lk.push_back(static_cast<int32_t>(p.valid_k(b)));
-      lens.store_q.push_back(static_cast<int32_t>(p.seq_q));
-      lens.store_k.push_back(static_cast<int32_t>(p.seq_k));
-    }
-  }
-  double mean_len = 0;
-  for (int32_t l : lens.lq) mean_len += l;
-  mean_len = lens.lq.empty() ? 0.0 : mean_len / static_cast<double>(lens.lq.size());
-  int pack = opt.placement == Placement::documents ? kernels::choose_pack(static_cast<int>(p.group_size()), mean_len)
-                                                   : 1;
-  if (opt.pack > 0) pack = opt.pack;
+  MaskDesc md;
   if (opt.placement == Placement::block_mask) {
     flex_ = std::make_unique<FlexBuffers>();
-    flex_->host = build_block_mask(p, opt.block_size, opt.block_size);
+    flex_->host = prebuilt ? std::move(*prebuilt) : build_block_mask(p, opt.block_size, opt.block_size);
+    MaskArrays arrays;
+    md = make_mask_desc(p, arrays);
+    md.doc_ids = nullptr;  // the arrays are set by setup_flex (flex_mask_form)
+    md.seq_lens_q = md.seq_lens_k = nullptr;
     fwd_path_ = choose_fwd_path(opt.name, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
     bwd_path_ = choose_flex_bwd_path(p, opt, &why_portable_bwd_);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim),
                                       bwd_path_, kernels::flex_fwd_rows(flex_->host, fwd_path_));
+    lens_ = padded_lengths(p);
   } else {
-    fwd_path_ = choose_fwd_path(opt.name, pack, p.head_dim);
-    bwd_path_ = choose_bwd_path(opt.name);
-    plan_ = kernels::plan_tiles(md, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
-                                static_cast<int>(p.head_dim), fwd_path_, bwd_path_);
+    SequencePlan sp = plan_sequences(p, opt);
+    packed_ = sp.packed;
+    seqs_ = std::move(sp.seqs);
+    lens_ = std::move(sp.lens);
+    md = sp.mask;
+    fwd_path_ = sp.fwd;
+    bwd_path_ = sp.bwd;
+    plan_ = std::move(sp.plan);
   }
+  const kernels::SeqLengths& lens = lens_;
 
   // Inputs, outputs, workspaces.
   q_ = device::upload(to_device(in.q, TensorRole::q), p.dtype, st);
@@ -497,6 +561,7 @@ AttentionOutputs FusedInstance::read_outputs(bool with_grads) {
 
 nlohmann::json FusedInstance::extra() const {
   nlohmann::json j;
+  if (!schedule_note_.empty()) j["schedule"] = schedule_note_;
   if (flex_) {
     const BlockMask& bm = flex_->host;
     const bool f90 = fwd_path_ == kernels::FwdPath::sm90, b90 = bwd_path_ == kernels::BwdPath::sm90;
@@ -623,8 +688,48 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
   return {};
 }
 
+std::string flex_documents_refusal(const Problem& p) {
+  std::string why = unsupported_reason(p, Placement::documents);
+  const std::string prefix = "varlen: ";
+  if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+  return why;
+}
+
 std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemData& in, const FusedOptions& opt) {
-  return std::make_unique<FusedInstance>(p, in, opt);
+  if (opt.placement != Placement::block_mask || opt.schedule == FlexSchedule::block_mask) {
+    auto inst = std::make_unique<FusedInstance>(p, in, opt);
+    if (opt.placement == Placement::block_mask) inst->set_schedule_note("block_mask (asked for): the BlockMask walk");
+    return inst;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string refusal = flex_documents_refusal(p);
+  if (!refusal.empty()) {
+    if (opt.schedule == FlexSchedule::documents)
+      throw std::invalid_argument(opt.name + ": the documents schedule cannot run this problem: " + refusal);
+    auto inst = std::make_unique<FusedInstance>(p, in, opt);
+    inst->set_schedule_note("block_mask: the documents schedule cannot run this problem (" + refusal + ")");
+    return inst;
+  }
+  // Both schedules are possible: compare the pairs their tiles execute.
+  FusedOptions docs = opt;
+  docs.placement = Placement::documents;
+  docs.pack = 0;  // the documents placement's GQA packing (choose_pack)
+  const int64_t doc_pairs = plan_sequences(p, docs).plan.executed_pairs;
+  BlockMask bm = build_block_mask(p, opt.block_size, opt.block_size);
+  const int64_t bm_pairs = bm.executed_pairs_per_head(p.batch) * p.heads_q;
+  const double decide_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const std::string counts = "executed pairs: documents " + std::to_string(doc_pairs) + ", BlockMask " +
+                             std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block) + " " +
+                             std::to_string(bm_pairs);
+  const bool use_docs = opt.schedule == FlexSchedule::documents || doc_pairs <= bm_pairs;
+  auto inst = use_docs ? std::make_unique<FusedInstance>(p, in, docs) : std::make_unique<FusedInstance>(p, in, opt, &bm);
+  inst->add_setup_ms(decide_ms);
+  if (opt.schedule == FlexSchedule::documents)
+    inst->set_schedule_note("documents (asked for): one packed sequence per document; " + counts);
+  else
+    inst->set_schedule_note(std::string(use_docs ? "documents" : "block_mask") +
+                            " (automatic: the fewer executed pairs; " + counts + ")");
+  return inst;
 }
 
 bool sm80_available(const std::string& backend, std::string* why) {

@@ -33,6 +33,25 @@ namespace attnbench::fused {
 /// How tokens are placed and tiles walked (see the file comment).
 enum class Placement { padded, documents, block_mask };
 
+/// The `flex` backend's tile schedule (FusedOptions::schedule, read with the
+/// block_mask placement only):
+///   block_mask  walk the problem's BlockMask (every mask kind, every score mod);
+///   documents   every document of a document mask (contiguous runs) becomes a
+///               packed sequence whose tiles start at the document's first token,
+///               as in the documents placement (the varlen tiles), with the
+///               remaining terms (causal, sliding_window) as per-row intervals
+///               inside each document. The same pairs are allowed (one mask
+///               definition: docs/semantics.md); only the tiles differ. Possible
+///               where unsupported_reason(p, Placement::documents) is empty
+///               (document + causal / sliding_window, score mods none / softcap /
+///               alibi);
+///   automatic   documents where possible and its tiles execute at most as many
+///               pairs as the BlockMask's (kernels::TilePlan::executed_pairs: on
+///               packed CodeAlpaca, 128 x 128 blocks across short documents run at
+///               tile efficiency 0.33 against the per-document tiles' 0.70,
+///               docs/results/2026-11-27-h100-session11.md), else block_mask.
+enum class FlexSchedule { automatic, block_mask, documents };
+
 /// Options of one fused instance.
 struct FusedOptions {
   Placement placement = Placement::padded;
@@ -50,7 +69,14 @@ struct FusedOptions {
   /// block_mask placement: how dBias of a learnable bias is produced (none skips
   /// it: for measuring its cost only; the check then has no dBias to compare).
   kernels::DbiasMode dbias = kernels::DbiasMode::deterministic;
+  /// block_mask placement: the tile schedule (FlexSchedule).
+  FlexSchedule schedule = FlexSchedule::automatic;
 };
+
+/// Why flex's documents schedule cannot run `p` (empty when it can): the limits
+/// of the documents placement (unsupported_reason(p, Placement::documents)),
+/// worded for flex.
+std::string flex_documents_refusal(const Problem& p);
 
 /// Bytes of the deterministic dBias scratch buffer of `p` with BlockMask tiles
 /// (rel_bias: B * ceil(Sk / 64) * Hq * (2m + 1) floats; offset_bias: B * Hkv * Sk
@@ -75,7 +101,9 @@ std::string unsupported_reason(const Problem& p, Placement placement);
 std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias);
 
 /// Prepare `p` on the current CUDA device (inputs uploaded, plan built, work
-/// lists on the device). Throws std::invalid_argument when `in` does not match
+/// lists on the device). With the block_mask placement, opt.schedule first picks
+/// the tiles (FlexSchedule; the row's extra.backend.schedule says which ran and the
+/// executed pairs of both). Throws std::invalid_argument when `in` does not match
 /// `p` or unsupported_reason() is not empty, DeviceOutOfMemory / DeviceError on
 /// device failures.
 std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemData& in, const FusedOptions& opt);

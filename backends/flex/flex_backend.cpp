@@ -40,6 +40,19 @@ kernels::DbiasMode env_dbias() {
                    "value '" + s + "' is not deterministic, atomic or none");
 }
 
+/// ATTNBENCH_FLEX_SCHEDULE: the tile schedule (FlexSchedule, fused_instance.hpp):
+/// auto (default), block_mask or documents.
+FlexSchedule env_schedule() {
+  const char* v = std::getenv("ATTNBENCH_FLEX_SCHEDULE");
+  if (!v || !*v) return FlexSchedule::automatic;
+  const std::string s(v);
+  if (s == "auto") return FlexSchedule::automatic;
+  if (s == "block_mask") return FlexSchedule::block_mask;
+  if (s == "documents") return FlexSchedule::documents;
+  throw InputError("environment variable ATTNBENCH_FLEX_SCHEDULE", "",
+                   "value '" + s + "' is not auto, block_mask or documents");
+}
+
 /// ATTNBENCH_BWD_PATH=sm90 runs the flex backward on the Hopper dK/dV kernel with
 /// dQ by float32 atomics (faster, not bitwise reproducible). Unset or auto: the
 /// Hopper kernels in the deterministic mode (dK/dV, then the Hopper dQ kernel)
@@ -52,12 +65,14 @@ bool env_bwd_sm90() {
 
 class FlexBackend : public Backend {
  public:
-  FlexBackend() : block_(env_block()), dbias_(env_dbias()), bwd_sm90_(env_bwd_sm90()) {}
+  FlexBackend() : block_(env_block()), dbias_(env_dbias()), bwd_sm90_(env_bwd_sm90()), schedule_(env_schedule()) {}
   std::string name() const override { return "flex"; }
   std::string description() const override {
     return "FlexAttention-style block-sparse attention on attnbench's fused kernels: the problem's BlockMask "
            "(Q_BLOCK = KV_BLOCK = " + std::to_string(block_) + ", ATTNBENCH_FLEX_BLOCK) drives the tiles, partial "
-           "tiles evaluate mask_mod (contiguous documents as row intervals), every mask kind and score mod incl. "
+           "tiles evaluate mask_mod (contiguous documents as row intervals), or, for document masks of contiguous "
+           "runs where their tiles execute fewer pairs, one packed sequence per document (ATTNBENCH_FLEX_SCHEDULE); "
+           "every mask kind and score mod incl. "
            "learnable rel_bias / offset_bias with dBias (" +
            (dbias_ == kernels::DbiasMode::atomic ? "float32 atomics" : "deterministic") +
            ", ATTNBENCH_FLEX_DBIAS); backward on the Hopper kernels where they run (dQ " +
@@ -75,6 +90,9 @@ class FlexBackend : public Backend {
     if (bwd_sm90_)
       if (const std::string refusal = flex_bwd_sm90_refusal(p, block_, dbias_); !refusal.empty())
         return Support::no("flex: " + refusal);
+    if (schedule_ == FlexSchedule::documents)
+      if (const std::string refusal = flex_documents_refusal(p); !refusal.empty())
+        return Support::no("flex: ATTNBENCH_FLEX_SCHEDULE=documents: " + refusal);
     return Support::yes();
   }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
@@ -84,6 +102,7 @@ class FlexBackend : public Backend {
     FusedOptions opt{Placement::block_mask, !bwd_sm90_, 1, "flex"};
     opt.block_size = block_;
     opt.dbias = dbias_;
+    opt.schedule = schedule_;
     return make_instance(p, in, opt);
   }
   /// dQ, dK, dV come without atomics on both paths (unless ATTNBENCH_BWD_PATH=sm90:
@@ -94,6 +113,7 @@ class FlexBackend : public Backend {
   int block_;
   kernels::DbiasMode dbias_;
   bool bwd_sm90_;
+  FlexSchedule schedule_;
 };
 
 ATTNBENCH_REGISTER_BACKEND(FlexBackend);

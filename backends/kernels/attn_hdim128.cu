@@ -5,7 +5,7 @@
 
 namespace attnbench::kernels {
 template void launch_forward_hdim<128>(const AttnParams&, const WorkItem*, int, int, cudaStream_t, FwdPath,
-                                        const KvTensorMaps*);
+                                        const KvTensorMaps*, int);
 template void launch_backward_hdim<128>(const AttnParams&, const WorkItem*, int, const WorkItem*, int, int, bool,
                                         int64_t, cudaStream_t, const BwdTensorMaps*);
 template void launch_flex_forward_hdim<128>(const AttnParams&, const WorkItem*, int, cudaStream_t,

@@ -166,13 +166,17 @@ BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t 
 }
 
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                    FwdPath path, const KvTensorMaps* maps) {
+                    FwdPath path, const KvTensorMaps* maps, int rows) {
   check_launch(p, pack);
   if (path == FwdPath::sm90 && !maps)
     throw std::invalid_argument("fused attention: the Hopper forward needs the K / V tensor maps");
+  if (rows == 0) rows = fwd_block_m(pack);
+  if (rows != fwd_block_m(pack) && !(pack == 1 && rows == kFwdBlockM && path == FwdPath::sm90))
+    throw std::invalid_argument("fused attention: forward CTAs of " + std::to_string(rows) + " rows with pack " +
+                                std::to_string(pack) + " (64-row CTAs without packing run on the Hopper kernel only)");
   switch (p.head_dim) {
-    case 64: return launch_forward_hdim<64>(p, q_items, n_q_items, pack, stream, path, maps);
-    case 128: return launch_forward_hdim<128>(p, q_items, n_q_items, pack, stream, path, maps);
+    case 64: return launch_forward_hdim<64>(p, q_items, n_q_items, pack, stream, path, maps, rows);
+    case 128: return launch_forward_hdim<128>(p, q_items, n_q_items, pack, stream, path, maps, rows);
     default: throw std::invalid_argument("fused attention: no kernel for head_dim " + std::to_string(p.head_dim));
   }
 }

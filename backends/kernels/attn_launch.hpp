@@ -59,8 +59,14 @@ struct BwdTensorMaps {
 /// Throws DeviceError like make_kv_tensor_maps.
 BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch);
 
+/// The forward over `q_items` (TilePlan::q_items) with `pack` query heads per CTA
+/// on kernel `path` (sm90 needs `maps`, encoded with box_rows = TilePlan::tile_keys)
+/// and `rows` query rows per CTA (TilePlan::tile_rows * pack; 0 = fwd_block_m(pack);
+/// 64 with pack 1 runs on the Hopper kernel only: fwd_cta_rows). Throws
+/// std::invalid_argument for a pack, rows or head_dim without a kernel, DeviceError
+/// on launch failures.
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                    FwdPath path = FwdPath::sm80, const KvTensorMaps* maps = nullptr);
+                    FwdPath path = FwdPath::sm80, const KvTensorMaps* maps = nullptr, int rows = 0);
 
 /// Whether the Hopper forward can run on the current device: this build has
 /// sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a) and the device has compute
@@ -110,7 +116,7 @@ void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_d
 /// Per-head-dimension implementations (attn_launch_impl.cuh, one file each).
 template <int D>
 void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                         FwdPath path, const KvTensorMaps* maps);
+                         FwdPath path, const KvTensorMaps* maps, int rows);
 template <int D>
 void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
                           int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream,

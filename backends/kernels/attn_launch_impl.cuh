@@ -70,11 +70,13 @@ void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int p
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
+/// `rows` per CTA: 128 (pack 1: two warpgroups x 128-key steps) or 64 (GQA-packed,
+/// or short walks without packing: one warpgroup x 64-key steps, two CTAs per SM).
 template <int D, bool Bf16>
 void forward_sm90(const AttnParams& p, const WorkItem* items, int n, int pack, const KvTensorMaps& maps,
-                  cudaStream_t st) {
+                  cudaStream_t st, int rows) {
   static_assert(128 == kFwdBlockMWide && 64 == kFwdBlockM, "tile rows: 64 per warpgroup");
-  if (pack == 1)
+  if (rows == kFwdBlockMWide)
     forward_sm90_tiles<D, Bf16, 2, fwd_block_n(D, 1, FwdPath::sm90)>(p, items, n, pack, maps, st);
   else
     forward_sm90_tiles<D, Bf16, 1, fwd_block_n(D, 2, FwdPath::sm90)>(p, items, n, pack, maps, st);
@@ -262,12 +264,12 @@ void flex_backward(const AttnParams& p, const WorkItem* q_items, int n_q, const 
 
 template <int D>
 void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                         FwdPath path, const KvTensorMaps* maps) {
+                         FwdPath path, const KvTensorMaps* maps, int rows) {
   if (path == FwdPath::sm90) {
     if (p.dtype == ElemType::bf16)
-      detail::forward_sm90<D, true>(p, q_items, n_q_items, pack, *maps, stream);
+      detail::forward_sm90<D, true>(p, q_items, n_q_items, pack, *maps, stream, rows);
     else
-      detail::forward_sm90<D, false>(p, q_items, n_q_items, pack, *maps, stream);
+      detail::forward_sm90<D, false>(p, q_items, n_q_items, pack, *maps, stream, rows);
     return;
   }
   if (p.dtype == ElemType::bf16)

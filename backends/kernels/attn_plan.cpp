@@ -26,15 +26,42 @@ std::vector<WorkItem> longest_first(std::vector<WorkItem> items, const std::vect
 
 }  // namespace
 
+int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path, int fwd_rows) {
+  if (pack != 1 || path != FwdPath::sm90) {
+    if (fwd_rows != 0 && fwd_rows != fwd_block_m(pack))
+      throw std::invalid_argument("plan_tiles: forward CTAs of " + std::to_string(fwd_rows) + " rows need pack 1 on "
+                                  "the Hopper forward (pack " + std::to_string(pack) + " runs " +
+                                  std::to_string(fwd_block_m(pack)) + ")");
+    return fwd_block_m(pack);
+  }
+  if (fwd_rows != 0) {
+    if (fwd_rows != kFwdBlockM && fwd_rows != kFwdBlockMWide)
+      throw std::invalid_argument("plan_tiles: forward CTAs of " + std::to_string(fwd_rows) + " rows (64 or 128)");
+    return fwd_rows;
+  }
+  // Pairs the 128-row tiles (128-key steps) and the 64-row tiles (64-key steps) execute.
+  int64_t wide = 0, narrow = 0;
+  for (size_t b = 0; b < s.lq.size(); ++b) {
+    int first;
+    for (int m0 = 0; m0 < s.store_q[b]; m0 += kFwdBlockMWide)
+      wide += int64_t{key_tiles(m, s.lq[b], s.lk[b], m0, kFwdBlockMWide, kFwdBlockMWide, &first)} * kFwdBlockMWide *
+              kFwdBlockMWide;
+    for (int m0 = 0; m0 < s.store_q[b]; m0 += kFwdBlockM)
+      narrow += int64_t{key_tiles(m, s.lq[b], s.lk[b], m0, kFwdBlockM, kFwdBlockN, &first)} * kFwdBlockM * kFwdBlockN;
+  }
+  return wide > 0 && narrow * 100 <= wide * kNarrowFwdPairsPercent ? kFwdBlockM : kFwdBlockMWide;
+}
+
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim,
-                    FwdPath path, BwdPath bwd) {
+                    FwdPath path, BwdPath bwd, int fwd_rows) {
   if (pack < 1 || kFwdWarps % pack != 0 || group % pack != 0)
     throw std::invalid_argument("plan_tiles: pack " + std::to_string(pack) + " must divide " +
                                 std::to_string(kFwdWarps) + " and the GQA group " + std::to_string(group));
+  const int rows = fwd_cta_rows(m, s, pack, path, fwd_rows);
   TilePlan t;
   t.pack = pack;
-  t.tile_rows = fwd_block_m(pack) / pack;
-  t.tile_keys = fwd_block_n(head_dim, pack, path);
+  t.tile_rows = rows / pack;
+  t.tile_keys = rows == kFwdBlockMWide ? fwd_block_n(head_dim, pack, path) : kFwdBlockN;
   t.dq_tile_rows = kDqBlockM / pack;
   t.bwd_tile_keys = bwd_block_n(bwd);
   const int bwd_rows = bwd_block_m(head_dim, bwd);

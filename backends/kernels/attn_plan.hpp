@@ -51,8 +51,28 @@ struct TilePlan {
 /// (64 on the Hopper backward; the group multiplies every cost alike). Ties keep
 /// (sequence, start) order, so the plan is deterministic. Throws
 /// std::invalid_argument on a bad pack.
+/// fwd_rows: query rows per forward CTA (fwd_cta_rows; 0 = its automatic choice).
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim,
-                    FwdPath path = FwdPath::sm80, BwdPath bwd = BwdPath::sm80);
+                    FwdPath path = FwdPath::sm80, BwdPath bwd = BwdPath::sm80, int fwd_rows = 0);
+
+/// The Hopper forward without GQA packing runs 64-row CTAs of 64-key steps (one
+/// consumer warpgroup, 112 KB of shared memory at head_dim 128: two CTAs per SM)
+/// instead of 128-row CTAs of 128-key steps (one per SM) when their tiles execute
+/// at most this percentage of the wide tiles' pairs. Measured on the H100
+/// (docs/results/2026-11-27-h100-session12.md, flash forward, 128 -> 64 rows):
+/// causal sliding window 256 at S8192 (83% of the pairs) 0.532 -> 0.415 ms; dense
+/// rows at equal pairs 0-8% slower (full S1024 D128 0.335 -> 0.360 ms) and causal
+/// S1024 D128 (95% of the pairs) 0.312 -> 0.440 ms: the narrow tile pays only
+/// where it cuts work.
+constexpr int64_t kNarrowFwdPairsPercent = 85;
+
+/// Query rows per forward CTA (pack heads x tile rows) of plan_tiles: fwd_block_m(pack)
+/// except on the Hopper forward without GQA packing, where `fwd_rows` (64 or 128)
+/// decides, or when it is 0, 64 if the 64-row tiles (64-key steps) under `m` and
+/// `s` execute at most kNarrowFwdPairsPercent of the pairs of the 128-row tiles
+/// (128-key steps), else 128. Throws std::invalid_argument for a fwd_rows other
+/// than 0, 64 or 128, or one the pack / path cannot run.
+int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path, int fwd_rows);
 
 /// Work lists of the flex path for a BlockMask `bm` (block sizes 64 or 128) of a
 /// padded batch of `batch` rows with heads_q query heads: forward items are

@@ -29,13 +29,17 @@ std::unique_ptr<Backend> flash(bool deterministic) {
 /// Both dQ modes and both kernel paths on one problem: the deterministic and the
 /// atomic run with the default paths (on an sm_90a build on an H100 the Hopper
 /// forward and backward: the deterministic one with the Hopper dQ kernel, bitwise
-/// checked); both again with the portable forward and backward
+/// checked, with 64-row forward CTAs, ATTNBENCH_FWD_ROWS=64; the atomic one with
+/// 128-row CTAs, ATTNBENCH_FWD_ROWS=128); both again with the portable forward and backward
 /// (ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH = sm80).
 void run_case(const Problem& p) {
   setenv("ATTNBENCH_FWD_PATH", "auto", 1);
   setenv("ATTNBENCH_BWD_PATH", "auto", 1);
+  setenv("ATTNBENCH_FWD_ROWS", "64", 1);  // both Hopper forward tiles, whatever fwd_cta_rows picks
   check_gpu_case(*flash(true), p, true);
+  setenv("ATTNBENCH_FWD_ROWS", "128", 1);
   check_gpu_case(*flash(false), p, false);
+  unsetenv("ATTNBENCH_FWD_ROWS");
   setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
   setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
   check_gpu_case(*flash(true), p, true);

@@ -24,9 +24,10 @@ namespace {
 
 /// The registered backend with block size and dBias mode chosen through its
 /// environment variables.
-std::unique_ptr<Backend> flex(int block, const char* dbias) {
+std::unique_ptr<Backend> flex(int block, const char* dbias, const char* schedule = "auto") {
   setenv("ATTNBENCH_FLEX_BLOCK", std::to_string(block).c_str(), 1);
   setenv("ATTNBENCH_FLEX_DBIAS", dbias, 1);
+  setenv("ATTNBENCH_FLEX_SCHEDULE", schedule, 1);
   std::unique_ptr<Backend> be = BackendRegistry::create("flex");
   REQUIRE(be);
   return be;
@@ -55,17 +56,19 @@ bool hopper() {
 void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
   setenv("ATTNBENCH_FWD_PATH", "auto", 1);
   check_gpu_case(*flex(block, "deterministic"), p, true);
+  if (p.find_mask<DocumentTerm>())  // auto may have taken the documents schedule: the BlockMask walk too
+    check_gpu_case(*flex(block, "deterministic", "block_mask"), p, true);
   setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
   setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
   if (atomic_too)
-    check_gpu_case(*flex(block, "atomic"), p, false);
+    check_gpu_case(*flex(block, "atomic", "block_mask"), p, false);
   else
-    check_gpu_case(*flex(block, "deterministic"), p, true);
+    check_gpu_case(*flex(block, "deterministic", "block_mask"), p, true);
   unsetenv("ATTNBENCH_BWD_PATH");
   if (block == 128 && p.score_mod.kind != ScoreMod::Kind::rel_bias && hopper()) {
     setenv("ATTNBENCH_FWD_PATH", "auto", 1);
     setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
-    check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic"), p, false);
+    check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic", "block_mask"), p, false);
     unsetenv("ATTNBENCH_BWD_PATH");
   }
   unsetenv("ATTNBENCH_FWD_PATH");
@@ -130,7 +133,7 @@ TEST_CASE("flex: the Hopper backward (ATTNBENCH_BWD_PATH=sm90) and what it refus
 TEST_CASE("flex: partial tiles of contiguous documents and aligned block_sparse use row intervals, not pairs") {
   const Problem docs = with_causal(with_documents(make_problem(2, 2, 1, 300, 300, 64, DType::bf16), {{100, 77, 123},
                                                                                                        {300}}));
-  CHECK(flex(128, "deterministic")->prepare(docs, make_inputs(docs))->extra()["path"].get<std::string>().find(
+  CHECK(flex(128, "deterministic", "block_mask")->prepare(docs, make_inputs(docs))->extra()["path"].get<std::string>().find(
             "document run") != std::string::npos);
   Problem sparse = make_problem(1, 2, 1, 300, 300, 64, DType::bf16);
   sparse.mask.push_back(BlockSparseTerm{0.5, 3});
@@ -143,10 +146,43 @@ TEST_CASE("flex: partial tiles of contiguous documents and aligned block_sparse 
   d.doc_ids = {std::vector<int32_t>(64, 0)};
   for (int i = 20; i < 40; ++i) d.doc_ids[0][static_cast<size_t>(i)] = 1;
   split.mask.push_back(d);
-  CHECK(flex(128, "deterministic")->prepare(split, make_inputs(split))->extra()["path"].get<std::string>().find(
+  CHECK(flex(128, "deterministic", "block_mask")->prepare(split, make_inputs(split))->extra()["path"].get<std::string>().find(
             "per pair") != std::string::npos);
   run_case(docs);
   run_case(split);
+}
+
+TEST_CASE("flex: the documents schedule (one packed sequence per document) and the automatic choice") {
+  // Many short documents with causal: the per-document tiles execute fewer pairs
+  // than 128 x 128 blocks across document boundaries, so auto takes them.
+  const Problem packed = with_causal(with_documents(make_problem(2, 4, 2, 700, 700, 64, DType::bf16, Layout::bshd, 90),
+                                                    {{90, 1, 33, 200, 0, 150, 226}, {17, 300, 383}}));
+  const nlohmann::json x = flex(128, "deterministic")->prepare(packed, make_inputs(packed))->extra();
+  INFO(x.dump());
+  CHECK(x["schedule"].get<std::string>().rfind("documents (automatic", 0) == 0);
+  CHECK(x["placement"] == "documents as packed sequences (THD)");
+  CHECK(x["dq_mode"].get<std::string>().find("deterministic") != std::string::npos);
+  const nlohmann::json bx = flex(128, "deterministic", "block_mask")->prepare(packed, make_inputs(packed))->extra();
+  CHECK(bx["schedule"].get<std::string>().rfind("block_mask (asked for)", 0) == 0);
+  CHECK(bx.contains("block_mask"));
+  run_case(packed);
+  run_case(with_window(packed, 64, 0), 128);
+  // What the documents schedule cannot run keeps the BlockMask walk, with the reason.
+  const Problem rel = with_mod(packed, ScoreMod::Kind::rel_bias, 8);
+  const nlohmann::json rx = flex(128, "deterministic")->prepare(rel, make_inputs(rel))->extra();
+  CHECK(rx["schedule"].get<std::string>().find("cannot run") != std::string::npos);
+  CHECK(flex(128, "deterministic", "documents")->supports(rel).reason.find("ATTNBENCH_FLEX_SCHEDULE=documents") !=
+        std::string::npos);
+  CHECK_THROWS_AS(flex(128, "deterministic", "documents")->prepare(rel, make_inputs(rel)), Unsupported);
+  // Asked for, the documents schedule runs even where the BlockMask would execute fewer pairs.
+  const Problem one = with_documents(make_problem(1, 2, 1, 256, 256, 64, DType::bf16), {{256}});
+  CHECK(flex(128, "deterministic", "documents")->prepare(one, make_inputs(one))->extra()["schedule"]
+            .get<std::string>()
+            .rfind("documents (asked for)", 0) == 0);
+  check_gpu_case(*flex(128, "deterministic", "documents"), one, true);
+  setenv("ATTNBENCH_FLEX_SCHEDULE", "sometimes", 1);
+  CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_SCHEDULE"));
+  unsetenv("ATTNBENCH_FLEX_SCHEDULE");
 }
 
 TEST_CASE("flex: unsupported combinations name what is missing") {
