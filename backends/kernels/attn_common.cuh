@@ -1,6 +1,7 @@
 // Device helpers shared by the forward and backward kernels of the fused family:
-// where a sequence lives (SeqInfo), and the score mod in the
-// exp2 domain (ScoreMod2). Tile spans are in attn_tiles.hpp (shared with the host).
+// where a sequence lives (SeqInfo), the query tile of a CTA, the BlockMask walk and
+// key spans. Tile spans are in attn_tiles.hpp and the score mod in the exp2 domain
+// (ScoreMod2) in score_mod.hpp (both shared with the host, which tests them).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,11 +12,11 @@
 
 #include "backends/kernels/attn_params.hpp"
 #include "backends/kernels/attn_tiles.hpp"
+#include "backends/kernels/score_mod.hpp"
 #include "backends/kernels/mma_sm80.cuh"
 
 namespace attnbench::kernels {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 /// Lengths and token offsets of one sequence (see AttnParams, "Lengths").
@@ -82,66 +83,6 @@ __device__ __forceinline__ int64_t o_off(const AttnParams& p, const SeqInfo& s, 
 __device__ __forceinline__ int64_t lse_off(const AttnParams& p, const SeqInfo& s, int b, int t, int h) {
   return b * p.lse_batch_stride + (s.tok0_q + t) * p.lse_row_stride + h * p.lse_head_stride;
 }
-
-/// The score pipeline of docs/semantics.md ("Score pipeline") in the exp2 domain
-/// for one query head: x = raw dot product q.k; returns log2(e) * score_mod(scale * x)
-/// (the mask is applied by the caller). grad() gives d score_mod / d s for the
-/// backward (softcap: 1 - tanh^2; 1 otherwise, the learnable biases included:
-/// they are additive).
-struct ScoreMod2 {
-  ModKind kind = ModKind::none;
-  float scale_log2 = 0.f;  ///< scale * log2(e)
-  float cap_inv = 0.f;     ///< softcap: scale / cap
-  float cap_log2 = 0.f;    ///< softcap: cap * log2(e)
-  float slope_log2 = 0.f;  ///< alibi: slope_h * log2(e)
-  const float* bias = nullptr;      ///< rel_bias: row h of [Hq, 2m+1]; offset_bias: the table
-  const int32_t* offset = nullptr;  ///< offset_bias: [seq_k]
-  int max_distance = 0;             ///< rel_bias m
-  int num_keys = 0;                 ///< offset_bias: seq_k (keys past it read no offset)
-
-  __device__ __forceinline__ static ScoreMod2 of(const AttnParams& p, int h) {
-    ScoreMod2 m;
-    m.kind = p.mod;
-    m.scale_log2 = p.scale_log2;
-    if (p.mod == ModKind::softcap) {
-      m.cap_inv = p.scale / p.softcap;
-      m.cap_log2 = p.softcap * kLog2e;
-    }
-    if (p.mod == ModKind::alibi) m.slope_log2 = alibi_slope<float>(h, p.heads_q) * kLog2e;
-    if (p.mod == ModKind::rel_bias) {
-      m.max_distance = p.max_distance;
-      m.bias = p.bias + static_cast<int64_t>(h) * (2 * p.max_distance + 1);
-    }
-    if (p.mod == ModKind::offset_bias) {
-      m.bias = p.bias;
-      m.offset = p.bias_offset;
-      m.num_keys = p.seq_k;
-    }
-    return m;
-  }
-  /// Index of the learnable bias entry (i, j) adds (rel_bias: into this head's row).
-  __device__ __forceinline__ int bias_index(int i, int j) const {
-    if (kind == ModKind::offset_bias) return j < num_keys ? __ldg(offset + j) : 0;
-    const int d = i - j;
-    return (d < -max_distance ? -max_distance : (d > max_distance ? max_distance : d)) + max_distance;
-  }
-  /// kBias: whether the learnable biases can occur (the flex path); without,
-  /// their code and registers are compiled out.
-  template <bool kBias>
-  __device__ __forceinline__ float apply(float x, int i, int j) const {
-    if (kind == ModKind::none) return x * scale_log2;
-    if (kind == ModKind::softcap) return cap_log2 * tanhf(x * cap_inv);
-    if (!kBias || kind == ModKind::alibi)
-      return x * scale_log2 - slope_log2 * static_cast<float>(i > j ? i - j : j - i);
-    return x * scale_log2 + kLog2e * __ldg(bias + bias_index(i, j));
-  }
-  /// d score_mod / d s at raw dot product x.
-  __device__ __forceinline__ float grad(float x) const {
-    if (kind != ModKind::softcap) return 1.f;
-    const float t = tanhf(x * cap_inv);
-    return 1.f - t * t;
-  }
-};
 
 /// The tiles one CTA visits under a BlockMask (flex path): the blocks of the
 /// partial list, then those of the full list, each cut into steps of `step`

@@ -41,9 +41,9 @@ namespace attnbench::kernels {
 
 /// Element type of Q, K, V, O and the gradients.
 enum class ElemType : int32_t { fp16 = 0, bf16 = 1 };
-/// Score mods the fused kernels implement (mirrors ScoreModKind; the learnable
-/// biases rel_bias and offset_bias run on the flex path only).
-enum class ModKind : int32_t { none = 0, softcap = 1, alibi = 2, rel_bias = 3, offset_bias = 4 };
+/// Score mods the fused kernels implement: ScoreModKind of mask_desc.hpp itself (the
+/// learnable biases rel_bias and offset_bias run on the flex path only).
+using ModKind = ScoreModKind;
 
 /// How the flex backward produces dBias: not at all, with float32 atomics (one
 /// per bias element per key tile and head, after a shared-memory reduction), or
