@@ -256,7 +256,8 @@ SequencePlan plan_sequences(const Problem& p, const FusedOptions& opt) {
   kernels::SeqLengths& lens = sp.lens;
   sp.packed = opt.placement == Placement::documents || p.layout == Layout::thd;
   if (sp.packed) {
-    sp.seqs = opt.placement == Placement::documents ? kernels::document_sequences(p) : kernels::row_sequences(p);
+    const bool docs = opt.placement == Placement::documents && p.find_mask<DocumentTerm>();
+    sp.seqs = docs ? kernels::document_sequences(p) : kernels::row_sequences(p);
     for (int64_t s = 0; s < sp.seqs.size(); ++s) {
       lens.lq.push_back(sp.seqs.cu_q[s + 1] - sp.seqs.cu_q[s]);
       lens.lk.push_back(sp.seqs.cu_k[s + 1] - sp.seqs.cu_k[s]);
@@ -598,8 +599,9 @@ nlohmann::json FusedInstance::extra() const {
                 (b90 ? "the Hopper path (TMA, wgmma; sm_90a)" : "mma.sync m16n8k16 (sm_80 path)");
   j["fwd_path"] = f90 ? "sm90" : "sm80";
   j["bwd_path"] = b90 ? "sm90" : "sm80";
-  j["placement"] = packed_ ? (opt_.placement == Placement::documents ? "documents as packed sequences (THD)"
-                                                                      : "THD, one sequence per batch row")
+  j["placement"] = packed_ ? (opt_.placement == Placement::documents && p_.find_mask<DocumentTerm>()
+                                 ? "documents as packed sequences (THD)"
+                                 : "THD, one sequence per batch row (cu_seqlens_q / cu_seqlens_k from its valid lengths)")
                            : std::string(to_string(p_.layout)) + " padded batch";
   j["sequences"] = static_cast<int64_t>(plan_.q_items.empty() ? 0 : params_.num_seqs);
   j["tiles"] = kernels::describe(plan_, static_cast<int>(p_.heads_q), static_cast<int>(p_.heads_kv));
@@ -667,12 +669,14 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
                    "padding, prefix_lm)";
     return {};
   }
-  if (!docs) return who + "needs a document mask (packed documents become cu_seqlens); use flash for dense rows";
   for (const MaskTerm& t : p.mask)
-    if (!std::holds_alternative<DocumentTerm>(t) && !std::holds_alternative<CausalTerm>(t) &&
-        !std::holds_alternative<SlidingWindowTerm>(t))
+    if (!std::holds_alternative<DocumentTerm>(t) && !std::holds_alternative<PaddingTerm>(t) &&
+        !std::holds_alternative<CausalTerm>(t) && !std::holds_alternative<SlidingWindowTerm>(t))
       return who + "mask term " + mask_kind_name(t) +
-             " cannot be expressed with cu_seqlens (document, causal and sliding_window only)";
+             " cannot be expressed with cu_seqlens (document, padding, causal and sliding_window only)";
+  if (!docs) return {};  // one sequence per batch row: its valid tokens (padding lengths, THD), cu_seqlens_q / _k
+  if (p.find_mask<PaddingTerm>())
+    return who + "document and padding masks together (give padding tokens document id -1 instead)";
   const DocumentTerm* d = p.find_mask<DocumentTerm>();
   std::vector<std::pair<int64_t, int64_t>> runs;
   int64_t sequences = 0;
@@ -689,6 +693,7 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
 }
 
 std::string flex_documents_refusal(const Problem& p) {
+  if (!p.find_mask<DocumentTerm>()) return "no document mask";
   std::string why = unsupported_reason(p, Placement::documents);
   const std::string prefix = "varlen: ";
   if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());

@@ -10,7 +10,11 @@
 //   documents  every document of a document mask becomes one packed sequence
 //              (THD, cu_seqlens_q = cu_seqlens_k built from the document lengths
 //              in order, as PyTorch's varlen_attn tutorial builds them from EOS
-//              positions); padding tokens (id -1) are not stored at all.
+//              positions); padding tokens (id -1) are not stored at all. Without
+//              a document mask, every batch row's valid tokens become one
+//              sequence (cu_seqlens_q / cu_seqlens_k from the padding lengths or
+//              the THD layout: Sq != Sk per sequence, zero-length rows, decode
+//              with one query), as FlashAttention's varlen API takes them.
 //   block_mask the problem's own layout (BSHD or BHSD), the tiles walked from the
 //              problem's BlockMask (harness/model/block_mask.hpp) and partial
 //              tiles masked by mask_allowed(): every mask kind and combination,
@@ -85,8 +89,9 @@ int64_t dbias_scratch_bytes(const Problem& p);
 
 /// Why the fused kernels cannot run `p` with `placement` (empty when they can):
 /// dtype (bf16 / fp16), head dims (Dqk = Dv in {64, 128}), mask terms (padded:
-/// causal, sliding_window, padding, prefix_lm; documents: a document mask whose
-/// ids form one contiguous run per document, with causal and sliding_window;
+/// causal, sliding_window, padding, prefix_lm; documents: causal, sliding_window
+/// and either a document mask whose ids form one contiguous run per document or
+/// padding (or none: one sequence per batch row);
 /// block_mask: every kind, BSHD / BHSD), score mods (none, softcap, alibi; with
 /// block_mask also rel_bias up to kMaxRelBiasDistance and offset_bias) and
 /// 32-bit position limits.

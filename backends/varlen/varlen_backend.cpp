@@ -19,9 +19,11 @@ class VarlenBackend : public Backend {
   VarlenBackend() : deterministic_(env_flag("ATTNBENCH_VARLEN_DETERMINISTIC", false)) {}
   std::string name() const override { return "varlen"; }
   std::string description() const override {
-    return "packed documents as THD sequences (cu_seqlens from the document mask, padding tokens dropped) on "
-           "attnbench's fused kernels; GQA heads folded into the query tile for short documents, tiles sorted "
-           "longest first; float32 dQ atomics, a deterministic dQ kernel with ATTNBENCH_VARLEN_DETERMINISTIC=1";
+    return "packed THD sequences on attnbench's fused kernels: the documents of a document mask (cu_seqlens, "
+           "padding tokens dropped) or each batch row's valid tokens (cu_seqlens_q / cu_seqlens_k from padding "
+           "lengths or THD: Sq != Sk, empty rows, decode); causal (both alignments), sliding_window; GQA heads folded "
+           "into the query tile for short sequences, tiles sorted longest first; float32 dQ atomics, a deterministic "
+           "dQ kernel with ATTNBENCH_VARLEN_DETERMINISTIC=1";
   }
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("varlen", why); }

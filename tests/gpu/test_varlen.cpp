@@ -1,5 +1,7 @@
-// GPU tests of the `varlen` backend (documents as packed THD sequences on
-// attnbench's fused kernels) against the float64 reference under the rule: real
+// GPU tests of the `varlen` backend (documents, or each batch row's valid tokens,
+// as packed THD sequences on attnbench's fused kernels) against the float64
+// reference under the rule: cu_seqlens_q != cu_seqlens_k from padding lengths
+// (Sq != Sk, rows without keys or queries, decode, both causal alignments), real
 // CodeAlpaca packs built by the scenario packer, random document lengths with
 // zero-length and one-token documents, a single document filling the row,
 // padding at the end of each pack, windows, GQA 4:1 (packed into the tile) and
@@ -49,13 +51,41 @@ TEST_CASE("varlen: registry and unsupported masks") {
   CHECK(be->name() == "varlen");
   std::string why;
   CHECK_MESSAGE(be->available(&why), why);
-  CHECK(be->supports(make_problem(1, 2, 1, 64, 64, 64, DType::bf16)).reason.find("document") != std::string::npos);
+  CHECK(be->supports(make_problem(1, 2, 1, 64, 64, 64, DType::bf16)).ok);  // one sequence per batch row
+  const Problem both = with_padding(with_documents(make_problem(1, 2, 1, 64, 64, 64, DType::bf16), {{30, 34}}),
+                                    {60}, {60});
+  CHECK(be->supports(both).reason.find("document and padding") != std::string::npos);
   Problem p = with_documents(make_problem(1, 2, 1, 64, 64, 64, DType::bf16), {{30, 34}});
   p.mask.push_back(PrefixLmTerm{10});
   CHECK(be->supports(p).reason.find("prefix_lm") != std::string::npos);
   Problem q = make_problem(1, 2, 1, 6, 6, 64, DType::bf16);
   q.mask.push_back(DocumentTerm{{{0, 0, 1, 1, 0, 0}}, {}});
   CHECK(be->supports(q).reason.find("not contiguous") != std::string::npos);
+}
+
+TEST_CASE("varlen: cu_seqlens_q != cu_seqlens_k from padding lengths and THD: Sq != Sk, empty rows, decode") {
+  for (DType t : {DType::fp16, DType::bf16})
+    for (int64_t d : {64, 128}) {
+      // Row 1 has queries but no keys (fully masked rows), row 2 no queries, row 3 one query (decode).
+      const Problem p = with_padding(make_problem(4, 4, 2, 130, 300, d, t, Layout::bshd, 500), {130, 77, 0, 1},
+                                     {300, 0, 200, 257});
+      const nlohmann::json x = varlen(false)->prepare(p, make_inputs(p))->extra();
+      CHECK(x["placement"].get<std::string>().find("cu_seqlens_q / cu_seqlens_k") != std::string::npos);
+      run_case(p);
+      run_case(with_causal(p, CausalAlign::bottom_right));
+      run_case(with_causal(p, CausalAlign::top_left));
+      run_case(with_window(with_causal(p), 64, 0));
+    }
+  // Chunked prefill against a longer key range, GQA 7:1, alibi; THD with its own lengths; no mask at all.
+  Problem chunk = with_causal(make_problem(2, 7, 1, 100, 1000, 64, DType::bf16, Layout::bhsd, 501));
+  chunk.score_mod.kind = ScoreMod::Kind::alibi;
+  run_case(chunk);
+  run_case(with_padding(make_problem(3, 4, 1, 150, 150, 128, DType::bf16, Layout::thd, 502), {150, 3, 90},
+                        {150, 3, 90}));
+  Problem soft = make_problem(2, 2, 2, 1, 513, 128, DType::fp16, Layout::bshd, 503);
+  soft.score_mod.kind = ScoreMod::Kind::softcap;
+  soft.score_mod.cap = 30.0;
+  run_case(soft);
 }
 
 TEST_CASE("varlen: document lengths 0, 1, one document filling the row, padding at the end") {
