@@ -23,6 +23,7 @@
 #include "backends/kernels/attn_bwd.cuh"
 #include "backends/kernels/attn_fwd_sm90.cuh"  // sm90::pv (the RS product with an MN-major B)
 #include "backends/kernels/attn_launch.hpp"
+#include "backends/kernels/pipeline_sm90.cuh"
 #include "backends/kernels/wgmma_sm90.cuh"
 
 namespace attnbench::kernels {
@@ -37,12 +38,30 @@ constexpr int kBwdSm90Stages = 2;
 /// Shared memory of attn_bwd_sm90_kernel: K and V tiles, kBwdSm90Stages stages of
 /// Q and dO tiles and of the rows' LSE / Dsum, two dS^T tiles (dQ of step t
 /// reads one while step t + 1 writes the other), the barriers, each stage's
-/// KeySpan and its rows' key intervals. 162 KB at head_dim 128, 98 KB at 64.
+/// KeySpan and its rows' key intervals. The 16-bit tiles are Sw128Tiles at
+/// 1024-byte offsets; sizeof is the launch's dynamic shared memory: 162 KB at
+/// head_dim 128, 98 KB at 64.
+template <int D>
+struct BwdSm90Storage {
+  static constexpr int kN = kBwdSm90BlockN, kM = kBwdSm90BlockM, kStages = kBwdSm90Stages;
+  uint16_t k[kN * D];
+  uint16_t v[kN * D];
+  uint16_t q[kStages][kM * D];
+  uint16_t dout[kStages][kM * D];
+  uint16_t ds[2][kN * kM];      ///< dS^T, [keys][queries]
+  float lse[kStages][kM];       ///< the step rows' LSE (log2 domain)
+  float dsum[kStages][kM];      ///< the step rows' Dsum
+  uint64_t kv_bar;              ///< K and V loaded
+  uint64_t full[kStages];       ///< stage loaded (TMA bytes + the rows warp)
+  uint64_t empty[kStages];      ///< stage read by every consumer thread
+  int span[kStages][2];         ///< the step rows' KeySpan (lo, hi)
+  int2 rb[kStages][kM];         ///< the step rows' row_bounds()
+  static_assert((2u * kN * D) % 1024 == 0 && (2u * kM * D) % 1024 == 0 && (2u * kN * kM) % 1024 == 0,
+                "tiles at 1024-byte offsets");
+};
 template <int D>
 constexpr size_t bwd_sm90_smem_bytes() {
-  constexpr size_t n = kBwdSm90BlockN, m = kBwdSm90BlockM, st = kBwdSm90Stages;
-  return 2u * (2u * n * D + 2u * st * m * D + 2u * n * m) + 2u * st * m * sizeof(float) +
-         (1u + 2u * st) * sizeof(uint64_t) + 2u * st * sizeof(int) + st * m * sizeof(int2);
+  return sizeof(BwdSm90Storage<D>);
 }
 constexpr int kBwdSm90Threads = 3 * 128;  ///< two consumer warpgroups and the producer warpgroup
 constexpr int kBwdSm90ProducerRegs = 24;
@@ -202,18 +221,12 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzle needs 1024-byte aligned tiles
-  uint16_t* sK = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sV = sK + kBlockN * D;
-  uint16_t* sQ = sV + kBlockN * D;              // [kStages][kBlockM][D]
-  uint16_t* sdO = sQ + kStages * kBlockM * D;   // [kStages][kBlockM][D]
-  uint16_t* sdS = sdO + kStages * kBlockM * D;  // [2][kBlockN][kBlockM]
-  float* sLse = reinterpret_cast<float*>(sdS + 2 * kBlockN * kBlockM);  // [kStages][kBlockM]
-  float* sDsum = sLse + kStages * kBlockM;
-  uint64_t* kv_bar = reinterpret_cast<uint64_t*>(sDsum + kStages * kBlockM);
-  uint64_t* full = kv_bar + 1;
-  uint64_t* empty = full + kStages;
-  int* sSpan = reinterpret_cast<int*>(empty + kStages);  // [kStages][lo, hi]: the step rows' KeySpan
-  int2* sRb = reinterpret_cast<int2*>(sSpan + 2 * kStages);  // [kStages][kBlockM]: the rows' row_bounds()
+  BwdSm90Storage<D>& sm = *reinterpret_cast<BwdSm90Storage<D>*>(smem_raw);
+  uint16_t *sK = sm.k, *sV = sm.v, *sQ = sm.q[0], *sdO = sm.dout[0], *sdS = sm.ds[0];  // stage s at + s * tile
+  float *sLse = sm.lse[0], *sDsum = sm.dsum[0];
+  uint64_t *kv_bar = &sm.kv_bar, *full = sm.full, *empty = sm.empty;
+  int* sSpan = sm.span[0];
+  int2* sRb = sm.rb[0];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
   const WorkItem item = items[blockIdx.x / p.heads_kv];
@@ -250,8 +263,9 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
                                            kv_bar);
     }
     for (int it = 0; (tma || rows) && it < iters; ++it) {
-      const int stage = it % kStages;
-      if (it >= kStages) sm90::mbar_wait(&empty[stage], (it / kStages - 1) & 1);
+      const sm90::PipelineState<kStages> ps{it};
+      const int stage = ps.stage();
+      if (ps.refill()) sm90::mbar_wait(&empty[stage], ps.refill_phase());
       const int h = head_of(it);
       int m0;
       bool full_unused;
@@ -278,14 +292,15 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     if (iters > 0) sm90::mbar_wait(kv_bar, 0);
 
     for (int it = 0; it < iters; ++it) {
-      const int stage = it % kStages;
+      const sm90::PipelineState<kStages> ps{it};
+      const int stage = ps.stage();
       const int h = head_of(it);
       int m0;
       bool full_tile;
       q_steps.at(p, si, it % n_qt, &m0, &full_tile);
       const ScoreMod2 mod = ScoreMod2::of(p, h);
       const uint32_t tq = q_addr + stage * kTileBytes, tdo = do_addr + stage * kTileBytes;
-      sm90::mbar_wait(&full[stage], (it / kStages) & 1);
+      sm90::mbar_wait(&full[stage], ps.phase());
       if constexpr (!kDq) {  // partial steps whose rows see none of this warpgroup's 64 keys are skipped
         KeySpan span;
         span.lo = sSpan[2 * stage];

@@ -16,6 +16,7 @@
 #include "backends/kernels/attn_bwd.cuh"
 #include "backends/kernels/attn_fwd_sm90.cuh"  // sm90::scores, sm90::pv, sm90::p_operand
 #include "backends/kernels/attn_launch.hpp"
+#include "backends/kernels/pipeline_sm90.cuh"
 #include "backends/kernels/wgmma_sm90.cuh"
 
 namespace attnbench::kernels {
@@ -32,13 +33,15 @@ constexpr int dq_sm90_stages() {
 }
 static_assert(kDqSm90BlockM == 64, "one consumer warpgroup of 64 rows");
 
-/// Shared memory of attn_dq_sm90_kernel: the Q and dO tiles, dq_sm90_stages<D>()
-/// stages of K and V tiles, the stages' full / empty barriers, the consumer
-/// warps' KeySpans. 96 KB at head_dim 128 (two CTAs per SM), 64 KB at 64.
+/// Shared memory of attn_dq_sm90_kernel (sm90::KvStageStorage): the Q and dO
+/// tiles, dq_sm90_stages<D>() stages of K and V tiles, the stages' full / empty
+/// barriers, the consumer warps' KeySpans. 96 KB at head_dim 128 (two CTAs per SM),
+/// 64 KB at 64.
+template <int D>
+using DqSm90Storage = sm90::KvStageStorage<2, kDqSm90BlockM, kDqSm90BlockN, D, dq_sm90_stages<D>(), 4>;
 template <int D>
 constexpr size_t dq_sm90_smem_bytes() {
-  return 2u * (2u * kDqSm90BlockM * D + 2u * dq_sm90_stages<D>() * kDqSm90BlockN * D) +
-         2u * dq_sm90_stages<D>() * sizeof(uint64_t) + 2u * 4u * sizeof(int);
+  return sizeof(DqSm90Storage<D>);
 }
 constexpr int kDqSm90Threads = 2 * 128;  ///< the consumer warpgroup and the producer warpgroup
 constexpr int kDqSm90ProducerRegs = 40;
@@ -71,15 +74,11 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
   constexpr int kBlockM = kDqSm90BlockM, kBlockN = kDqSm90BlockN, kStages = dq_sm90_stages<D>(), kConsumers = 128;
   constexpr int kNt = kBlockN / 8, kDt = D / 8;
   using RowTile = sm90::Sw128Tile<kBlockM, D>;
+  using Storage = DqSm90Storage<D>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzle needs 1024-byte aligned tiles
-  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sdO = sQ + kBlockM * D;
-  uint16_t* sK = sdO + kBlockM * D;
-  uint16_t* sV = sK + kStages * kBlockN * D;
-  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kStages * kBlockN * D);
-  uint64_t* empty = full + kStages;
-  int* s_span = reinterpret_cast<int*>(empty + kStages);  // [4 warps][lo, hi]
+  Storage& sm = Storage::at(smem_raw);
+  uint16_t* sQ = sm.rows[0];
+  uint16_t* sdO = sm.rows[1];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
@@ -87,32 +86,13 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
   const SeqInfo si = qt.si;
   const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
-  constexpr uint32_t kStageBytes = 2u * kBlockN * D;
-  if (tid == 0) {
-    for (int st = 0; st < kStages; ++st) {
-      sm90::mbar_init(&full[st], 1);
-      sm90::mbar_init(&empty[st], kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  constexpr uint32_t kStageBytes = Storage::kTileBytes;
+  if (tid == 0) sm.init_barriers(kConsumers);
   __syncthreads();  // the only CTA-wide barrier
 
   if (warp >= 4) {  // producer warpgroup
     sm90::regs_dec<kDqSm90ProducerRegs>();
-    if (tid == kConsumers) {
-      const int row_base = static_cast<int>(si.tok0_k);
-      const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
-      for (int tile = 0; tile < n_tiles; ++tile) {
-        const int stage = tile % kStages;
-        if (tile >= kStages) sm90::mbar_wait(&empty[stage], (tile / kStages - 1) & 1);
-        int n0;
-        bool full_unused;
-        steps.at(p, si, tile, &n0, &full_unused);
-        sm90::mbar_arrive_expect_tx(&full[stage], 2 * kStageBytes);
-        sm90::tma_load_tile_pair<kBlockN, D>(sK + stage * kBlockN * D, &maps.k, kb, sV + stage * kBlockN * D, &maps.v,
-                                             vb, row_base + n0, kvh, &full[stage]);
-      }
-    }
+    if (tid == kConsumers) sm90::produce_kv_tiles<kBlockN, D, kStages>(p, si, b, kvh, steps, maps, sm);
   } else {  // the consumer warpgroup
     sm90::regs_inc<kDqSm90ConsumerRegs>();
     load_packed_rows<kBlockM, D, kConsumers, RowTile>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
@@ -124,34 +104,35 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
     const int g = lane / 4, qd = lane % 4;
     const int row_t[2] = {wt0 + g, wt0 + g + 8};
     const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row_t[0]), row_bounds<kFlex>(p, si, b, row_t[1])};
-    stage_warp_span(rb, s_span, warp, lane);  // partial steps outside the tile's span are skipped
+    stage_warp_span(rb, sm.span, warp, lane);  // partial steps outside the tile's span are skipped
     cp_async_commit();
     cp_async_wait<0>();
     sm90::fence_proxy_async();  // the rows' stores, before wgmma reads them
     sm90::named_barrier(1, kConsumers);
-    const KeySpan span = warpgroup_span(s_span, 0);
+    const KeySpan span = warpgroup_span(sm.span, 0);
     const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
     const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
     const ScoreMod2 mod = ScoreMod2::of(p, wh);
-    const uint32_t q_addr = smem_u32(sQ), do_addr = smem_u32(sdO), k_addr = smem_u32(sK), v_addr = smem_u32(sV);
+    const uint32_t q_addr = smem_u32(sQ), do_addr = smem_u32(sdO), k_addr = smem_u32(sm.k[0]), v_addr = smem_u32(sm.v[0]);
 
     Acc dq[kDt];
     zero_acc(dq);
     uint32_t dsa[kNt / 2][4];  // dS of the tile in stage ds_stage, as A operands
     int ds_stage = -1;         // the stage whose dQ += dS K is not issued yet
     for (int tile = 0; tile < n_tiles; ++tile) {
-      const int stage = tile % kStages;
-      sm90::mbar_wait(&full[stage], (tile / kStages) & 1);
+      const sm90::PipelineState<kStages> ps{tile};
+      const int stage = ps.stage();
+      sm90::mbar_wait(&sm.full[stage], ps.phase());
       int n0;
       bool full_tile;
       steps.at(p, si, tile, &n0, &full_tile);
       if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of the tile sees these keys
         if (ds_stage >= 0) {
           sm90::pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
-          sm90::mbar_arrive(&empty[ds_stage]);
+          sm90::mbar_arrive(&sm.empty[ds_stage]);
           ds_stage = -1;
         }
-        sm90::mbar_arrive(&empty[stage]);
+        sm90::mbar_arrive(&sm.empty[stage]);
         continue;
       }
       Acc s[kNt], dp[kNt];
@@ -168,7 +149,7 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
       dq_ds<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp);
       sm90::wgmma_wait<0>();  // the previous dQ product has read dsa and K
       sm90::fence_acc(dq);
-      if (ds_stage >= 0) sm90::mbar_arrive(&empty[ds_stage]);
+      if (ds_stage >= 0) sm90::mbar_arrive(&sm.empty[ds_stage]);
       sm90::p_operand<Bf16>(dp, dsa);
       ds_stage = stage;
     }

@@ -16,6 +16,7 @@
 
 #include "backends/kernels/attn_fwd.cuh"
 #include "backends/kernels/attn_launch.hpp"
+#include "backends/kernels/pipeline_sm90.cuh"
 #include "backends/kernels/wgmma_sm90.cuh"
 
 namespace attnbench::kernels {
@@ -24,16 +25,16 @@ namespace attnbench::kernels {
 /// the P V of tile t - 1 is still reading its V, so three.
 constexpr int kFwdSm90Stages = 3;
 
-/// Shared memory of attn_fwd_sm90_kernel: the Q tile and kFwdSm90Stages stages of
-/// K and V tiles (16-bit elements; the kernel checks that they start 1024-byte
-/// aligned, as the 128-byte swizzle repeats every 8 rows of 128 bytes), and the
-/// stages' full / empty barriers. 224 KB at head_dim 128 with 128-row, 128-key
-/// tiles (the H100 allows 227 KB per CTA); 112 KB with 64-row, 64-key tiles (two
-/// CTAs per SM). Then each consumer warp's KeySpan (two ints).
+/// Shared memory of attn_fwd_sm90_kernel (sm90::KvStageStorage): the Q tile,
+/// kFwdSm90Stages stages of K and V tiles, the stages' full / empty barriers and
+/// each consumer warp's KeySpan. 224 KB at head_dim 128 with 128-row, 128-key tiles
+/// (the H100 allows 227 KB per CTA); 112 KB with 64-row, 64-key tiles (two CTAs per
+/// SM).
+template <int D, int kWG, int kBlockN>
+using FwdSm90Storage = sm90::KvStageStorage<1, 64 * kWG, kBlockN, D, kFwdSm90Stages, 4 * kWG>;
 template <int D, int kWG, int kBlockN>
 constexpr size_t fwd_sm90_smem_bytes() {
-  return 2u * (static_cast<size_t>(64 * kWG) * D + 2u * kFwdSm90Stages * kBlockN * D) +
-         2u * kFwdSm90Stages * sizeof(uint64_t) + 2u * 4u * kWG * sizeof(int);
+  return sizeof(FwdSm90Storage<D, kWG, kBlockN>);
 }
 
 namespace sm90 {
@@ -139,15 +140,9 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   constexpr int kNt = kBlockN / 8, kDt = D / 8;
   static_assert((kNt == 8 || kNt == 16) && (kDt == 8 || kDt == 16), "wgmma n64 / n128 shapes");
   using QTile = sm90::Sw128Tile<kBlockM, D>;
-  using KVTile = sm90::Sw128Tile<kBlockN, D>;
+  using Storage = FwdSm90Storage<D, kWG, kBlockN>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzle needs 1024-byte aligned tiles
-  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sK = sQ + kBlockM * D;
-  uint16_t* sV = sK + kStages * kBlockN * D;
-  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kStages * kBlockN * D);
-  uint64_t* empty = full + kStages;
-  int* s_span = reinterpret_cast<int*>(empty + kStages);  // [4 kWG warps][lo, hi]
+  Storage& sm = Storage::at(smem_raw);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
   const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
@@ -155,49 +150,30 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   const SeqInfo si = qt.si;
   const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
-  constexpr uint32_t kStageBytes = 2u * kBlockN * D;
-  if (tid == 0) {
-    for (int st = 0; st < kStages; ++st) {
-      sm90::mbar_init(&full[st], 1);
-      sm90::mbar_init(&empty[st], kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit too
-  }
+  constexpr uint32_t kStageBytes = Storage::kTileBytes;
+  if (tid == 0) sm.init_barriers(kConsumers);
   __syncthreads();  // the only CTA-wide barrier
 
   if (wg == kWG) {  // producer warpgroup: one thread issues the bulk tensor copies
     sm90::regs_dec<kFwdSm90ProducerRegs>();
-    if (tid == kConsumers) {
-      const int row_base = static_cast<int>(si.tok0_k);
-      const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
-      for (int tile = 0; tile < n_tiles; ++tile) {
-        const int stage = tile % kStages;
-        if (tile >= kStages) sm90::mbar_wait(&empty[stage], (tile / kStages - 1) & 1);
-        int n0;
-        bool full_unused;
-        steps.at(p, si, tile, &n0, &full_unused);
-        sm90::mbar_arrive_expect_tx(&full[stage], 2 * kStageBytes);  // K and V
-        sm90::tma_load_tile_pair<kBlockN, D>(sK + stage * kBlockN * D, &maps.k, kb, sV + stage * kBlockN * D, &maps.v,
-                                             vb, row_base + n0, kvh, &full[stage]);
-      }
-    }
+    if (tid == kConsumers) sm90::produce_kv_tiles<kBlockN, D, kStages>(p, si, b, kvh, steps, maps, sm);
   } else {  // consumer warpgroups
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG>()>();
-    load_packed_rows<kBlockM, D, kConsumers, QTile>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
-                                                    [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
+    load_packed_rows<kBlockM, D, kConsumers, QTile>(sm.rows[0], static_cast<const uint16_t*>(p.q), m0, Mq, si.lq,
+                                                    h0, [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
     const int wh = h0 + (warp * 16) / Mq;
     const int wt0 = m0 + (warp * 16) % Mq;
     const int g = lane / 4, qd = lane % 4;
     const int row0 = wt0 + g, row1 = wt0 + g + 8;
     const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row0), row_bounds<kFlex>(p, si, b, row1)};
-    stage_warp_span(rb, s_span, warp, lane);  // partial steps outside the warpgroup's span are skipped
+    stage_warp_span(rb, sm.span, warp, lane);  // partial steps outside the warpgroup's span are skipped
     cp_async_commit();
     cp_async_wait<0>();
     sm90::fence_proxy_async();
     sm90::named_barrier(1, kConsumers);  // Q and the warps' spans are in shared memory
-    const KeySpan span = warpgroup_span(s_span, 4 * wg);
+    const KeySpan span = warpgroup_span(sm.span, 4 * wg);
     const ScoreMod2 mod = ScoreMod2::of(p, wh);
-    const uint32_t q_addr = smem_u32(sQ), k_addr = smem_u32(sK), v_addr = smem_u32(sV);
+    const uint32_t q_addr = smem_u32(sm.rows[0]), k_addr = smem_u32(sm.k[0]), v_addr = smem_u32(sm.v[0]);
 
     Acc o[kDt];
     zero_acc(o);
@@ -206,18 +182,19 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     int p_stage = -1;  // the stage of the tile whose P is in pa and whose P V is not issued yet
 
     for (int tile = 0; tile < n_tiles; ++tile) {
-      const int stage = tile % kStages;
-      sm90::mbar_wait(&full[stage], (tile / kStages) & 1);
+      const sm90::PipelineState<kStages> ps{tile};
+      const int stage = ps.stage();
+      sm90::mbar_wait(&sm.full[stage], ps.phase());
       int n0;
       bool full_tile;
       steps.at(p, si, tile, &n0, &full_tile);
       if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of this warpgroup sees these keys
         if (p_stage >= 0) {
           sm90::pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
-          sm90::mbar_arrive(&empty[p_stage]);
+          sm90::mbar_arrive(&sm.empty[p_stage]);
           p_stage = -1;
         }
-        sm90::mbar_arrive(&empty[stage]);
+        sm90::mbar_arrive(&sm.empty[stage]);
         continue;
       }
       Acc s[kNt];
@@ -233,7 +210,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(o);
-      if (p_stage >= 0) sm90::mbar_arrive(&empty[p_stage]);  // K / V of the previous tile are read
+      if (p_stage >= 0) sm90::mbar_arrive(&sm.empty[p_stage]);  // K / V of the previous tile are read
       rescale_o<kDt>(o, corr);
       sm90::p_operand<Bf16>(s, pa);
       p_stage = stage;
