@@ -1,0 +1,83 @@
+// The declared options (harness/backend/options.hpp) of the backends on
+// attnbench's fused kernels: `flash`, `varlen` and `flex`. Header-only and free of
+// CUDA, so that the CPU tests check the declarations (tests/test_backend_options.cpp)
+// although the backends themselves build only with CUDA.
+//
+//   option         backends             values (default first)   what it selects
+//   fwd_path       flash, varlen, flex  auto|sm80|sm90           the forward kernel: auto = Hopper
+//                                                                (TMA + wgmma) where it runs, sm80 = portable
+//   bwd_path       flash, varlen, flex  auto|sm80|sm90           the backward kernels (flex: sm90 = Hopper
+//                                                                dK/dV with dQ by float32 atomics)
+//   deterministic  flash, varlen        false|true               dQ by its own kernel instead of atomics
+//   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
+//   block          flex                 128|64                   Q_BLOCK = KV_BLOCK of the BlockMask
+//   dbias          flex                 deterministic|atomic|none  how dBias of a learnable bias is made
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "harness/backend/options.hpp"
+
+namespace attnbench::fused {
+
+/// Which kernel family a pass runs on: `automatic` lets the instance choose (the
+/// Hopper kernels where they run and are measured faster), `sm80` forces the
+/// portable mma.sync kernels, `sm90` the Hopper kernels (an error row where they
+/// cannot run).
+enum class KernelPath { automatic, sm80, sm90 };
+
+/// "auto" | "sm80" | "sm90" -> KernelPath (the canonical text of a fwd_path /
+/// bwd_path option). Throws std::invalid_argument for anything else (resolve_options
+/// has refused it before a backend sees it).
+inline KernelPath parse_kernel_path(const std::string& s) {
+  if (s == "auto") return KernelPath::automatic;
+  if (s == "sm80") return KernelPath::sm80;
+  if (s == "sm90") return KernelPath::sm90;
+  throw std::invalid_argument("kernel path \"" + s + "\" is not auto, sm80 or sm90");
+}
+
+/// fwd_path: the forward kernel.
+inline OptionSpec fwd_path_option() {
+  return OptionSpec::choice("fwd_path", "auto", {"auto", "sm80", "sm90"},
+                            "forward kernel: auto = Hopper (TMA + wgmma) where it runs, sm80 = portable mma.sync, "
+                            "sm90 = Hopper (error where it cannot run)");
+}
+
+/// bwd_path: the backward kernels; `flex` says what sm90 means there.
+inline OptionSpec bwd_path_option(bool flex) {
+  return OptionSpec::choice(
+      "bwd_path", "auto", {"auto", "sm80", "sm90"},
+      flex ? "backward kernels: auto = Hopper dK/dV + Hopper deterministic dQ where they run, sm80 = portable, "
+             "sm90 = Hopper dK/dV with dQ by float32 atomics (not bitwise reproducible)"
+           : "backward kernels: auto = Hopper dK/dV where it runs (either dQ mode), sm80 = portable, sm90 = Hopper");
+}
+
+/// deterministic: dQ by its own kernel instead of float32 atomics.
+inline OptionSpec deterministic_option() {
+  return OptionSpec::flag("deterministic", false,
+                          "dQ by a deterministic kernel (bitwise reproducible) instead of float32 atomics");
+}
+
+/// The options of `flash`: fwd_path, bwd_path, deterministic.
+inline OptionSpecs flash_option_specs() { return {fwd_path_option(), bwd_path_option(false), deterministic_option()}; }
+
+/// The options of `varlen`: fwd_path, bwd_path, deterministic, pack.
+inline OptionSpecs varlen_option_specs() {
+  return {fwd_path_option(), bwd_path_option(false), deterministic_option(),
+          OptionSpec::choice("pack", "0", {"0", "1", "2", "4"},
+                             "GQA query heads folded into one query tile; 0 = the plan's choice by document length "
+                             "(a value that does not divide the group is an unsupported row)")};
+}
+
+/// The options of `flex`: fwd_path, bwd_path, block, dbias.
+inline OptionSpecs flex_option_specs() {
+  return {fwd_path_option(), bwd_path_option(true),
+          OptionSpec::choice("block", "128", {"128", "64"},
+                             "Q_BLOCK = KV_BLOCK of the BlockMask (the Hopper backward needs 128)"),
+          OptionSpec::choice("dbias", "deterministic", {"deterministic", "atomic", "none"},
+                             "dBias of a learnable bias: deterministic scratch + ordered reduction, float32 "
+                             "atomics, or none (skipped: measures its cost; the check then fails dBias)")};
+}
+
+}  // namespace attnbench::fused
