@@ -22,12 +22,12 @@ using namespace attnbench::test;
 
 namespace {
 
-/// The registered backend with block size and dBias mode chosen through its
-/// environment variables.
-std::unique_ptr<Backend> flex(int block, const char* dbias) {
-  setenv("ATTNBENCH_FLEX_BLOCK", std::to_string(block).c_str(), 1);
-  setenv("ATTNBENCH_FLEX_DBIAS", dbias, 1);
-  std::unique_ptr<Backend> be = BackendRegistry::create("flex");
+/// The registered backend's variant with options block, dbias and the kernel
+/// paths fwd_path / bwd_path (auto | sm80 | sm90).
+std::unique_ptr<Backend> flex(int block, const char* dbias, const std::string& fwd = "auto",
+                              const std::string& bwd = "auto") {
+  std::unique_ptr<Backend> be = BackendRegistry::create_variant("flex[block=" + std::to_string(block) + ",dbias=" +
+                                                                dbias + ",fwd_path=" + fwd + ",bwd_path=" + bwd + "]");
   REQUIRE(be);
   return be;
 }
@@ -36,11 +36,8 @@ std::unique_ptr<Backend> flex(int block, const char* dbias) {
 /// 9.0): the default forward path of a small instance says so.
 bool hopper() {
   static const bool yes = [] {
-    setenv("ATTNBENCH_FWD_PATH", "auto", 1);
     const Problem p = make_problem(1, 1, 1, 64, 64, 64, DType::bf16);
-    const bool sm90 = flex(128, "deterministic")->prepare(p, make_inputs(p))->extra()["fwd_path"] == "sm90";
-    unsetenv("ATTNBENCH_FWD_PATH");
-    return sm90;
+    return flex(128, "deterministic")->prepare(p, make_inputs(p))->extra()["fwd_path"] == "sm90";
   }();
   return yes;
 }
@@ -48,27 +45,18 @@ bool hopper() {
 /// Deterministic dBias at `block`, bitwise checked, with the default paths (on an
 /// sm_90a build on an H100 the Hopper forward and, at block 128 without rel_bias
 /// dBias, the deterministic Hopper backward); then with the portable forward and
-/// backward (ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH = sm80): atomic dBias when
-/// asked, else deterministic again; then, where the Hopper kernels run, block 128
-/// and no rel_bias dBias, with the atomic Hopper backward (ATTNBENCH_BWD_PATH=sm90:
-/// dQ by atomics, not bitwise).
+/// backward (fwd_path = bwd_path = sm80): atomic dBias when asked, else
+/// deterministic again; then, where the Hopper kernels run, block 128 and no
+/// rel_bias dBias, with the atomic Hopper backward (bwd_path=sm90: dQ by atomics,
+/// not bitwise).
 void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
-  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
   check_gpu_case(*flex(block, "deterministic"), p, true);
-  setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
-  setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
   if (atomic_too)
-    check_gpu_case(*flex(block, "atomic"), p, false);
+    check_gpu_case(*flex(block, "atomic", "sm80", "sm80"), p, false);
   else
-    check_gpu_case(*flex(block, "deterministic"), p, true);
-  unsetenv("ATTNBENCH_BWD_PATH");
-  if (block == 128 && p.score_mod.kind != ScoreMod::Kind::rel_bias && hopper()) {
-    setenv("ATTNBENCH_FWD_PATH", "auto", 1);
-    setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
-    check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic"), p, false);
-    unsetenv("ATTNBENCH_BWD_PATH");
-  }
-  unsetenv("ATTNBENCH_FWD_PATH");
+    check_gpu_case(*flex(block, "deterministic", "sm80", "sm80"), p, true);
+  if (block == 128 && p.score_mod.kind != ScoreMod::Kind::rel_bias && hopper())
+    check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic", "auto", "sm90"), p, false);
 }
 
 Problem with_mod(Problem p, ScoreMod::Kind k, int64_t param = 0) {
@@ -89,31 +77,31 @@ TEST_CASE("flex: registry, availability, determinism follows the dBias mode") {
   CHECK_MESSAGE(be->available(&why), why);
   CHECK(be->deterministic());
   CHECK_FALSE(flex(128, "atomic")->deterministic());
-  setenv("ATTNBENCH_FLEX_BLOCK", "96", 1);
-  CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_BLOCK"));
-  setenv("ATTNBENCH_FLEX_BLOCK", "128", 1);
-  setenv("ATTNBENCH_FLEX_DBIAS", "sometimes", 1);
-  CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_DBIAS"));
+  CHECK_THROWS_WITH(BackendRegistry::create_variant("flex[block=96]"), doctest::Contains("option block=\"96\""));
+  CHECK_THROWS_WITH(BackendRegistry::create_variant("flex[dbias=sometimes]"),
+                    doctest::Contains("option dbias=\"sometimes\""));
+  CHECK(flex(64, "atomic", "auto", "sm80")->variant() == "flex[block=64,bwd_path=sm80,dbias=atomic]");
 }
 
-TEST_CASE("flex: the Hopper backward (ATTNBENCH_BWD_PATH=sm90) and what it refuses") {
+TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   if (!hopper()) {
     MESSAGE("SKIPPED: the Hopper kernels do not run here (sm_90a build on compute capability 9.0)");
     return;
   }
-  setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
   const Problem p = with_causal(make_problem(1, 2, 1, 256, 256, 64, DType::bf16));
   const ProblemData in = make_inputs(p);
-  const nlohmann::json x = flex(128, "deterministic")->prepare(p, in)->extra();
+  const nlohmann::json x = flex(128, "deterministic", "auto", "sm90")->prepare(p, in)->extra();
   CHECK(x["bwd_path"] == "sm90");
   CHECK(x["dq_mode"] == "float32 atomics (added by the dK/dV kernel)");
-  CHECK_FALSE(flex(128, "deterministic")->deterministic());  // dQ by atomics
-  CHECK_THROWS_AS(flex(64, "deterministic")->prepare(p, in), Unsupported);  // 128-key tiles are one KV block
-  CHECK(flex(64, "deterministic")->supports(p).reason.find("ATTNBENCH_FLEX_BLOCK=128") != std::string::npos);
+  CHECK_FALSE(flex(128, "deterministic", "auto", "sm90")->deterministic());  // dQ by atomics
+  // 128-key tiles are one KV block
+  CHECK_THROWS_AS(flex(64, "deterministic", "auto", "sm90")->prepare(p, in), Unsupported);
+  CHECK(flex(64, "deterministic", "auto", "sm90")->supports(p).reason.find("block=128") != std::string::npos);
   const Problem rel = with_mod(p, ScoreMod::Kind::rel_bias, 8);
-  CHECK_THROWS_AS(flex(128, "deterministic")->prepare(rel, make_inputs(rel)), Unsupported);  // no rel_bias dBias
-  CHECK(flex(128, "deterministic")->supports(rel).reason.find("no rel_bias dBias") != std::string::npos);
-  unsetenv("ATTNBENCH_BWD_PATH");
+  CHECK_THROWS_AS(flex(128, "deterministic", "auto", "sm90")->prepare(rel, make_inputs(rel)),
+                  Unsupported);  // no rel_bias dBias
+  CHECK(flex(128, "deterministic", "auto", "sm90")->supports(rel).reason.find("no rel_bias dBias") !=
+        std::string::npos);
   CHECK(flex(128, "deterministic")->deterministic());
   // auto: the deterministic Hopper backward where it can run, else the portable one with the reason.
   const nlohmann::json def = flex(128, "deterministic")->prepare(p, in)->extra();
