@@ -153,6 +153,19 @@ nlohmann::json OptionSpec::to_json() const {
   return j;
 }
 
+OptionSpec OptionSpec::from_json(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("name") || !j.contains("type") || !j.contains("default"))
+    throw std::invalid_argument("option declaration: expected {name, type, default, ...}, got " + j.dump());
+  const std::string name = j.at("name").get<std::string>(), type = j.at("type").get<std::string>();
+  const std::string doc = j.value("doc", std::string());
+  const nlohmann::json& def = j.at("default");
+  if (type == "bool") return flag(name, def.get<bool>(), doc);
+  if (type == "int") return integer(name, def.get<int64_t>(), j.at("min").get<int64_t>(), j.at("max").get<int64_t>(), doc);
+  if (type == "enum") return choice(name, def.get<std::string>(), j.at("choices").get<std::vector<std::string>>(), doc);
+  if (type == "string") return text(name, def.get<std::string>(), doc);
+  throw std::invalid_argument("option declaration \"" + name + "\": unknown type \"" + type + "\"");
+}
+
 const std::string& OptionValues::text(const std::string& name) const {
   const auto it = values_.find(name);
   if (it == values_.end()) throw std::logic_error("backend option \"" + name + "\" is not declared");

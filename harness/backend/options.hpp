@@ -60,6 +60,10 @@ struct OptionSpec {
   nlohmann::json typed(const std::string& value) const;
   /// {"name", "type", "default" (typed), "allowed", "doc"} (+ "choices" / "min", "max").
   nlohmann::json to_json() const;
+  /// The spec to_json() wrote (a plugin's declarations crossing the probe
+  /// process). Throws std::invalid_argument (or std::logic_error for a default
+  /// outside its range or choices) on a malformed object.
+  static OptionSpec from_json(const nlohmann::json& j);
 };
 
 /// A backend's declarations, in the order the backend lists them.
