@@ -123,6 +123,10 @@ TEST_CASE("options: the fused backends' declarations (flash, varlen, flex)") {
   CHECK(fused::parse_kernel_path("sm80") == fused::KernelPath::sm80);
   CHECK(fused::parse_kernel_path("sm90") == fused::KernelPath::sm90);
   CHECK_THROWS_AS(fused::parse_kernel_path("sm9"), std::invalid_argument);
+  const fused::KernelPaths kp = fused::kernel_paths(
+      resolve_options("flash", fused::flash_option_specs(), {{"bwd_path", "sm80"}}, "f", "/p"));
+  CHECK(kp.fwd == fused::KernelPath::automatic);
+  CHECK(kp.bwd == fused::KernelPath::sm80);
   auto names = [](const OptionSpecs& s) {
     std::vector<std::string> out;
     for (const auto& o : s) out.push_back(o.name);

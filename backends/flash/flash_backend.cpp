@@ -31,8 +31,8 @@ class FlashBackend : public Backend {
     if (!s) throw Unsupported(s.reason);
     ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
     FusedOptions opt{Placement::padded, deterministic_, 0, "flash"};
-    opt.fwd_path = fwd_path_;
-    opt.bwd_path = bwd_path_;
+    opt.fwd_path = paths_.fwd;
+    opt.bwd_path = paths_.bwd;
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
@@ -41,14 +41,13 @@ class FlashBackend : public Backend {
 
  protected:
   void apply_options(const OptionValues& v) override {
-    fwd_path_ = parse_kernel_path(v.text("fwd_path"));
-    bwd_path_ = parse_kernel_path(v.text("bwd_path"));
+    paths_ = kernel_paths(v);
     deterministic_ = v.flag("deterministic");
   }
 
  private:
   bool deterministic_ = false;
-  KernelPath fwd_path_ = KernelPath::automatic, bwd_path_ = KernelPath::automatic;
+  KernelPaths paths_;
 };
 
 ATTNBENCH_REGISTER_BACKEND(FlashBackend);

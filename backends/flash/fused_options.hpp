@@ -37,6 +37,15 @@ inline KernelPath parse_kernel_path(const std::string& s) {
   throw std::invalid_argument("kernel path \"" + s + "\" is not auto, sm80 or sm90");
 }
 
+/// The resolved fwd_path and bwd_path of a fused backend's options.
+struct KernelPaths {
+  KernelPath fwd = KernelPath::automatic, bwd = KernelPath::automatic;
+};
+/// KernelPaths from resolved options declaring fwd_path and bwd_path.
+inline KernelPaths kernel_paths(const OptionValues& v) {
+  return {parse_kernel_path(v.text("fwd_path")), parse_kernel_path(v.text("bwd_path"))};
+}
+
 /// fwd_path: the forward kernel.
 inline OptionSpec fwd_path_option() {
   return OptionSpec::choice("fwd_path", "auto", {"auto", "sm80", "sm90"},

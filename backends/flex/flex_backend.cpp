@@ -49,8 +49,8 @@ class FlexBackend : public Backend {
     FusedOptions opt{Placement::block_mask, !bwd_sm90_, 1, "flex"};
     opt.block_size = block_;
     opt.dbias = dbias_;
-    opt.fwd_path = fwd_path_;
-    opt.bwd_path = bwd_path_;
+    opt.fwd_path = paths_.fwd;
+    opt.bwd_path = paths_.bwd;
     return make_instance(p, in, opt);
   }
   /// dQ, dK, dV come without atomics on both paths (unless bwd_path=sm90: dQ by
@@ -65,9 +65,8 @@ class FlexBackend : public Backend {
   /// deterministic mode (dK/dV, then the Hopper dQ kernel) where they can run, else
   /// the portable ones (choose_flex_bwd_path); sm80: the portable ones.
   void apply_options(const OptionValues& v) override {
-    fwd_path_ = parse_kernel_path(v.text("fwd_path"));
-    bwd_path_ = parse_kernel_path(v.text("bwd_path"));
-    bwd_sm90_ = bwd_path_ == KernelPath::sm90;
+    paths_ = kernel_paths(v);
+    bwd_sm90_ = paths_.bwd == KernelPath::sm90;
     block_ = static_cast<int>(v.integer("block"));
     const std::string& d = v.text("dbias");
     dbias_ = d == "atomic" ? kernels::DbiasMode::atomic
@@ -79,7 +78,7 @@ class FlexBackend : public Backend {
   int block_ = 128;
   kernels::DbiasMode dbias_ = kernels::DbiasMode::deterministic;
   bool bwd_sm90_ = false;
-  KernelPath fwd_path_ = KernelPath::automatic, bwd_path_ = KernelPath::automatic;
+  KernelPaths paths_;
 };
 
 ATTNBENCH_REGISTER_BACKEND(FlexBackend);

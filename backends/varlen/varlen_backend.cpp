@@ -35,8 +35,8 @@ class VarlenBackend : public Backend {
     if (!s) throw Unsupported(s.reason);
     ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
     FusedOptions opt{Placement::documents, deterministic_, pack_, "varlen"};
-    opt.fwd_path = fwd_path_;
-    opt.bwd_path = bwd_path_;
+    opt.fwd_path = paths_.fwd;
+    opt.bwd_path = paths_.bwd;
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
@@ -45,8 +45,7 @@ class VarlenBackend : public Backend {
 
  protected:
   void apply_options(const OptionValues& v) override {
-    fwd_path_ = parse_kernel_path(v.text("fwd_path"));
-    bwd_path_ = parse_kernel_path(v.text("bwd_path"));
+    paths_ = kernel_paths(v);
     deterministic_ = v.flag("deterministic");
     pack_ = static_cast<int>(v.integer("pack"));
   }
@@ -54,7 +53,7 @@ class VarlenBackend : public Backend {
  private:
   bool deterministic_ = false;
   int pack_ = 0;  ///< 0 = the plan's choice
-  KernelPath fwd_path_ = KernelPath::automatic, bwd_path_ = KernelPath::automatic;
+  KernelPaths paths_;
 };
 
 ATTNBENCH_REGISTER_BACKEND(VarlenBackend);
