@@ -307,3 +307,41 @@ TEST_CASE("options: `run --backends cpu,cpu[threads=1]` on scenarios/default.jso
   CHECK(cli::contains(l.out, "threads"));
   CHECK(cli::contains(l.out, "0..4096"));
 }
+
+TEST_CASE("options: --gpus shards and isolated children receive the variant, not an environment") {
+  namespace cli = attnbench::test::cli;
+  cli::TempDir t;
+  const std::string scenario = std::string(ATTNBENCH_SOURCE_DIR) + "/scenarios/default.json";
+  const std::string out = (t.path / "g").string();
+  // Two fake GPUs: each shard is a child `attnbench run --shard k/2` given the same --backends text.
+  const cli::Result r = cli::run("run '" + scenario + "' --gpus 0,1 --cases 'full-S256|causal-S384|alibi' "
+                                 "--backends 'cpu,cpu[threads=1]' --no-timing --no-determinism --out '" + out + "'",
+                                 t, "ATTNBENCH_FAKE_GPUS=2");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json rep = load_report(out + "/report.json");
+  REQUIRE(rep["results"].size() == 6);  // 3 cases x 2 variants, merged from the shards
+  int ones = 0;
+  for (const auto& row : rep["results"]) {
+    CHECK(row["status"] == "pass");
+    if (row["variant"] == "cpu[threads=1]") {
+      ++ones;
+      CHECK(row["options"] == nlohmann::json({{"threads", 1}}));
+    }
+  }
+  CHECK(ones == 3);
+
+  // --isolate on: each unit runs in a child `attnbench __unit`, whose request holds the options.
+  const std::string iso = (t.path / "i").string();
+  const cli::Result ri = cli::run("run '" + scenario + "' --cases full-S256 --backends 'cpu[threads=1]' --isolate on "
+                                  "--no-timing --no-determinism --out '" + iso + "'",
+                                  t);
+  INFO(ri.err);
+  REQUIRE(ri.code == 0);
+  const nlohmann::json ir = load_report(iso + "/report.json");
+  REQUIRE(ir["results"].size() == 1);
+  CHECK(ir["results"][0]["variant"] == "cpu[threads=1]");
+  CHECK(ir["results"][0]["options"] == nlohmann::json({{"threads", 1}}));
+  CHECK(ir["results"][0]["extra"].contains("isolation"));
+  CHECK(ir["results"][0]["status"] == "pass");
+}
