@@ -10,7 +10,7 @@
 #   repeat  scenarios/repeatability.json cold and hot; ci/repeatability.py prints
 #           the spread of the medians of identical cases timed twice in one run
 #   split   cudnn on the packed cases with one cuDNN graph (the default) and with
-#           length classes (ATTNBENCH_CUDNN_SPLIT=1), timing only
+#           length classes (cudnn[split=true]), timing only
 #   trace   kernel traces (--kernel-trace, CUPTI) of cudnn on the peers file's
 #           packed cases (default and dQ-accumulator backward) and dense rows
 #   variants  ci/flex_variants.py on a kept torch-flex work dir (layout x mask_mod)
@@ -18,7 +18,7 @@
 #           against dQ through the accumulator, the padded full-head dK/dV of
 #           before (both timing only) and length classes; on the dense rows the
 #           default against dQ direct (timing only)
-#   tune    cudnn with ATTNBENCH_CUDNN_AUTOTUNE=1 on the packed and dense rows: the
+#   tune    cudnn[autotune=true] on the packed and dense rows: the
 #           engine's knobs, every candidate's time and the chosen plans
 #   peers   scenarios/peers_h100.json (the peers file's workloads as it measured
 #           them) with cudnn and every PyTorch peer; ci/peers_table.py table
@@ -70,10 +70,10 @@ if [[ $what == repeat ]]; then
     status=1
 fi
 if [[ $what == split ]]; then
-  for split in 0 1; do
-    ATTNBENCH_CUDNN_SPLIT=$split "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
-      --backends cudnn --check off --no-determinism --out "$OUT/split$split" >"$OUT/split$split.log" 2>&1 || status=1
-    echo "== ATTNBENCH_CUDNN_SPLIT=$split"
+  for split in false true; do
+    "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
+      --backends "cudnn[split=$split]" --check off --no-determinism --out "$OUT/split$split" >"$OUT/split$split.log" 2>&1 || status=1
+    echo "== cudnn[split=$split]"
     tail -n 8 "$OUT/split$split.log"
   done
 fi
@@ -81,13 +81,12 @@ if [[ $what == trace ]]; then
   # Kernel traces (CUPTI, --kernel-trace) of cudnn on the packed cases, default
   # backward form and dQ through the accumulator, and on the dense rows.
   # TRACE_FORMS picks the packed forms (default: all), TRACE_DENSE=0 skips the dense rows.
-  for v in "default:" "accum:ATTNBENCH_CUDNN_DQ_DIRECT=0" "split:ATTNBENCH_CUDNN_SPLIT=1" \
-           "split-streams:ATTNBENCH_CUDNN_SPLIT=1 ATTNBENCH_CUDNN_SPLIT_STREAMS=1"; do
-    name=${v%%:*}; envs=${v#*:}
+  for v in "default:" "accum:dq_direct=off" "split:split=true" "split-streams:split=true,split_streams=true"; do
+    name=${v%%:*}; opts=${v#*:}
     [[ -n ${TRACE_FORMS:-} && " $TRACE_FORMS " != *" $name "* ]] && continue
-    env $envs "$AB" run scenarios/peers_h100.json --cases "${TRACE_CASES:-codealpaca}" --backends cudnn --check off \
+    "$AB" run scenarios/peers_h100.json --cases "${TRACE_CASES:-codealpaca}" --backends "cudnn${opts:+[$opts]}" --check off \
       --no-determinism --max-seconds 0.5 --kernel-trace --out "$OUT/trace_$name" >"$OUT/trace_$name.log" 2>&1 || status=1
-    echo "== packed $name ($envs)"; python3 ci/kernel_table.py "$OUT/trace_$name/report.json" || status=1
+    echo "== packed $name ($opts)"; python3 ci/kernel_table.py "$OUT/trace_$name/report.json" || status=1
   done
   if [[ ${TRACE_DENSE:-1} != 0 ]]; then
     "$AB" run scenarios/peers_h100.json --cases dense --backends cudnn --check off --no-determinism --max-seconds 0.5 \
@@ -108,26 +107,25 @@ if [[ $what == variants ]]; then
   fi
 fi
 if [[ $what == forms ]]; then
-  for v in "default:" "accum:ATTNBENCH_CUDNN_DQ_DIRECT=0" \
-           "padded-accum:ATTNBENCH_CUDNN_FULLHEAD=padded ATTNBENCH_CUDNN_DQ_DIRECT=0" "split:ATTNBENCH_CUDNN_SPLIT=1"; do
-    name=${v%%:*}; envs=${v#*:}
+  for v in "default:" "accum:dq_direct=off" "padded-accum:fullhead=padded,dq_direct=off" "split:split=true"; do
+    name=${v%%:*}; opts=${v#*:}
     check="--check off"; [[ $name == default ]] && check=""
-    env $envs "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
-      --backends cudnn $check --out "$OUT/forms_$name" >"$OUT/forms_$name.log" 2>&1 || status=1
-    echo "== packed $name ($envs)"; tail -n 6 "$OUT/forms_$name.log"
+    "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
+      --backends "cudnn${opts:+[$opts]}" $check --out "$OUT/forms_$name" >"$OUT/forms_$name.log" 2>&1 || status=1
+    echo "== packed $name ($opts)"; tail -n 6 "$OUT/forms_$name.log"
   done
-  for v in "default:" "dqdirect:ATTNBENCH_CUDNN_DQ_DIRECT=1 ATTNBENCH_CUDNN_DP_WORKSPACE_LIMIT=17179869184"; do
-    name=${v%%:*}; envs=${v#*:}
-    env $envs "$AB" run scenarios/dense_sweep.json --cases "${DENSE_CASES:-B16-S1024_D128_causal|B4-S4096_D128_(causal|full)|B1-S16384_D128_causal}" \
-      --backends cudnn --check off --no-determinism --out "$OUT/forms_dense_$name" >"$OUT/forms_dense_$name.log" 2>&1 || status=1
-    echo "== dense $name ($envs)"; tail -n 8 "$OUT/forms_dense_$name.log"
+  for v in "default:" "dqdirect:dq_direct=on,dp_workspace_limit=17179869184"; do
+    name=${v%%:*}; opts=${v#*:}
+    "$AB" run scenarios/dense_sweep.json --cases "${DENSE_CASES:-B16-S1024_D128_causal|B4-S4096_D128_(causal|full)|B1-S16384_D128_causal}" \
+      --backends "cudnn${opts:+[$opts]}" --check off --no-determinism --out "$OUT/forms_dense_$name" >"$OUT/forms_dense_$name.log" 2>&1 || status=1
+    echo "== dense $name ($opts)"; tail -n 8 "$OUT/forms_dense_$name.log"
   done
 fi
 if [[ $what == tune ]]; then
-  ATTNBENCH_CUDNN_AUTOTUNE=1 "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
-    --backends cudnn --out "$OUT/tune_packed" >"$OUT/tune_packed.log" 2>&1 || status=1
-  ATTNBENCH_CUDNN_AUTOTUNE=1 "$AB" run scenarios/dense_sweep.json --cases "${DENSE_CASES:-B16-S1024_D128_causal|B4-S4096_D128_(causal|full)|B1-S16384_D128_causal}" \
-    --backends cudnn --check off --no-determinism --out "$OUT/tune_dense" >"$OUT/tune_dense.log" 2>&1 || status=1
+  "$AB" run scenarios/packed_codealpaca.json --cases "${PACKED_CASES:-_greedy_fill1_padmax}" \
+    --backends "cudnn[autotune=true]" --out "$OUT/tune_packed" >"$OUT/tune_packed.log" 2>&1 || status=1
+  "$AB" run scenarios/dense_sweep.json --cases "${DENSE_CASES:-B16-S1024_D128_causal|B4-S4096_D128_(causal|full)|B1-S16384_D128_causal}" \
+    --backends "cudnn[autotune=true]" --check off --no-determinism --out "$OUT/tune_dense" >"$OUT/tune_dense.log" 2>&1 || status=1
   for r in tune_packed tune_dense; do
     python3 - "$OUT/$r/report.json" <<'PY'
 import json, sys

@@ -19,6 +19,9 @@
 #   masks        scenarios/masks.json: flex, flash, cudnn (every case), torch-flex (MASKS_PEER_CASES)
 #   window       scenarios/sliding_window.json: flex, flash, cudnn, torch-flex
 #   bias         scenarios/flex_bias.json: flex, torch-flex
+#   flex-variants scenarios/masks.json: flex at block 128 and 64, with the deterministic Hopper
+#                backward (default), dQ by atomics (bwd_path=sm90) and the portable backward,
+#                as variants of one run (FLEX_VARIANT_CASES narrows the cases)
 #
 # A step stopped by STEP_LIMIT leaves report.json (marked interrupted) and its
 # journal: RESUME=1 on the same machine continues it with `attnbench run --resume`,
@@ -98,6 +101,9 @@ for step in "$@"; do
       run masks masks '.' flex,flash,cudnn
       run masks_peer masks "$MASKS_PEER_CASES" torch-flex ;;
     window) run window sliding_window '.' flex,flash,cudnn,torch-flex ;;
+    flex-variants)  # one report: flex's block sizes and dQ modes side by side (backend variants)
+      run flex_variants masks "${FLEX_VARIANT_CASES:-.}" \
+        'flex,flex[block=64],flex[bwd_path=sm90],flex[bwd_path=sm80],flex[block=64,bwd_path=sm80]' ;;
     bias) run bias flex_bias '.' flex,torch-flex ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -26,7 +26,7 @@ def main() -> int:
         found += 1
         med = {k: round(v["median_ms"], 4) for k, v in (r.get("timing") or {}).items()
                if isinstance(v, dict) and "median_ms" in v}
-        print(f"## {r['case_id']} / {r['backend']}: {r['status']} {med}")
+        print(f"## {r['case_id']} / {r.get('variant', r['backend'])}: {r['status']} {med}")
         if "unavailable" in kt:
             print(f"  unavailable: {kt['unavailable']}")
             continue

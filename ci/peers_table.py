@@ -66,7 +66,7 @@ def main(argv):
                 continue
             tf, xf = figure(row, "fwd_bwd", "useful_tflops"), figure(row, "fwd_bwd", "x_floor")
             roof = (f"{tf:.0f}" if tf else "-") + (f" ({xf:.2f}x)" if xf else "")
-            ours.setdefault(case, {})[row["backend"]] = (t["fwd"]["median_ms"],
+            ours.setdefault(case, {})[row.get("variant", row["backend"])] = (t["fwd"]["median_ms"],
                                                          t.get("fwd_bwd", {}).get("median_ms"), row["case_id"], roof)
     print("| workload | backend | fwd ms | fwd+bwd ms | peers file fwd / fwd+bwd (same path) | ours / file | "
           "fwd+bwd TFLOP/s (x floor) |")

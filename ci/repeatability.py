@@ -30,7 +30,7 @@ def main() -> int:
                 if cid.startswith(prefix):
                     for name, stats in (row.get("timing") or {}).items():
                         if stats:
-                            medians[(cid[len(prefix):], row["backend"], name, prefix)] = stats
+                            medians[(cid[len(prefix):], row.get("variant", row["backend"]), name, prefix)] = stats
         print(f"## {path} ({mode} L2)")
         print(f"{'workload':<24} {'backend':<18} {'pass':<8} {'first ms':>10} {'second ms':>10} {'diff':>7}  n1/n2")
         for (work, backend, name, prefix), a in sorted(medians.items()):

@@ -27,12 +27,15 @@ plugin="$tmp/example-build/libexample_cpu.so"
 # The scenario by name, from a directory without scenarios/: the installed
 # binary finds PREFIX/share/attnbench/scenarios.
 status=0
-(cd "$tmp" && "$tmp/prefix/bin/attnbench" run default --backends example-cpu --plugin "$plugin" \
+# Both variants of the example's declared option (order: ascending, descending).
+(cd "$tmp" && "$tmp/prefix/bin/attnbench" run default --backends 'example-cpu,example-cpu[order=descending]' --plugin "$plugin" \
     --out "$tmp/out" --max-seconds 0.05 --min-samples 2) >"$tmp/run.log" 2>&1 || status=$?
 cat "$tmp/run.log"
 if [[ $status -ne 0 ]]; then echo "sdk_test: FAIL: attnbench run exited $status"; exit 1; fi
-grep -q "attnbench: 8 rows: 8 pass, 0 fail, 0 unsupported, 0 error" "$tmp/run.log" ||
-  { echo "sdk_test: FAIL: expected 8 passing rows of example-cpu"; exit 1; }
+grep -q "attnbench: 16 rows: 16 pass, 0 fail, 0 unsupported, 0 error" "$tmp/run.log" ||
+  { echo "sdk_test: FAIL: expected 16 passing rows of example-cpu (8 cases x 2 variants)"; exit 1; }
+[[ $(grep -o '"variant":"example-cpu\[order=descending\]"' "$tmp/out/report.json" | wc -l) -eq 8 ]] ||
+  { echo "sdk_test: FAIL: expected 8 rows of the variant example-cpu[order=descending]"; exit 1; }
 grep -q "\"$tmp/prefix/share/attnbench/scenarios/default.json\"" "$tmp/out/report.json" ||
   { echo "sdk_test: FAIL: the installed binary did not resolve 'default' to PREFIX/share/attnbench/scenarios"; exit 1; }
-echo "sdk_test: OK: installed SDK, out-of-tree example-cpu passes the rule on the installed default scenario"
+echo "sdk_test: OK: installed SDK, out-of-tree example-cpu (both values of its option order) passes the rule on the installed default scenario"

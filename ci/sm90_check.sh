@@ -6,8 +6,8 @@
 #
 #   ci/sm90_check.sh [test] [bench SCENARIO CASES_RE BACKENDS]... [table SCENARIO CASES_RE BACKENDS]...
 #
-# bench times the backends with ATTNBENCH_FWD_PATH=sm90 and =sm80; bwdbench with
-# atomic dQ and ATTNBENCH_BWD_PATH=sm90 and =sm80 (forward on its default path);
+# bench times the backends with their option fwd_path=sm90 and =sm80; bwdbench with
+# atomic dQ (deterministic=false) and bwd_path=sm90 and =sm80 (forward on its default path);
 # table once with the default paths (for comparisons with cudnn and the PyTorch peers).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,12 +30,26 @@ cuobjdump -sass "$obj" >"$OUT/hdim128.sass" 2>&1 || true
 echo "  SASS of attn_hdim128 (sm_90a): $(grep -c HGMMA "$OUT/hdim128.sass") HGMMA, $(grep -c HMMA "$OUT/hdim128.sass") HMMA instructions"
 grep -o "HGMMA\.[A-Z0-9x.]*" "$OUT/hdim128.sass" | sort | uniq -c | head -n 8
 status=0
-# both_paths NAME VAR SCENARIO CASES_RE BACKENDS: time the backends with VAR=sm90 and VAR=sm80.
+# variants LIST OPTIONS: every backend of the comma-separated LIST as NAME[OPTIONS]
+# (backend options, docs/backend-options.md); deterministic=... is dropped for flex,
+# which has no such option (its bwd_path=sm90 is the atomic backward).
+variants() {
+  local out="" b opts
+  IFS=, read -ra names <<<"$1"
+  for b in "${names[@]}"; do
+    opts=$2
+    [[ $b == flex ]] && opts=$(sed -E 's/(^|,)deterministic=[a-z]+//; s/^,//' <<<"$opts")
+    out+="${out:+,}$b${opts:+[$opts]}"
+  done
+  echo "$out"
+}
+# both_paths NAME OPTION SCENARIO CASES_RE BACKENDS [EXTRA]: time the backends with
+# OPTION=sm90 and OPTION=sm80 (plus the options EXTRA).
 both_paths() {
-  local name=$1 var=$2 scen=$3 cases=$4 backends=$5 path
+  local name=$1 opt=$2 scen=$3 cases=$4 backends=$5 extra=${6:-} path
   for path in sm90 sm80; do
-    log "$name $scen '$cases' $backends $var=$path"
-    env "$var=$path" timeout 300 "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$backends" \
+    log "$name $scen '$cases' $backends $opt=$path"
+    timeout 300 "$BUILD/attnbench" run "$scen" --cases "$cases" --backends "$(variants "$backends" "$extra${extra:+,}$opt=$path")" \
       --check off --no-determinism --max-seconds 0.5 --out "$OUT/${name}_$path" >"$OUT/${name}_$path.log" 2>&1 || status=1
     python3 ci/timing_table.py "$OUT/${name}_$path/report.json" 2>&1 | tail -n 20
   done
@@ -51,9 +65,9 @@ while [[ $# -gt 0 ]]; do
       done
       shift ;;
     bench)
-      both_paths bench ATTNBENCH_FWD_PATH "$2" "$3" "$4"; shift 4 ;;
-    bwdbench)  # atomic dQ: the Hopper backward has no deterministic mode
-      ATTNBENCH_FLASH_DETERMINISTIC=0 ATTNBENCH_VARLEN_DETERMINISTIC=0 both_paths bwdbench ATTNBENCH_BWD_PATH "$2" "$3" "$4"
+      both_paths bench fwd_path "$2" "$3" "$4"; shift 4 ;;
+    bwdbench)  # atomic dQ (deterministic=false for flash and varlen)
+      both_paths bwdbench bwd_path "$2" "$3" "$4" deterministic=false
       shift 4 ;;
     table)  # one run with the default forward path, every backend named, checked off
       scen=$2 cases=$3 backends=$4; shift 4

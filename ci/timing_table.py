@@ -45,7 +45,7 @@ def main(paths):
             if row.get("status") not in ("pass", "fail", "unchecked"):
                 continue
             effs = f"{eff:.2f}" if eff else "-"
-            print(f"| {row['case_id']} | {row['backend']} | {row['status']} | {fmt(fwd)} | {fmt(bwd)} | {fmt(both)} | "
+            print(f"| {row['case_id']} | {row.get('variant', row['backend'])} | {row['status']} | {fmt(fwd)} | {fmt(bwd)} | {fmt(both)} | "
                   f"{rate('fwd')} | {rate('bwd')} | {floor('fwd_bwd')} | {effs} |")
 
 

@@ -9,6 +9,7 @@
 #include "harness/measure/measure.hpp"
 #include "harness/model/errors.hpp"
 #include "reports/compare.hpp"
+#include "reports/report.hpp"
 
 namespace attnbench::history {
 
@@ -39,7 +40,9 @@ std::string case_key(const json& row) {
 }
 
 std::string variant_key(const json& row) {
-  std::string key = row.value("backend", std::string());
+  // The backend variant's label (row_variant: the backend's name at its defaults
+  // and for rows written before variants, so their keys are unchanged).
+  std::string key = row_variant(row);
   const json extra = row.value("extra", json());
   if (!extra.is_object()) return key;
   if (extra.contains("variant") && extra["variant"].is_object()) key += " " + extra["variant"].dump();

@@ -50,10 +50,11 @@ std::string content_hash(const nlohmann::json& report);
 /// JSON (every problem field: shape, dtype, layout, mask, score mod, seed); the
 /// case_id alone when the row has no problem.
 std::string case_key(const nlohmann::json& row);
-/// The variant of a row: its backend name, followed by the canonical JSON of the
-/// options it records (extra.variant, then extra.backend.options, each when it is
-/// an object), e.g. `cudnn` or `cudnn {"storage":"padded"}`. THE one definition:
-/// new option sources are added here.
+/// The variant of a row: its backend variant's label (row_variant(): the backend
+/// name at its defaults, `flex[block=64]` otherwise), followed by the canonical
+/// JSON of the options it records in extra (extra.variant, then
+/// extra.backend.options, each when it is an object), e.g. `cudnn` or
+/// `cudnn {"storage":"padded"}`. THE one definition: new option sources are added here.
 std::string variant_key(const nlohmann::json& row);
 
 /// The machine of a run.

@@ -285,8 +285,8 @@ std::map<std::string, const nlohmann::json*> index_rows(const nlohmann::json& do
     const nlohmann::json& r = results[i];
     if (!rows.emplace(row_key(r), &r).second)
       throw InputError(file, jsonu::child_path("/results", i),
-                       "duplicate row (case_id \"" + r.value("case_id", "") + "\", backend \"" +
-                           r.value("backend", "") + "\"): a report holds one row per case and backend");
+                       "duplicate row (case_id \"" + r.value("case_id", "") + "\", backend variant \"" +
+                           row_variant(r) + "\"): a report holds one row per case and backend variant");
     if (order) order->push_back(row_key(r));
   }
   return rows;
@@ -328,7 +328,7 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
 
   for (const std::string& key : new_order) {
     const nlohmann::json& nr = *new_rows[key];
-    const std::string case_id = nr.value("case_id", ""), backend = nr.value("backend", "");
+    const std::string case_id = nr.value("case_id", ""), backend = row_variant(nr);  // the variant's label
     const std::string nst = effective_status(nr);
     if (nst == "unchecked") cmp.unchecked.push_back(key);
     auto bit = base_rows.find(key);

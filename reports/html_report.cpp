@@ -1,6 +1,7 @@
 // The HTML report: see html_report.hpp. The page skeleton, CSS and the small
 // script that draws the charts are in html_template.cpp.
 #include "reports/html_report.hpp"
+#include "reports/report.hpp"
 #include "reports/summary.hpp"
 
 #include <algorithm>
@@ -243,7 +244,7 @@ nlohmann::json derive_rows(const json& report, const std::string& baseline) {
   std::map<std::string, const json*> base_rows;
   if (!baseline.empty())
     for (const auto& r : report.at("results"))
-      if (str(r, "backend") == baseline) base_rows[str(r, "case_id")] = &r;
+      if (row_variant(r) == baseline) base_rows[str(r, "case_id")] = &r;
 
   json out = json::array();
   for (const auto& r : report.at("results")) {
@@ -251,7 +252,7 @@ nlohmann::json derive_rows(const json& report, const std::string& baseline) {
     const json problem = r.value("problem", json());
     const json work = r.value("work", json());
     d["case_id"] = str(r, "case_id");
-    d["backend"] = str(r, "backend");
+    d["backend"] = row_variant(r);  // the variant's label: "flex[block=64]" (the backend at defaults: its name)
     d["status"] = str(r, "status");
     d["mask"] = mask_label(problem);
     d["seq_q"] = finite_or_null(num(problem, "seq_q"));
@@ -411,7 +412,7 @@ namespace {
 /// the backends that do occur.
 void check_baseline(const json& results, const std::string& baseline) {
   std::set<std::string> backends;
-  for (const auto& r : results) backends.insert(str(r, "backend"));
+  for (const auto& r : results) backends.insert(row_variant(r));
   if (!baseline.empty() && !backends.count(baseline)) {
     std::string known;
     for (const auto& b : backends) known += (known.empty() ? "" : ", ") + b;
@@ -626,7 +627,7 @@ std::string kernels_html(const json& results) {
     if (!r.contains("extra") || !r["extra"].is_object() || !r["extra"].contains("kernel_trace")) continue;
     const json& kt = r["extra"]["kernel_trace"];
     if (!kt.is_object()) continue;
-    kernels += kernel_trace_html(str(r, "case_id") + " | " + str(r, "backend"), kt, traced);
+    kernels += kernel_trace_html(str(r, "case_id") + " | " + row_variant(r), kt, traced);
   }
   if (kernels.empty()) return "";
   return "<h2 id=\"kernels-heading\">Kernels</h2><p class=\"subtitle\">One untimed forward and backward per "

@@ -1,5 +1,6 @@
 // The run journal and the safe atomic file write: see journal.hpp.
 #include "reports/journal.hpp"
+#include "reports/report.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -119,7 +120,7 @@ JournalContents read_journal(const std::string& path) {
       if (!r.is_object() || !r.contains("case_id") || !r.contains("backend") || !r["case_id"].is_string() ||
           !r["backend"].is_string())
         throw InputError(path, "", where + ": a row needs string case_id and backend");
-      if (keys.insert(r["case_id"].get<std::string>() + "|" + r["backend"].get<std::string>()).second)
+      if (keys.insert(row_key(r)).second)
         out.rows.push_back(r);
     } else if (j.contains("field") && j["field"].is_string()) {
       out.header[j["field"].get<std::string>()] = j.value("value", nlohmann::json());

@@ -48,6 +48,8 @@ nlohmann::json ReportRow::to_json() const {
   nlohmann::json j;
   j["case_id"] = case_id;
   j["backend"] = backend;
+  j["variant"] = variant.empty() ? backend : variant;
+  j["options"] = options.is_object() ? options : nlohmann::json::object();
   j["status"] = to_string(status);
   if (!reason.empty()) j["reason"] = reason;
   if (!message.empty()) j["message"] = message;
@@ -68,6 +70,8 @@ ReportRow ReportRow::from_json(const nlohmann::json& j) {
   ReportRow r;
   r.case_id = j.at("case_id").get<std::string>();
   r.backend = j.at("backend").get<std::string>();
+  r.variant = j.value("variant", r.backend);
+  r.options = j.value("options", nlohmann::json::object());
   const auto st = parse_row_status(j.value("status", ""));
   if (!st) throw InputError("", "/status", "unknown status " + jsonu::show(j.value("status", nlohmann::json())));
   r.status = *st;
@@ -169,9 +173,12 @@ void ReportWriter::flush() {
 
 // ------------------------------------------------------------------ reading
 
-std::string row_key(const nlohmann::json& row) {
-  return row.value("case_id", std::string()) + "|" + row.value("backend", std::string());
+std::string row_variant(const nlohmann::json& row) {
+  if (row.contains("variant") && row["variant"].is_string()) return row["variant"].get<std::string>();
+  return row.value("backend", std::string());
 }
+
+std::string row_key(const nlohmann::json& row) { return row.value("case_id", std::string()) + "|" + row_variant(row); }
 
 nlohmann::json load_report(const std::string& file) { return report_from_json(jsonu::load_file(file), file); }
 
@@ -212,25 +219,30 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
                          ")");
   const int version = ver.get<int>();
   validate_report_schema(doc, file);
-  // Beyond the schema: one row per (case_id, backend).
+  // Beyond the schema: one row per (case_id, variant).
   const auto& results = jsonu::require(doc, "results", file, "");
   if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
-  std::map<std::pair<std::string, std::string>, size_t> first_row;  // (case_id, backend) -> index
+  std::map<std::pair<std::string, std::string>, size_t> first_row;  // (case_id, variant) -> index
   for (size_t i = 0; i < results.size(); ++i) {
     const std::string rp = child_path("/results", i);
     const auto& row = results[i];
     jsonu::require_object(row, file, rp);
-    const std::string case_id = row.value("case_id", ""), backend = row.value("backend", "");
-    const auto [at, fresh] = first_row.emplace(std::make_pair(case_id, backend), i);
+    const std::string case_id = row.value("case_id", ""), variant = row_variant(row);
+    const auto [at, fresh] = first_row.emplace(std::make_pair(case_id, variant), i);
     if (!fresh)
       throw InputError(file, rp,
-                       "duplicate row (case_id \"" + case_id + "\", backend \"" + backend + "\"), already at " +
-                           child_path("/results", at->second) + " (a report holds one row per case and backend)");
+                       "duplicate row (case_id \"" + case_id + "\", backend variant \"" + variant + "\"), already at " +
+                           child_path("/results", at->second) +
+                           " (a report holds one row per case and backend variant)");
   }
   derive_missing(doc, file);
-  if (version == 1) {
+  if (version < 3) {  // rows before variants: the backend at its defaults
+    for (auto& row : doc["results"]) {
+      if (!row.contains("variant")) row["variant"] = row.value("backend", std::string());
+      if (!row.contains("options")) row["options"] = nlohmann::json::object();
+    }
     doc["schema_version"] = kReportSchemaVersion;
-    doc["upgraded_from"] = 1;
+    doc["upgraded_from"] = version;
   }
   return doc;
 }
@@ -261,8 +273,8 @@ nlohmann::json merge_reports(const std::vector<std::pair<std::string, nlohmann::
       if (it != index.end()) {
         if (!opts.replace_duplicates)
           throw InputError(file, jsonu::child_path("/results", i),
-                           "row (case_id \"" + rows[i].value("case_id", "") + "\", backend \"" +
-                               rows[i].value("backend", "") +
+                           "row (case_id \"" + rows[i].value("case_id", "") + "\", backend variant \"" +
+                               row_variant(rows[i]) +
                                "\") is already in an earlier input (pass --replace to keep the later one)");
         out["results"][it->second] = rows[i];
       } else {

@@ -20,9 +20,11 @@
 namespace attnbench {
 
 /// The schema version this build writes (report.json "schema_version"). Version 2
-/// added each row's "derived" figures (reports/derive.hpp); load_report() reads
-/// version 1 too and derives them on load.
-constexpr int kReportSchemaVersion = 2;
+/// added each row's "derived" figures (reports/derive.hpp); version 3 each row's
+/// backend variant ("variant", "options": harness/backend/options.hpp).
+/// load_report() reads versions 1 and 2 too: it derives the figures on load and
+/// gives every row without a variant its backend's name and no options.
+constexpr int kReportSchemaVersion = 3;
 /// The oldest schema version load_report() reads.
 constexpr int kOldestReportSchemaVersion = 1;
 
@@ -49,7 +51,13 @@ std::optional<RowStatus> parse_row_status(const std::string& s);
 /// (reports/row_types.hpp, reports/derive.hpp).
 struct ReportRow {
   std::string case_id;
-  std::string backend;
+  std::string backend;   ///< the registered backend's name
+  /// The variant's label (variant_label(), harness/backend/options.hpp): `backend`
+  /// plus its non-default options ("cpu[threads=1]"); the row's identity with
+  /// case_id. Empty means `backend` (to_json writes `backend` then).
+  std::string variant;
+  /// Every option of the variant, defaults included (typed JSON object); null = {}.
+  nlohmann::json options;
   RowStatus status = RowStatus::error;
   std::string reason;    ///< unsupported: why
   std::string message;   ///< error/oom/timeout/crashed: what happened
@@ -136,13 +144,18 @@ nlohmann::json load_report(const std::string& file);
 /// jsonu::parse_text); `file` labels errors: schema_version between
 /// kOldestReportSchemaVersion and kReportSchemaVersion, the schema
 /// (validate_report_schema(), reports/schema.hpp: valijson, when built with it),
-/// and at most one row per (case_id, backend). Rows without "derived" (every row
+/// and at most one row per (case_id, variant). Rows without "derived" (every row
 /// of a version 1 report) get their figures on load (derive_row() against the
-/// report's ceilings); a version 1 report then reads as version 2, with
-/// "upgraded_from": 1. Returns the document. Throws InputError.
+/// report's ceilings); rows without "variant" (versions 1 and 2) get their
+/// backend's name as variant and "options": {}; an older report then reads as
+/// version 3, with "upgraded_from": its version. Returns the document. Throws InputError.
 nlohmann::json report_from_json(nlohmann::json doc, const std::string& file);
 
-/// "<case_id>|<backend>", the identity of a row across runs.
+/// The backend variant of a report row: its "variant", or its "backend" for a row
+/// written before variants (schema version 1 or 2) -- defaults, the same variant.
+std::string row_variant(const nlohmann::json& row);
+
+/// "<case_id>|<variant>", the identity of a row across runs (row_variant()).
 std::string row_key(const nlohmann::json& row);
 
 /// Options of merge_reports().

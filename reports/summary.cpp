@@ -1,5 +1,7 @@
 #include "reports/summary.hpp"
 
+#include "reports/report.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -62,7 +64,7 @@ CaseWinner pick_winner(const std::string& id, const std::vector<const nlohmann::
     std::vector<std::pair<double, std::string>> ranked;
     for (const auto* r : rows)
       if (r->value("status", std::string()) == "pass" && median_of(*r, pass) >= 0.0)
-        ranked.emplace_back(median_of(*r, pass), r->value("backend", std::string()));
+        ranked.emplace_back(median_of(*r, pass), row_variant(*r));
     if (ranked.empty()) continue;
     std::sort(ranked.begin(), ranked.end());
     w.pass_name = pass;
@@ -100,7 +102,7 @@ ReportSummary summarize_report(const nlohmann::json& report) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const nlohmann::json*>> by_case;
   for (const auto& row : *res) {
-    const std::string id = row.value("case_id", std::string()), backend = row.value("backend", std::string()),
+    const std::string id = row.value("case_id", std::string()), backend = row_variant(row),
                       status = row.value("status", std::string());
     if (!by_case.count(id)) order.push_back(id);
     by_case[id].push_back(&row);

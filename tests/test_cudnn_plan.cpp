@@ -233,7 +233,7 @@ TEST_CASE("cudnn plan: backward graph forms (token-major full-head dK/dV, dQ wit
 
 TEST_CASE("cudnn plan: ragged sequences are split into length classes, one graph each") {
   Env env = fake_env(91900);
-  CHECK(env.split_by_length);  // on unless ATTNBENCH_CUDNN_SPLIT=0
+  CHECK(env.split_by_length);  // on unless the option split=false
   CHECK(env.split_streams);
   CHECK(env.split_long_first);
   env.split_long_first = false;  // class 0 first below
@@ -307,9 +307,10 @@ TEST_CASE("cudnn plan: ragged sequences are split into length classes, one graph
     CHECK(f.parts[1].fwd.n == 3);
     CHECK(f.parts[1].fwd.sq == 150);
     CHECK(parse_split_bounds("128,256,1024") == std::vector<int64_t>{128, 256, 1024});
+    CHECK(parse_split_bounds("128/256") == std::vector<int64_t>{128, 256});  // the option form
     CHECK_THROWS_WITH_AS(parse_split_bounds("128,64"), doctest::Contains("must increase"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(parse_split_bounds("0"), doctest::Contains("positive"), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(parse_split_bounds("12x"), doctest::Contains("ATTNBENCH_CUDNN_SPLIT_BOUNDS=\"12x\""),
+    CHECK_THROWS_WITH_AS(parse_split_bounds("12x"), doctest::Contains("split_bounds=\"12x\""),
                          std::invalid_argument);
     CHECK_THROWS_AS(parse_split_bounds(""), std::invalid_argument);
   }

@@ -212,16 +212,16 @@ TEST_CASE("a version 2 row round-trips through its JSON") {
     w.finish();
   }
   const json doc = load_report(p.string());
-  CHECK(doc["schema_version"] == 2);
+  CHECK(doc["schema_version"] == kReportSchemaVersion);
   CHECK_FALSE(doc.contains("upgraded_from"));
   CHECK(doc["results"][0]["derived"] == j["derived"]);
 }
 
-TEST_CASE("a version 1 report loads as version 2 with derived figures, and compares") {
+TEST_CASE("a version 1 report loads as the current version with derived figures, and compares") {
   const json raw = jsonu::load_file(kBaselineV1);
   REQUIRE(raw["schema_version"] == 1);
   const json v1 = load_report(kBaselineV1);
-  CHECK(v1["schema_version"] == 2);
+  CHECK(v1["schema_version"] == kReportSchemaVersion);
   CHECK(v1["upgraded_from"] == 1);
   // causal-s1024 on cudnn: figures from its work, median and the file's ceilings
   const json& row = v1["results"][3];
@@ -245,7 +245,7 @@ TEST_CASE("a version 1 report loads as version 2 with derived figures, and compa
   // The unsupported row has nothing to derive.
   CHECK(v1["results"][8]["derived"].is_null());
 
-  // Saved as version 2 (what merge writes) and compared with the version 1 file.
+  // Saved as the current version (what merge writes) and compared with the version 1 file.
   const fs::path p = test::scratch_path("derive", "v1-as-v2.json");
   test::write_file(p, v1.dump());
   const json v2 = load_report(p.string());
@@ -256,12 +256,12 @@ TEST_CASE("a version 1 report loads as version 2 with derived figures, and compa
   CHECK(cmp.exit_code() == 0);
 }
 
-TEST_CASE("schema version outside 1..2 is refused naming /schema_version") {
+TEST_CASE("schema version outside 1..3 is refused naming /schema_version") {
   json doc = jsonu::load_file(kBaselineV1);
-  doc["schema_version"] = 3;
-  const InputError e = load_error("v3.json", doc);
+  doc["schema_version"] = 4;
+  const InputError e = load_error("v4.json", doc);
   CHECK(e.json_path() == "/schema_version");
-  CHECK(std::string(e.what()).find("reads 1 to 2") != std::string::npos);
+  CHECK(std::string(e.what()).find("reads 1 to 3") != std::string::npos);
 }
 
 TEST_CASE("the schema rejects a malformed report naming file, field and value") {

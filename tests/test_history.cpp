@@ -370,6 +370,8 @@ TEST_CASE("identities: content, case, variant, machine") {
   CHECK(variant_key(row) == "naive");
   row["extra"]["variant"] = {{"storage", "padded"}};
   CHECK(variant_key(row) == "naive {\"storage\":\"padded\"}");
+  row["variant"] = "naive[block=64]";  // a backend variant (report schema 3) keys apart from the defaults
+  CHECK(variant_key(row) == "naive[block=64] {\"storage\":\"padded\"}");
   const Machine m = machine_of(doc);
   CHECK(m.fingerprint["gpu"] == "NVIDIA H100 80GB HBM3");
   CHECK(m.fingerprint["max_sm_clock_mhz"] == 1980);

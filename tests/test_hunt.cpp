@@ -327,7 +327,7 @@ TEST_CASE("a hunt finds the planted Sq = 129 window defect and shrinks it to tha
   const auto row = jsonu::load_file(f.row_file);
   CHECK(row["backend"] == "test-planted-window129");
   CHECK(row["row"]["status"] == "fail");
-  CHECK(f.repro.find("attnbench run '" + fs::absolute(f.problem_file).string() + "' --backends test-planted-window129") !=
+  CHECK(f.repro.find("attnbench run '" + fs::absolute(f.problem_file).string() + "' --backends 'test-planted-window129'") !=
         std::string::npos);
   const auto state = jsonu::load_file((out / "hunt.json").string());
   CHECK(state["failures"].size() == 1);

@@ -148,7 +148,7 @@ TEST_CASE("parse_text / load_file: malformed and missing input") {
   CHECK(jsonu::load_file(write("ok.json", R"({"x": [1.5, null, true, "s"]})"))["x"][0] == 1.5);
 }
 
-TEST_CASE("load_report and compare_reports refuse two rows for one (case_id, backend)") {
+TEST_CASE("load_report and compare_reports refuse two rows for one (case_id, backend variant)") {
   json doc = load_report(kBaseline);
   REQUIRE(doc["results"].size() >= 1);
   json dup = doc;
@@ -156,7 +156,7 @@ TEST_CASE("load_report and compare_reports refuse two rows for one (case_id, bac
   first["status"] = "fail";
   dup["results"].insert(dup["results"].begin(), first);  // failing row, then its passing twin
   const std::string f = write("dup_rows.json", dup.dump());
-  const std::string key = "case_id \"" + first["case_id"].get<std::string>() + "\", backend \"" +
+  const std::string key = "case_id \"" + first["case_id"].get<std::string>() + "\", backend variant \"" +
                           first["backend"].get<std::string>() + "\"";
   CHECK(contains(input_error_of([&] { load_report(f); }), f + ": /results/1: duplicate row (" + key + ")"));
   CHECK(contains(input_error_of([&] { compare_reports(doc, dup, "base.json", "new.json"); }),
@@ -164,6 +164,12 @@ TEST_CASE("load_report and compare_reports refuse two rows for one (case_id, bac
   CHECK(contains(input_error_of([&] { compare_reports(dup, doc, "base.json", "new.json"); }),
                  "base.json: /results/1: duplicate row"));
   CHECK(compare_reports(doc, doc, "base.json", "new.json").exit_code() == 0);
+  // Two variants of one backend are two keys, not a duplicate.
+  json two = doc;
+  json other = two["results"][0];
+  other["variant"] = other["backend"].get<std::string>() + "[x=1]";
+  two["results"].push_back(other);
+  CHECK(load_report(write("two_variants.json", two.dump()))["results"].size() == doc["results"].size() + 1);
 }
 
 TEST_CASE("CLI: a scenario nested 100,000 deep, 1e400 and duplicate keys exit 2 naming the file") {

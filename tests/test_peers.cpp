@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/peers/peer_backend.hpp"
+#include "harness/backend/backend.hpp"
 #include "harness/model/block_mask.hpp"
 #include "harness/check/check.hpp"
 #include "harness/model/errors.hpp"
@@ -288,6 +289,21 @@ struct ScopedEnv {
 }  // namespace
 
 // ------------------------------------------------------------------ request and work dir
+
+TEST_CASE("torch-flex declares compile_mode; a variant's options travel in request.json") {
+  const auto flex = BackendRegistry::create_variant("torch-flex[compile_mode=max-autotune]");
+  REQUIRE(flex);
+  CHECK(flex->variant() == "torch-flex[compile_mode=max-autotune]");
+  CHECK(flex->options_json() == json({{"compile_mode", "max-autotune"}}));
+  CHECK(BackendRegistry::create("torch-flex")->variant() == "torch-flex");
+  CHECK(BackendRegistry::create("torch-sdpa-flash")->option_specs().empty());
+  CHECK_THROWS_AS(BackendRegistry::create_variant("torch-flex[compile_mode=fast]"), InputError);
+  const Problem p = make_problem(1, 2, 2, 16, 16, 16);
+  RunContext ctx;
+  CHECK_FALSE(make_request("torch-sdpa-flash", p, ctx).contains("options"));  // no options declared: none sent
+  ctx.options = flex->options_json();
+  CHECK(make_request("torch-flex", p, ctx)["options"] == json({{"compile_mode", "max-autotune"}}));
+}
 
 TEST_CASE("make_request carries the peer, the passes, the timing policy and the inputs") {
   Problem p = make_problem(2, 4, 2, 40, 40, 16);

@@ -24,6 +24,7 @@
 #include "backends/plugin/plugin_backend.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/tensors.hpp"
+#include "reports/report.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -198,7 +199,7 @@ TEST_CASE("loading errors exit 2 and name the file") {
   };
   const Bad bad[] = {
       {ATTNBENCH_TEST_PLUGIN_NO_ENTRY, "missing entry point attnbench_plugin_entry"},
-      {ATTNBENCH_TEST_PLUGIN_BAD_ABI, "plugin ABI version 999, but this attnbench speaks version 1"},
+      {ATTNBENCH_TEST_PLUGIN_BAD_ABI, "plugin ABI version 999, but this attnbench speaks versions 1 to 2"},
       {ATTNBENCH_TEST_PLUGIN_CLASH, "backend name \"cpu\" is already registered"},
       {"/nonexistent/libnothing.so", "plugin file not found"},
   };
@@ -259,6 +260,46 @@ TEST_CASE("example-cpu plugin passes the rule on every mask kind, layout and dty
       CHECK(row.at("status") == "pass");
     }
   }
+}
+
+TEST_CASE("plugin options (ABI version 2): example-cpu's order variants both pass; version 1 plugins load") {
+  const auto scen = scratch_path("plugin", "plugin_scenario_options.json");
+  std::ofstream(scen) << plugin_scenario();
+  const auto out = scratch_path("plugin", "run_example_options");
+  const std::string plugin = std::string(" --plugin '") + ATTNBENCH_EXAMPLE_CPU_PLUGIN + "'";
+  const Result r = run("run '" + scen.string() + "' --backends 'example-cpu,example-cpu[order=descending]' "
+                       "--no-timing --out '" + out.string() + "'" + plugin);
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  const nlohmann::json rep = load_report((out / "report.json").string());
+  REQUIRE(rep["results"].size() == 14);  // 7 cases x 2 variants, each in an isolated child
+  int descending_pass = 0;
+  for (const auto& row : rep["results"]) {
+    CHECK(row["backend"] == "example-cpu");
+    const bool desc = row["variant"] == "example-cpu[order=descending]";
+    CHECK((desc || row["variant"] == "example-cpu"));
+    CHECK(row["options"] == nlohmann::json({{"order", desc ? "descending" : "ascending"}}));
+    if (desc && row["status"] == "pass") ++descending_pass;
+  }
+  CHECK(descending_pass == 6);  // all but the rel_bias case, which it declines
+
+  const Result l = run("list backends --options" + plugin);
+  CHECK(l.code == 0);
+  CHECK(contains(l.out, "ascending|descending"));
+  const Result bad = run("run default --backends 'example-cpu[order=sideways]' --out '" +
+                         scratch_path("plugin", "never2").string() + "'" + plugin);
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.err, "backend \"example-cpu\": option order=\"sideways\""));
+
+  // An ABI version 1 table (no options) still loads, and takes no option.
+  const std::string v1 = std::string(" --plugin '") + ATTNBENCH_TEST_PLUGIN_V1 + "'";
+  const Result lv1 = run("list backends --options" + v1);
+  CHECK(lv1.code == 0);
+  CHECK(contains(lv1.out, "test-v1"));
+  const Result opt = run("run default --backends 'test-v1[x=1]' --out '" + scratch_path("plugin", "never3").string() +
+                         "'" + v1);
+  CHECK(opt.code == 2);
+  CHECK(contains(opt.err, "backend \"test-v1\" has no option \"x\""));
 }
 
 TEST_CASE("a plugin whose forward fails gives error rows; one that declines gives unsupported rows") {

@@ -200,9 +200,11 @@ void backward_tile(const BwdTask& t, BwdScratch& sc, int64_t h, int64_t kb, int6
 
 }  // namespace
 
-int worker_count() { return hardware_threads(); }
+int worker_count(int requested) {
+  return requested > 0 ? std::min(requested, hardware_threads()) : hardware_threads();
+}
 
-size_t scratch_bytes(const Problem& p) {
+size_t scratch_bytes(const Problem& p, int threads) {
   const auto n = [](int64_t v) { return static_cast<size_t>(v); };
   const size_t dqk = n(p.head_dim), dv = n(p.head_dim_v), q = n(kQ), kv = n(kKV), group = n(p.group_size());
   // Forward Scratch: q, kt, v, dots, acc, l (float64); s, m (float32).
@@ -212,7 +214,7 @@ size_t scratch_bytes(const Problem& p) {
                       group * n(p.seq_q) * (dqk + 1)) * sizeof(double) +
                      q * kv * sizeof(float);
   const size_t dbias = n(p.batch * p.heads_kv * p.bias_numel()) * sizeof(double);
-  return n(worker_count()) * (fwd + bwd) + dbias;
+  return n(worker_count(threads)) * (fwd + bwd) + dbias;
 }
 
 void forward(const AttentionArgs& a) {
@@ -222,7 +224,7 @@ void forward(const AttentionArgs& a) {
   const int64_t group = a.Hq / a.Hkv;
   const bool has_mod = a.mod.kind != ScoreModKind::none;
   const double scale = a.scale;
-  const int workers = worker_count();
+  const int workers = worker_count(a.threads);
 
   struct Scratch {
     std::vector<double> q, kt, v, dots;  // tile copies and Q K^T
@@ -337,7 +339,7 @@ void backward(const AttentionArgs& a) {
   const int64_t group = a.Hq / a.Hkv;
   const bool learnable = a.dbias != nullptr && a.bias_numel > 0;
   const double scale = a.scale;
-  const int workers = worker_count();
+  const int workers = worker_count(a.threads);
   const int64_t n_tasks = a.B * a.Hkv;
 
   std::vector<BwdScratch> scratch(static_cast<size_t>(workers));

@@ -50,6 +50,8 @@ struct AttentionArgs {
   int64_t B = 0, Hq = 0, Hkv = 0, Sq = 0, Sk = 0, Dqk = 0, Dv = 0;
   double scale = 1.0;  ///< softmax scale (already multiplied by any test factor)
   DType dtype = DType::fp32;
+  /// Worker threads of the passes (worker_count(threads)); 0 = every thread of the pool.
+  int threads = 0;
 
   const float* q = nullptr;
   const float* k = nullptr;
@@ -83,15 +85,16 @@ struct AttentionArgs {
   int64_t skip_kb = -1;
 };
 
-/// Number of worker threads the passes use: hardware_threads() (thread_pool.hpp), the
-/// threads of the shared pool (harness/model/thread_pool.hpp) that runs them.
-int worker_count();
+/// Number of worker threads the passes use: `requested` when > 0, capped at
+/// hardware_threads() (thread_pool.hpp: the threads of the shared pool that runs
+/// them); every one of them when `requested` is 0.
+int worker_count(int requested = 0);
 
 /// Bytes of scratch forward() plus backward() allocate for problem `p` with
-/// worker_count() workers: per-worker tile buffers, the per-worker float64 dQ sums
+/// worker_count(threads) workers: per-worker tile buffers, the per-worker float64 dQ sums
 /// [Hq/Hkv, Sq, Dqk] and D [Hq/Hkv, Sq], and the per-task float64 dBias partial
 /// sums [B * Hkv, bias_numel]. The saved o_f64 / lse_f64 are not included.
-size_t scratch_bytes(const Problem& p);
+size_t scratch_bytes(const Problem& p, int threads = 0);
 
 /// Forward pass (FlashAttention-2 Algorithm 1). For each (b, h, q-block) it walks
 /// its kv-blocks with for_each_tile (block_mask.hpp: partial tiles, then full ones),

@@ -59,6 +59,7 @@ class CpuInstance final : public BackendInstance {
     executed_pairs_ = bm_.executed_pairs_per_head(p.batch) * p.heads_q;
 
     auto& a = args_;
+    a.threads = opt.threads;
     a.lq = physical_layout(p, TensorRole::q);
     a.lk = physical_layout(p, TensorRole::k);
     a.lv = physical_layout(p, TensorRole::v);
@@ -182,7 +183,7 @@ class CpuInstance final : public BackendInstance {
 
 std::string CpuBackend::description() const {
   return "tiled FlashAttention-2 on the CPU (" + std::to_string(kCpuQBlock) + "x" + std::to_string(kCpuKVBlock) +
-         " BlockMask tiles, float32 scores, float64 sums, all cores, deterministic)";
+         " BlockMask tiles, float32 scores, float64 sums, all cores or `threads`, deterministic)";
 }
 
 Support CpuBackend::supports(const Problem& p) const {
@@ -197,7 +198,16 @@ Support CpuBackend::supports(const Problem& p) const {
 size_t CpuBackend::workspace_bytes(const Problem& p) const {
   // Pass scratch plus the float64 O and LSE the forward saves for the backward.
   const size_t saved = static_cast<size_t>(p.o_numel() + p.lse_numel()) * sizeof(double);
-  return cpu_kernels::scratch_bytes(p) + saved;
+  return cpu_kernels::scratch_bytes(p, options_.threads) + saved;
+}
+
+OptionSpecs CpuBackend::option_specs() const {
+  return {OptionSpec::integer("threads", 0, 0, 4096,
+                              "worker threads of the passes; 0 = every hardware thread (capped at the pool's size)")};
+}
+
+void CpuBackend::apply_options(const OptionValues& values) {
+  options_.threads = static_cast<int>(values.integer("threads"));
 }
 
 std::unique_ptr<BackendInstance> CpuBackend::prepare(const Problem& p, const ProblemData& inputs) {

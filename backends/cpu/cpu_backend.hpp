@@ -40,6 +40,9 @@ struct CpuBackendOptions {
   /// q-block 0), in the forward and the backward pass. A no-op when that q-block
   /// has no tile.
   bool skip_one_block = false;
+  /// Worker threads of the passes (the declared option `threads`); 0 = every
+  /// thread of the shared pool. Results do not depend on it (deterministic tasks).
+  int threads = 0;
 };
 
 /// The `cpu` backend (Device::cpu). Supports every problem validate() accepts:
@@ -80,12 +83,19 @@ class CpuBackend : public Backend {
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) override;
   /// True: two runs of a prepared case give bitwise identical outputs.
   bool deterministic() const override { return true; }
+  /// `threads` (int 0..4096, default 0 = every hardware thread): worker threads of
+  /// the forward and backward passes (capped at the shared pool's size).
+  OptionSpecs option_specs() const override;
 
   /// The options this backend was built with.
   const CpuBackendOptions& options() const { return options_; }
 
  private:
   CpuBackendOptions options_;
+
+ protected:
+  /// Sets options_.threads from the resolved `threads`.
+  void apply_options(const OptionValues& values) override;
 };
 
 }  // namespace attnbench

@@ -502,7 +502,7 @@ class Instance final : public CudnnInstanceApi {
     return ms[2];
   }
 
-  /// ATTNBENCH_CUDNN_AUTOTUNE=1: time the heuristics' plan and every knob variant
+  /// Option autotune: time the heuristics' plan and every knob variant
   /// of every graph with this instance's buffers (hot L2, outside every timed
   /// pass; the forwards first, then one forward pass, then the backwards) and
   /// execute the fastest from now on. The outputs the tuning writes are
@@ -613,44 +613,62 @@ class Instance final : public CudnnInstanceApi {
 
 }  // namespace
 
-Env current_env() {
-  Env e;
+Env current_env(const Env& knobs) {
+  Env e = knobs;
   e.version = static_cast<int64_t>(cudnnGetVersion());
   e.device = device::selected_device();
   int major = 0, minor = 0;
   ATTNBENCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, e.device));
   ATTNBENCH_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, e.device));
   e.sm = major * 10 + minor;
-  const char* split = std::getenv("ATTNBENCH_CUDNN_SPLIT");
-  e.split_by_length = !(split && std::string(split) == "0");
-  const char* streams = std::getenv("ATTNBENCH_CUDNN_SPLIT_STREAMS");
-  e.split_streams = !(streams && std::string(streams) == "0");
-  if (const char* bounds = std::getenv("ATTNBENCH_CUDNN_SPLIT_BOUNDS"); bounds && *bounds)
-    e.split_bounds = parse_split_bounds(bounds);
-  const char* split_fwd = std::getenv("ATTNBENCH_CUDNN_SPLIT_FORWARD");
-  e.split_forward = split_fwd && std::string(split_fwd) == "1";
-  if (const char* so = std::getenv("ATTNBENCH_CUDNN_SEQ_ORDER"); so && *so) {
-    const std::string v = so;
-    if (v == "long-first") e.seq_order = SeqOrder::long_first;
-    else if (v == "short-first") e.seq_order = SeqOrder::short_first;
-    else if (v != "natural")
-      throw std::invalid_argument("ATTNBENCH_CUDNN_SEQ_ORDER=\"" + v + "\": expected natural, long-first or short-first");
+  return e;
+}
+
+OptionSpecs cudnn_option_specs() {
+  return {
+      OptionSpec::flag("split", true, "split ragged sequences into length classes, one graph each"),
+      OptionSpec::flag("split_streams", true, "run the length classes concurrently, one CUDA stream each"),
+      OptionSpec::text("split_bounds", "",
+                       "upper bounds of the length classes, e.g. 128/256 (empty: 128, 256, 512, ...)"),
+      OptionSpec::flag("split_forward", false, "the forward runs the length classes too (else one graph)"),
+      OptionSpec::choice("split_order", "long-first", {"long-first", "short-first"},
+                         "which length class is issued first"),
+      OptionSpec::choice("seq_order", "natural", {"natural", "long-first", "short-first"},
+                         "order of the sequences inside each ragged graph"),
+      OptionSpec::choice("fullhead", "tokens", {"tokens", "padded"},
+                         "ragged GQA backward: full-head dK/dV as token-major buffers, or padded virtual tensors"),
+      OptionSpec::choice("dq_direct", "auto", {"auto", "on", "off"},
+                         "backward writes dQ from a dP workspace instead of float32 atomics (auto: ragged graphs "
+                         "within dp_workspace_limit)"),
+      OptionSpec::integer("dp_workspace_limit", int64_t{4} << 30, 0, int64_t{1} << 50,
+                          "largest dP workspace dq_direct may ask for (bytes)"),
+      OptionSpec::flag("autotune", false, "time every knob variant of each graph once and run the fastest"),
+      OptionSpec::flag("cuda_graph", false, "replay each pass as one captured CUDA graph"),
+  };
+}
+
+Env knobs_from_options(const OptionValues& v) {
+  Env e;
+  e.split_by_length = v.flag("split");
+  e.split_streams = v.flag("split_streams");
+  if (!v.text("split_bounds").empty()) {
+    try {
+      e.split_bounds = parse_split_bounds(v.text("split_bounds"));
+    } catch (const std::invalid_argument& ex) {
+      throw InputError("<backend options>", "cudnn[split_bounds]", ex.what());
+    }
   }
-  const char* order = std::getenv("ATTNBENCH_CUDNN_SPLIT_ORDER");
-  e.split_long_first = !(order && std::string(order) == "short-first");
-  const char* graph = std::getenv("ATTNBENCH_CUDNN_CUDA_GRAPH");
-  e.cuda_graph = graph && std::string(graph) == "1";
-  const char* tune = std::getenv("ATTNBENCH_CUDNN_AUTOTUNE");
-  e.autotune = tune && std::string(tune) == "1";
-  const char* fullhead = std::getenv("ATTNBENCH_CUDNN_FULLHEAD");
-  e.fullhead_tokens = !(fullhead && std::string(fullhead) == "padded");
-  if (const char* dq = std::getenv("ATTNBENCH_CUDNN_DQ_DIRECT"))
-    e.dq_direct = std::string(dq) == "1" ? 1 : (std::string(dq) == "0" ? 0 : -1);
-  if (const char* lim = std::getenv("ATTNBENCH_CUDNN_DP_WORKSPACE_LIMIT")) {
-    char* end = nullptr;
-    const long long v = std::strtoll(lim, &end, 10);
-    if (end && *end == '\0' && v >= 0) e.dp_workspace_limit = v;
-  }
+  e.split_forward = v.flag("split_forward");
+  e.split_long_first = v.text("split_order") == "long-first";
+  const std::string& so = v.text("seq_order");
+  e.seq_order = so == "long-first" ? SeqOrder::long_first : so == "short-first" ? SeqOrder::short_first
+                                                                                 : SeqOrder::natural;
+  e.fullhead_tokens = v.text("fullhead") == "tokens";
+  const std::string& dq = v.text("dq_direct");
+  e.dq_direct = dq == "on" ? 1 : dq == "off" ? 0 : -1;
+  e.dp_workspace_limit = v.integer("dp_workspace_limit");
+  e.autotune = v.flag("autotune");
+  e.cuda_graph = v.flag("cuda_graph");
   return e;
 }
 
@@ -672,7 +690,7 @@ bool CudnnBackend::available(std::string* why) const {
 Support CudnnBackend::supports(const Problem& p) const {
   CasePlan plan;
   try {
-    auto r = plan_case(p, current_env());
+    auto r = plan_case(p, current_env(knobs_));
     if (auto* why = std::get_if<std::string>(&r)) return Support::no(*why);
     plan = std::move(std::get<CasePlan>(r));
   } catch (const std::exception& e) {
@@ -695,7 +713,7 @@ Support CudnnBackend::supports(const Problem& p) const {
 
 size_t CudnnBackend::workspace_bytes(const Problem& p) const {
   try {
-    auto r = plan_case(p, current_env());
+    auto r = plan_case(p, current_env(knobs_));
     auto* plan = std::get_if<CasePlan>(&r);
     if (!plan || !plan->has_graph) return 0;
     const GraphSpec& g = plan->bwd;
@@ -710,7 +728,7 @@ size_t CudnnBackend::workspace_bytes(const Problem& p) const {
         if (gp.run_bwd) n = std::max(n, get_plan(gp.bwd)->workspace_bytes);
         need.push_back(n);
       }
-      bytes += static_cast<size_t>(parts_workspace(need, current_env().split_streams && plan->parts.size() > 1));
+      bytes += static_cast<size_t>(parts_workspace(need, knobs_.split_streams && plan->parts.size() > 1));
     } catch (const std::exception&) {
     }
     return bytes;
@@ -725,7 +743,7 @@ std::unique_ptr<BackendInstance> CudnnBackend::prepare(const Problem& p, const P
   expect_shape(inputs.k, {p.batch, p.heads_kv, p.seq_k, p.head_dim}, "k");
   expect_shape(inputs.v, {p.batch, p.heads_kv, p.seq_k, p.head_dim_v}, "v");
   if (!inputs.d_o.data.empty()) expect_shape(inputs.d_o, {p.batch, p.heads_q, p.seq_q, p.head_dim_v}, "d_o");
-  const Env env = current_env();
+  const Env env = current_env(knobs_);
   auto r = plan_case(p, env);
   if (auto* why = std::get_if<std::string>(&r)) throw Unsupported("cudnn: " + *why);
   const double analysis_ms = ms_since(t0);

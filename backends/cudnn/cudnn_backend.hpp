@@ -36,9 +36,19 @@
 
 namespace attnbench::cudnn_sdpa {
 
-/// The Env of the selected device and the loaded cuDNN library. Throws
-/// device::DeviceError when no CUDA device answers.
-Env current_env();
+/// The Env of the selected device and the loaded cuDNN library (version, sm,
+/// device), with the backend options' fields (split_*, seq_order, fullhead,
+/// dq_direct, dp_workspace_limit, autotune, cuda_graph) taken from `knobs`.
+/// Throws device::DeviceError when no CUDA device answers.
+Env current_env(const Env& knobs = Env{});
+
+/// The declared options of the cudnn backend (docs/backend-options.md), one per
+/// knob field of Env.
+OptionSpecs cudnn_option_specs();
+
+/// The knob fields of an Env from resolved cudnn options. Throws InputError
+/// naming the option for a split_bounds value parse_split_bounds() refuses.
+Env knobs_from_options(const OptionValues& v);
 
 /// Instance methods beyond BackendInstance, for tests.
 class CudnnInstanceApi : public BackendInstance {
@@ -73,6 +83,14 @@ class CudnnBackend : public Backend {
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) override;
   /// The backward pass accumulates dQ with float32 atomics.
   bool deterministic() const override { return false; }
+  /// cudnn_option_specs().
+  OptionSpecs option_specs() const override { return cudnn_option_specs(); }
+
+ protected:
+  void apply_options(const OptionValues& v) override { knobs_ = knobs_from_options(v); }
+
+ private:
+  Env knobs_;  ///< the options' fields of Env (current_env(knobs_) adds the device's)
 };
 
 }  // namespace attnbench::cudnn_sdpa

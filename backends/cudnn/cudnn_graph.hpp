@@ -153,7 +153,7 @@ std::string knob_name(int64_t type);
 /// `max_per_knob` values per knob; at most 4096 combinations tried) other than
 /// the heuristics' choice, labelled "KERNEL_CFG=3,STAGES=1". At most `max_total`
 /// plans; configurations cuDNN refuses to finalize are skipped. Used by the cudnn
-/// backend's autotuning (ATTNBENCH_CUDNN_AUTOTUNE=1), the way cudnn-frontend's
+/// backend's autotuning (option autotune), the way cudnn-frontend's
 /// autotune times several plans of one graph.
 std::vector<PlanVariant> knob_variants(const BuiltGraph& g, int max_per_knob = 64, int max_total = 256);
 

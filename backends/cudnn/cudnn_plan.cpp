@@ -204,11 +204,11 @@ std::string GraphSpec::describe() const {
 std::vector<int64_t> parse_split_bounds(const std::string& text) {
   std::vector<int64_t> out;
   auto bad = [&](const std::string& why) {
-    return std::invalid_argument("ATTNBENCH_CUDNN_SPLIT_BOUNDS=\"" + text + "\": " + why);
+    return std::invalid_argument("split_bounds=\"" + text + "\": " + why);
   };
   size_t pos = 0;
   while (pos <= text.size()) {
-    const size_t comma = text.find(',', pos);
+    const size_t comma = text.find_first_of(",/", pos);
     const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     size_t used = 0;
     long long v = 0;

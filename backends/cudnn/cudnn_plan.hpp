@@ -46,37 +46,36 @@ struct Env {
   int sm = 0;           ///< compute capability major * 10 + minor, e.g. 90
   int device = 0;       ///< CUDA device index (part of the plan-cache key)
   /// Split ragged sequences into length classes, one graph each (see GraphPart).
-  /// current_env(): on unless ATTNBENCH_CUDNN_SPLIT=0. With split_streams and the
+  /// Option split (default true). With split_streams and the
   /// forward kept whole it took the packed CodeAlpaca Llama-3-8B fwd+bwd from
   /// 2.09 to 1.99 ms on an H100 (backends/cudnn/README.md); run one after another
   /// the classes were slower than one graph.
   bool split_by_length = true;
   /// Run the length classes of a split case concurrently, one CUDA stream each
   /// (forked from and joined to the instance's stream with events; each part has
-  /// its own workspace). current_env(): on unless ATTNBENCH_CUDNN_SPLIT_STREAMS=0
+  /// its own workspace). Option split_streams (default true;
   /// (then the parts run one after another on the instance's stream).
   bool split_streams = true;
   /// Upper bounds (tokens, increasing) of the length classes: a sequence of length
   /// L is in the first class whose bound is >= L, or in the class after the last
-  /// bound. Empty: kTile x 2^c (<= 128, <= 256, <= 512, ...). current_env():
-  /// ATTNBENCH_CUDNN_SPLIT_BOUNDS="128,256" (throws std::invalid_argument naming
-  /// the variable and value unless positive increasing integers).
+  /// bound. Empty: kTile x 2^c (<= 128, <= 256, <= 512, ...). Option
+  /// split_bounds="128/256" (parse_split_bounds: positive increasing integers).
   std::vector<int64_t> split_bounds;
   /// The forward runs the length classes too (false: the forward is one graph over
-  /// every sequence and only the backward runs the classes). current_env():
-  /// ATTNBENCH_CUDNN_SPLIT_FORWARD=1.
+  /// every sequence and only the backward runs the classes). Option
+  /// split_forward (default false).
   bool split_forward = false;
   /// The class of the longest sequences runs first (issued first; with
-  /// split_streams it is the one on the instance's stream). current_env(): on
-  /// unless ATTNBENCH_CUDNN_SPLIT_ORDER=short-first.
+  /// split_streams it is the one on the instance's stream). Option
+  /// split_order=long-first|short-first (default long-first).
   bool split_long_first = true;
-  /// Order of the sequences inside each ragged graph. current_env():
-  /// ATTNBENCH_CUDNN_SEQ_ORDER=natural|long-first|short-first (default natural).
+  /// Order of the sequences inside each ragged graph. Option
+  /// seq_order=natural|long-first|short-first (default natural).
   SeqOrder seq_order = SeqOrder::natural;
   /// Ragged GQA backward: give cuDNN the full-head dK/dV as token-major float32
   /// device buffers (sized by total tokens, cudnn-frontend's max_total_seq_len_kv
   /// form) instead of virtual [n, Hq, s_max, D] tensors it sizes itself.
-  /// current_env(): on unless ATTNBENCH_CUDNN_FULLHEAD=padded.
+  /// Option fullhead=tokens|padded (default tokens).
   bool fullhead_tokens = true;
   /// Backward writes dQ straight from matmul(dS, K) (cudnn-frontend's
   /// deterministic "dP workspace" form: cuDNN keeps dP in a workspace of about
@@ -85,22 +84,22 @@ struct Env {
   /// workspace estimate is at most dp_workspace_limit bytes (measured on an H100
   /// with cuDNN 9.19: packed CodeAlpaca Llama-3-8B backward 1.69 ms instead of
   /// 2.36, backends/cudnn/README.md); 0: never; 1: every graph within the limit.
-  /// current_env(): ATTNBENCH_CUDNN_DQ_DIRECT=0|1 (unset: auto).
+  /// Option dq_direct=auto|on|off (default auto).
   int dq_direct = -1;
-  /// Largest dP workspace dq_direct may ask for. current_env():
-  /// ATTNBENCH_CUDNN_DP_WORKSPACE_LIMIT (bytes; default 4 GiB).
+  /// Largest dP workspace dq_direct may ask for. Option
+  /// dp_workspace_limit (bytes; default 4 GiB).
   int64_t dp_workspace_limit = int64_t{4} << 30;
   /// Time the heuristics' plan and every knob variant of each graph once per
   /// instance and run the fastest (cudnn_graph.hpp knob_variants()).
-  /// current_env(): ATTNBENCH_CUDNN_AUTOTUNE=1 (default off).
+  /// Option autotune (default false).
   bool autotune = false;
   /// Replay each pass (every part's plan, the fork/join events and the fix-up
   /// kernels) as one CUDA graph captured from the instance's stream on the first
   /// call (cudaStreamBeginCapture, relaxed mode), as in a training step
   /// captured in a CUDA graph; a capture cuDNN refuses falls back to direct
   /// execution with the reason in the report. On the H100 it times the same as
-  /// direct launches (backends/cudnn/README.md). current_env():
-  /// ATTNBENCH_CUDNN_CUDA_GRAPH=1 (default off).
+  /// direct launches (backends/cudnn/README.md). Option
+  /// cuda_graph (default false).
   bool cuda_graph = false;
 };
 
@@ -251,8 +250,8 @@ struct CasePlan {
 HostTensor lse_from_stats(const CasePlan& plan, const std::vector<double>& stats, int64_t B, int64_t Hq,
                           int64_t Sq);
 
-/// Parse ATTNBENCH_CUDNN_SPLIT_BOUNDS' value ("128,256": positive, strictly
-/// increasing integers). Throws std::invalid_argument naming the variable and the
+/// Parse the cudnn option split_bounds ("128/256" or "128,256": positive, strictly
+/// increasing integers). Throws std::invalid_argument naming the option and the
 /// value otherwise.
 std::vector<int64_t> parse_split_bounds(const std::string& text);
 

@@ -13,12 +13,11 @@ namespace {
 
 class FlashBackend : public Backend {
  public:
-  FlashBackend() : deterministic_(env_flag("ATTNBENCH_FLASH_DETERMINISTIC", false)) {}
   std::string name() const override { return "flash"; }
   std::string description() const override {
     return "attnbench's fused FlashAttention-style kernels (Hopper: TMA + wgmma warp-specialised forward and "
            "backward; portable: mma.sync, cp.async; online softmax, dK/dV per key tile with the GQA group inside, "
-           "dQ by float32 atomics or, with ATTNBENCH_FLASH_DETERMINISTIC=1, a deterministic kernel); bf16/fp16, "
+           "dQ by float32 atomics or, with deterministic=true, a deterministic kernel); bf16/fp16, "
            "D 64/128; causal, window, padding, prefix_lm, softcap, alibi";
   }
   Device device() const override { return Device::cuda; }
@@ -31,12 +30,27 @@ class FlashBackend : public Backend {
     const Support s = supports(p);
     if (!s) throw Unsupported(s.reason);
     ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
-    return make_instance(p, in, {Placement::padded, deterministic_, 0, "flash"});
+    FusedOptions opt{Placement::padded, deterministic_, 0, "flash"};
+    opt.fwd_path = paths_.fwd;
+    opt.bwd_path = paths_.bwd;
+    opt.fwd_rows = fwd_rows_;
+    return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
+  /// fwd_path, bwd_path, fwd_rows, deterministic (fused_options.hpp).
+  OptionSpecs option_specs() const override { return flash_option_specs(); }
+
+ protected:
+  void apply_options(const OptionValues& v) override {
+    paths_ = kernel_paths(v);
+    deterministic_ = v.flag("deterministic");
+    fwd_rows_ = parse_fwd_rows(v.text("fwd_rows"));
+  }
 
  private:
-  bool deterministic_;
+  bool deterministic_ = false;
+  int fwd_rows_ = 0;  ///< 0 = kernels::fwd_cta_rows' choice
+  KernelPaths paths_;
 };
 
 ATTNBENCH_REGISTER_BACKEND(FlashBackend);

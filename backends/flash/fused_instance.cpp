@@ -32,10 +32,9 @@ using kernels::WorkItem;
 
 std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias) {
   if (block != kernels::bwd_block_n(kernels::BwdPath::sm90))
-    return "the Hopper backward needs ATTNBENCH_FLEX_BLOCK=128 (its 128-key tiles are one KV block)";
+    return "the Hopper backward needs block=128 (its 128-key tiles are one KV block)";
   if (p.score_mod.kind == ScoreMod::Kind::rel_bias && dbias != kernels::DbiasMode::none)
-    return "the Hopper backward has no rel_bias dBias (the portable backward computes it: ATTNBENCH_BWD_PATH=auto "
-           "or sm80)";
+    return "the Hopper backward has no rel_bias dBias (the portable backward computes it: bwd_path=auto or sm80)";
   return {};
 }
 
@@ -45,70 +44,54 @@ constexpr int64_t kMaxPositions = int64_t{1} << 30;  // positions and token coun
 
 using kernels::Sequences;
 
-/// ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH (`var`): unset or "auto" -> nullopt (the
-/// caller's default), "sm80" -> false, "sm90" -> true. Throws InputError for
-/// another value and std::invalid_argument (an error row naming why) when sm90 is
-/// asked for but cannot run here (kernels::fwd_sm90_usable()).
-std::optional<bool> env_sm90_path(const char* var, const std::string& backend) {
-  const char* v = std::getenv(var);
-  const std::string s = v ? v : "";
-  if (s.empty() || s == "auto") return std::nullopt;
-  if (s == "sm80") return false;
-  if (s != "sm90")
-    throw InputError(std::string("environment variable ") + var, "", "value '" + s + "' is not auto, sm80 or sm90");
+/// The option fwd_path / bwd_path (`option`, its value `path`): automatic ->
+/// nullopt (the caller's default), sm80 -> false, sm90 -> true. Throws
+/// std::invalid_argument (an error row naming why) when sm90 is asked for but
+/// cannot run here (kernels::fwd_sm90_usable()).
+std::optional<bool> sm90_path(KernelPath path, const char* option, const std::string& backend) {
+  if (path == KernelPath::automatic) return std::nullopt;
+  if (path == KernelPath::sm80) return false;
   std::string why;
-  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(backend + ": " + var + "=sm90: " + why);
+  if (!kernels::fwd_sm90_usable(&why)) throw std::invalid_argument(backend + ": " + option + "=sm90: " + why);
   return true;
 }
 
 /// The forward kernel of a non-flex instance with GQA pack `pack` at head_dim:
-/// ATTNBENCH_FWD_PATH (env_sm90_path); auto = sm90 where kernels::fwd_sm90_usable(),
+/// option fwd_path (sm90_path); auto = sm90 where kernels::fwd_sm90_usable(),
 /// except the GQA-packed 64-row tile at head_dim 64, which measured slower there
 /// than the portable kernel on the H100: packed CodeAlpaca Llama-3.2-1B forward
 /// 0.444 vs 0.397 ms, docs/results/2026-11-24-h100-session8.md.
-kernels::FwdPath choose_fwd_path(const std::string& backend, int pack, int64_t head_dim) {
-  const std::optional<bool> asked = env_sm90_path("ATTNBENCH_FWD_PATH", backend);
+kernels::FwdPath choose_fwd_path(const FusedOptions& opt, int pack, int64_t head_dim) {
+  const std::optional<bool> asked = sm90_path(opt.fwd_path, "fwd_path", opt.name);
   const bool sm90 = asked ? *asked : kernels::fwd_sm90_usable() && !(pack > 1 && head_dim == 64);
   return sm90 ? kernels::FwdPath::sm90 : kernels::FwdPath::sm80;
 }
 
-/// ATTNBENCH_FWD_ROWS: query rows per forward CTA without GQA packing on the Hopper
-/// forward (kernels::fwd_cta_rows): unset or "auto" -> 0 (the plan's short-walk
-/// rule), "64" or "128". Throws InputError for another value.
-int env_fwd_rows() {
-  const char* v = std::getenv("ATTNBENCH_FWD_ROWS");
-  const std::string s = v ? v : "";
-  if (s.empty() || s == "auto") return 0;
-  if (s == "64") return 64;
-  if (s == "128") return 128;
-  throw InputError("environment variable ATTNBENCH_FWD_ROWS", "", "value '" + s + "' is not auto, 64 or 128");
-}
-
-/// The dK/dV kernel of a non-flex instance: ATTNBENCH_BWD_PATH (env_sm90_path);
+/// The dK/dV kernel of a non-flex instance: option bwd_path (sm90_path);
 /// auto = the Hopper kernels where kernels::fwd_sm90_usable(), in either dQ mode
 /// (atomic: dQ added by the dK/dV kernel; deterministic: the Hopper dQ kernel).
-/// Throws as env_sm90_path.
-kernels::BwdPath choose_bwd_path(const std::string& backend) {
-  const std::optional<bool> asked = env_sm90_path("ATTNBENCH_BWD_PATH", backend);
+/// Throws as sm90_path.
+kernels::BwdPath choose_bwd_path(const FusedOptions& opt) {
+  const std::optional<bool> asked = sm90_path(opt.bwd_path, "bwd_path", opt.name);
   const bool sm90 = asked ? *asked : kernels::fwd_sm90_usable();
   return sm90 ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
 }
 
-/// The flex path's backward kernels: ATTNBENCH_BWD_PATH (env_sm90_path); auto =
+/// The flex path's backward kernels: option bwd_path (sm90_path); auto =
 /// the Hopper kernels where kernels::fwd_sm90_usable() and
 /// flex_bwd_sm90_refusal() has no objection (128-key KV blocks, no rel_bias
 /// dBias), else the portable ones, with the reason in *why_portable. sm90 asked
 /// for a problem the Hopper backward refuses throws std::invalid_argument (an
 /// error row naming why; the backend reports it as unsupported before that).
 kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt, std::string* why_portable) {
-  const std::optional<bool> asked = env_sm90_path("ATTNBENCH_BWD_PATH", opt.name);
+  const std::optional<bool> asked = sm90_path(opt.bwd_path, "bwd_path", opt.name);
   const std::string refusal = flex_bwd_sm90_refusal(p, opt.block_size, opt.dbias);
   if (asked && *asked) {
     if (!refusal.empty()) throw std::invalid_argument(opt.name + ": " + refusal);
     return kernels::BwdPath::sm90;
   }
   if (asked) {
-    *why_portable = "ATTNBENCH_BWD_PATH=sm80";
+    *why_portable = "bwd_path=sm80";
     return kernels::BwdPath::sm80;
   }
   if (!kernels::fwd_sm90_usable(why_portable)) return kernels::BwdPath::sm80;
@@ -245,8 +228,8 @@ kernels::SeqLengths padded_lengths(const Problem& p) {
   return lens;
 }
 
-/// SequencePlan of `p` under opt.placement (padded or documents), opt.pack and the
-/// ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH choices (choose_fwd_path, choose_bwd_path).
+/// SequencePlan of `p` under opt.placement (padded or documents), opt.pack, opt.fwd_rows
+/// and the fwd_path / bwd_path choices (choose_fwd_path, choose_bwd_path).
 SequencePlan plan_sequences(const Problem& p, const FusedOptions& opt) {
   SequencePlan sp;
   MaskArrays arrays;
@@ -273,10 +256,10 @@ SequencePlan plan_sequences(const Problem& p, const FusedOptions& opt) {
   int pack = opt.placement == Placement::documents ? kernels::choose_pack(static_cast<int>(p.group_size()), mean_len)
                                                    : 1;
   if (opt.pack > 0) pack = opt.pack;
-  sp.fwd = choose_fwd_path(opt.name, pack, p.head_dim);
-  sp.bwd = choose_bwd_path(opt.name);
+  sp.fwd = choose_fwd_path(opt, pack, p.head_dim);
+  sp.bwd = choose_bwd_path(opt);
   sp.plan = kernels::plan_tiles(sp.mask, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
-                                static_cast<int>(p.head_dim), sp.fwd, sp.bwd, env_fwd_rows());
+                                static_cast<int>(p.head_dim), sp.fwd, sp.bwd, opt.fwd_rows);
   return sp;
 }
 
@@ -440,7 +423,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     md = make_mask_desc(p, arrays);
     md.doc_ids = nullptr;  // the arrays are set by setup_flex (flex_mask_form)
     md.seq_lens_q = md.seq_lens_k = nullptr;
-    fwd_path_ = choose_fwd_path(opt.name, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
+    fwd_path_ = choose_fwd_path(opt, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
     bwd_path_ = choose_flex_bwd_path(p, opt, &why_portable_bwd_);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim),
                                       bwd_path_, kernels::flex_fwd_rows(flex_->host, fwd_path_));
@@ -752,15 +735,6 @@ bool sm80_available(const std::string& backend, std::string* why) {
     return false;
   }
   return true;
-}
-
-bool env_flag(const char* var, bool fallback) {
-  const char* v = std::getenv(var);
-  if (!v || !*v) return fallback;
-  const std::string s(v);
-  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
-  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
-  throw InputError(std::string("environment variable ") + var, "", "value '" + s + "' is not a boolean (1/0)");
 }
 
 }  // namespace attnbench::fused

@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/flash/fused_options.hpp"
 #include "backends/kernels/attn_params.hpp"
 #include "harness/backend/backend.hpp"
 #include "harness/model/problem.hpp"
@@ -61,7 +62,7 @@ struct FusedOptions {
   Placement placement = Placement::padded;
   /// Deterministic backward: dQ by its own kernel (bitwise reproducible)
   /// instead of float32 atomics (flash / varlen default to atomics, where the
-  /// Hopper backward runs; flex to this unless ATTNBENCH_BWD_PATH=sm90).
+  /// Hopper backward runs; flex to this unless its option bwd_path=sm90).
   bool deterministic = true;
   /// Query heads per forward / dQ CTA (GQA packing); 0 = the plan's choice
   /// (kernels::choose_pack for documents, 1 otherwise). Must divide the group.
@@ -73,8 +74,15 @@ struct FusedOptions {
   /// block_mask placement: how dBias of a learnable bias is produced (none skips
   /// it: for measuring its cost only; the check then has no dBias to compare).
   kernels::DbiasMode dbias = kernels::DbiasMode::deterministic;
-  /// block_mask placement: the tile schedule (FlexSchedule).
+  /// The forward kernel (the backends' option fwd_path, fused_options.hpp).
+  KernelPath fwd_path = KernelPath::automatic;
+  /// The backward kernels (the backends' option bwd_path).
+  KernelPath bwd_path = KernelPath::automatic;
+  /// block_mask placement: the tile schedule (FlexSchedule; flex's option schedule).
   FlexSchedule schedule = FlexSchedule::automatic;
+  /// Query rows per Hopper forward CTA without GQA packing (kernels::fwd_cta_rows):
+  /// 0 = its choice, 64 or 128 (the backends' option fwd_rows).
+  int fwd_rows = 0;
 };
 
 /// Why flex's documents schedule cannot run `p` (empty when it can): the limits
@@ -99,10 +107,10 @@ std::string unsupported_reason(const Problem& p, Placement placement);
 
 /// Why the flex path's Hopper backward cannot run `p` with BlockMask blocks of
 /// `block` and dBias mode `dbias` (empty when it can): its 128-key tiles are one KV
-/// block, and it has no rel_bias dBias. By default (ATTNBENCH_BWD_PATH unset or
-/// auto) the instance then runs the portable backward and reports the reason
-/// (extra.backend.bwd_path_reason); with ATTNBENCH_BWD_PATH=sm90 the flex backend
-/// reports it as an unsupported row and make_instance throws it.
+/// block, and it has no rel_bias dBias. By default (option bwd_path=auto) the
+/// instance then runs the portable backward and reports the reason
+/// (extra.backend.bwd_path_reason); with bwd_path=sm90 the flex backend reports it
+/// as an unsupported row and make_instance throws it.
 std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias);
 
 /// Prepare `p` on the current CUDA device (inputs uploaded, plan built, work
@@ -117,9 +125,5 @@ std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemDa
 /// capability >= 8.0: mma.sync bf16, cp.async); `why` names `backend` and the reason.
 bool sm80_available(const std::string& backend, std::string* why);
 
-/// The boolean value of environment variable `var`: true for "1", "true", "yes",
-/// "on"; false for "0", "false", "no", "off"; `fallback` when unset or empty.
-/// Throws attnbench::InputError naming the variable for any other value.
-bool env_flag(const char* var, bool fallback);
 
 }  // namespace attnbench::fused

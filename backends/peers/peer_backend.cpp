@@ -486,6 +486,7 @@ json make_request(const std::string& peer, const Problem& p, const RunContext& c
   r["determinism"] = ctx.determinism;
   r["device"] = ctx.device;
   r["result"] = "result.json";
+  if (ctx.options.is_object() && !ctx.options.empty()) r["options"] = ctx.options;
   return r;
 }
 
@@ -855,6 +856,7 @@ int64_t PeerBackend::estimate_executed_pairs(const Problem& p) const {
 std::unique_ptr<BackendInstance> PeerBackend::prepare(const Problem& p, const ProblemData& inputs) {
   const LaunchConfig c = resolve_launch_config(cfg_);
   RunContext ctx = context();
+  ctx.options = options_json();  // the variant, in the request (never in the environment)
   if (!ctx.policy.hold_stream || env_or("ATTNBENCH_PEER_HOLD_STREAM", "1") == "0") ctx.hold_stream = false;
   WorkDir wd(c.work_root, "attnbench-peer-", c.keep_work_dir);
   write_work_dir(wd.path(), peer_, p, inputs, ctx);
@@ -1080,6 +1082,12 @@ int64_t torch_peer_executed_pairs(TorchPeer k, const Problem& p) {
   } catch (const std::exception&) {
     return dense;
   }
+}
+
+OptionSpecs torch_peer_option_specs(TorchPeer k) {
+  if (k != TorchPeer::flex) return {};
+  return {OptionSpec::choice("compile_mode", "default", {"default", "max-autotune-no-cudagraphs", "max-autotune"},
+                             "torch.compile mode of flex_attention (max-autotune: Triton autotuning of the kernel)")};
 }
 
 TorchPeerBackend::TorchPeerBackend(TorchPeer kind, LaunchConfig cfg)

@@ -120,6 +120,9 @@ struct RunContext {
   /// $ATTNBENCH_PEER_HOLD_STREAM is "0" (host enqueue time inside the samples, as
   /// triton.testing.do_bench measures).
   bool hold_stream = true;
+  /// The variant's options (Backend::options_json(): typed, every declared
+  /// option), sent as request.json "options" when not empty (docs/peers.md).
+  nlohmann::json options = nlohmann::json::object();
 };
 
 /// Process-wide context used by peer backends without their own (set_context()).
@@ -175,7 +178,8 @@ size_t serve_workers_alive();
 
 /// request.json for `peer` and `p` (docs/peers.md): protocol, peer, problem and
 /// input file names, backward, passes ([] without timing; ["fwd"] without
-/// backward), timing policy, determinism, device, result file name.
+/// backward), timing policy, determinism, device, result file name, and the
+/// variant's options (only when the backend declares any).
 nlohmann::json make_request(const std::string& peer, const Problem& p, const RunContext& ctx);
 
 /// Write problem.json, the input .npy files and request.json into `dir` (which
@@ -288,6 +292,11 @@ std::string torch_peer_mask_plan(TorchPeer k, const Problem& p);
 /// pair; varlen, the 128x128 tiles of each sequence (document or row) under its
 /// causal / window bounds. Estimates of the kernels' own tiling, except for flex.
 int64_t torch_peer_executed_pairs(TorchPeer k, const Problem& p);
+/// The options of a PyTorch peer: torch-flex declares compile_mode
+/// (default | max-autotune-no-cudagraphs | max-autotune: torch.compile's mode for
+/// flex_attention); the SDPA paths are backends of their own (torch-sdpa-flash,
+/// -cudnn, -efficient) and varlen_attn has no variant knob: none.
+OptionSpecs torch_peer_option_specs(TorchPeer k);
 
 /// One PyTorch peer backend.
 class TorchPeerBackend : public PeerBackend {
@@ -298,6 +307,10 @@ class TorchPeerBackend : public PeerBackend {
  protected:
   Support static_support(const Problem& p) const override { return torch_peer_supports(kind_, p); }
   int64_t estimate_executed_pairs(const Problem& p) const override { return torch_peer_executed_pairs(kind_, p); }
+
+ public:
+  /// torch_peer_option_specs(kind()).
+  OptionSpecs option_specs() const override { return torch_peer_option_specs(kind_); }
 
  private:
   TorchPeer kind_;

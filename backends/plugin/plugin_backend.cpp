@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 
+#include <charconv>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -109,6 +111,10 @@ struct Library {
   std::string name, description;
   int32_t device = ATTNB_DEVICE_CPU;
   uint32_t flags = 0;
+  /// The declared options (ABI version 2), checked and copied at load.
+  OptionSpecs options;
+  /// prepare_with_options of a version 2 table, else nullptr.
+  decltype(attnb_plugin::prepare_with_options) prepare_with_options = nullptr;
 };
 
 /// Memory on the plugin's device: host vectors, or tracked CUDA buffers.
@@ -221,7 +227,8 @@ attnb_tensor flat_view(int64_t n, int32_t dtype) {
 /// device, inputs uploaded, the plugin's own instance handle.
 class PluginInstance final : public BackendInstance {
  public:
-  PluginInstance(std::shared_ptr<const Library> lib, const Problem& p, const ProblemData& in, size_t workspace)
+  PluginInstance(std::shared_ptr<const Library> lib, const Problem& p, const ProblemData& in, size_t workspace,
+                 const OptionValues& options)
       : lib_(std::move(lib)), p_(p), cp_(p) {
 #ifdef ATTNBENCH_HAVE_CUDA
     if (lib_->device == ATTNB_DEVICE_CUDA) store_ = std::make_unique<CudaStorage>();
@@ -255,7 +262,17 @@ class PluginInstance final : public BackendInstance {
     executed_pairs_ = count_allowed_pairs(p) * p.heads_q;
 
     attnb_message err{};
-    if (lib_->api->prepare(&cp_.view(), &tensors_, &handle_, &err) != 0) fail("prepare", err);
+    if (lib_->prepare_with_options) {
+      for (const auto& spec : lib_->options)
+        option_text_.emplace_back(spec.name,
+                                  options.all().count(spec.name) ? options.text(spec.name) : spec.default_value);
+      for (const auto& [name, value] : option_text_) option_values_.push_back({name.c_str(), value.c_str()});
+      if (lib_->prepare_with_options(&cp_.view(), &tensors_, option_values_.data(),
+                                     static_cast<uint32_t>(option_values_.size()), &handle_, &err) != 0)
+        fail("prepare", err);
+    } else if (lib_->api->prepare(&cp_.view(), &tensors_, &handle_, &err) != 0) {
+      fail("prepare", err);
+    }
     prepared_ = true;
   }
   ~PluginInstance() override {
@@ -358,6 +375,10 @@ class PluginInstance final : public BackendInstance {
   std::vector<Slot> slots_;
   attnb_tensors tensors_{};
   void* handle_ = nullptr;
+  /// The variant's options as handed to prepare_with_options (the strings stay
+  /// valid until the instance ends, after teardown()).
+  std::vector<std::pair<std::string, std::string>> option_text_;
+  std::vector<attnb_option_value> option_values_;
   bool prepared_ = false;
   int64_t executed_pairs_ = 0;
 };
@@ -392,9 +413,11 @@ class PluginBackend final : public Backend {
     return lib_->api->workspace_bytes(&cp.view());
   }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& inputs) override {
-    return std::make_unique<PluginInstance>(lib_, p, inputs, workspace_bytes(p));
+    return std::make_unique<PluginInstance>(lib_, p, inputs, workspace_bytes(p), option_values());
   }
   bool deterministic() const override { return (lib_->flags & ATTNB_PLUGIN_NONDETERMINISTIC) == 0; }
+  /// The options the plugin declares (ABI version 2; none for version 1).
+  OptionSpecs option_specs() const override { return lib_->options; }
 
  private:
   std::shared_ptr<const Library> lib_;
@@ -419,16 +442,79 @@ bool valid_description(const char* d) {
   return true;
 }
 
+/// The declarations of a version 2 table as OptionSpecs; throws InputError
+/// naming `path` and the option for a malformed one (name, type, default, range,
+/// choices, doc).
+OptionSpecs plugin_options(const std::string& path, const attnb_plugin* api) {
+  OptionSpecs out;
+  if (api->n_options > 0 && !api->options) throw InputError(path, "", "attnb_plugin.options is NULL but n_options > 0");
+  if (api->n_options > 64) throw InputError(path, "", "attnb_plugin.n_options is over 64");
+  for (uint32_t i = 0; i < api->n_options; ++i) {
+    const attnb_option& o = api->options[i];
+    const std::string where = "attnb_plugin.options[" + std::to_string(i) + "]";
+    auto bad = [&](const std::string& why) { return InputError(path, "", where + ": " + why); };
+    std::string name = o.name ? o.name : "";
+    if (name.empty() || name.size() > 64 ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+      throw bad("name must be a non-empty [a-z0-9_]+ string of at most 64 characters");
+    for (const auto& prev : out)
+      if (prev.name == name) throw bad("option \"" + name + "\" declared twice");
+    if (!valid_description(o.doc)) throw bad("doc must be one line without control characters");
+    const std::string def = o.default_value ? o.default_value : "";
+    const std::string doc = o.doc ? o.doc : "";
+    try {
+      switch (o.type) {
+        case ATTNB_OPTION_BOOL:
+          if (def != "true" && def != "false") throw bad("a bool default must be \"true\" or \"false\"");
+          out.push_back(OptionSpec::flag(name, def == "true", doc));
+          break;
+        case ATTNB_OPTION_INT: {
+          int64_t v = 0;
+          const auto [ptr, ec] = std::from_chars(def.data(), def.data() + def.size(), v);
+          if (def.empty() || ec != std::errc() || ptr != def.data() + def.size()) throw bad("an int default must be decimal");
+          out.push_back(OptionSpec::integer(name, v, o.min, o.max, doc));
+          break;
+        }
+        case ATTNB_OPTION_ENUM: {
+          std::vector<std::string> choices;
+          std::string c = o.choices ? o.choices : "";
+          for (size_t pos = 0; pos <= c.size();) {
+            const size_t bar = std::min(c.find('|', pos), c.size());
+            choices.push_back(c.substr(pos, bar - pos));
+            pos = bar + 1;
+          }
+          for (const auto& ch : choices)
+            if (ch.empty() || ch.find_first_of(",[]= ") != std::string::npos)
+              throw bad("enum choices must be non-empty values separated by '|'");
+          out.push_back(OptionSpec::choice(name, def, choices, doc));
+          break;
+        }
+        case ATTNB_OPTION_STRING:
+          out.push_back(OptionSpec::text(name, def, doc));
+          (void)out.back().canonical(def, api->name ? api->name : "", path, "");
+          break;
+        default:
+          throw bad("type " + std::to_string(o.type) + " is not an ATTNB_OPTION_* value");
+      }
+    } catch (const std::logic_error& e) {  // a default outside its range or choices
+      throw bad(e.what());
+    }
+  }
+  return out;
+}
+
 /// Check the table a plugin returned; throws InputError naming `path`.
 void check_table(const std::string& path, const attnb_plugin* api) {
   auto bad = [&](const std::string& why) { throw InputError(path, "", why); };
   if (!api) bad(std::string(ATTNB_PLUGIN_ENTRY_NAME) + "() returned NULL");
-  if (api->abi_version != ATTNB_PLUGIN_ABI_VERSION)
-    bad("plugin ABI version " + std::to_string(api->abi_version) + ", but this attnbench speaks version " +
-        std::to_string(ATTNB_PLUGIN_ABI_VERSION) + " (rebuild the plugin against this attnbench's attnbench/plugin.h)");
-  if (api->struct_size < sizeof(attnb_plugin))
+  if (api->abi_version < ATTNB_PLUGIN_ABI_VERSION_MIN || api->abi_version > ATTNB_PLUGIN_ABI_VERSION)
+    bad("plugin ABI version " + std::to_string(api->abi_version) + ", but this attnbench speaks versions " +
+        std::to_string(ATTNB_PLUGIN_ABI_VERSION_MIN) + " to " + std::to_string(ATTNB_PLUGIN_ABI_VERSION) +
+        " (rebuild the plugin against this attnbench's attnbench/plugin.h)");
+  const size_t need = api->abi_version == 1 ? ATTNB_PLUGIN_V1_SIZE : sizeof(attnb_plugin);
+  if (api->struct_size < need)
     bad("attnb_plugin.struct_size is " + std::to_string(api->struct_size) + ", expected at least " +
-        std::to_string(sizeof(attnb_plugin)));
+        std::to_string(need) + " for ABI version " + std::to_string(api->abi_version));
   if (!valid_name(api->name))
     bad("attnb_plugin.name must be a non-empty [A-Za-z0-9_.-]+ string of at most " + std::to_string(kMaxPluginName) +
         " characters");
@@ -438,7 +524,8 @@ void check_table(const std::string& path, const attnb_plugin* api) {
   if (api->device != ATTNB_DEVICE_CPU && api->device != ATTNB_DEVICE_CUDA)
     bad("attnb_plugin.device is " + std::to_string(api->device) + ", expected ATTNB_DEVICE_CPU or ATTNB_DEVICE_CUDA");
   const std::pair<const char*, bool> required[] = {{"supports", api->supports != nullptr},
-                                                   {"prepare", api->prepare != nullptr},
+                                                   {"prepare", api->prepare != nullptr ||
+                                                                   (api->abi_version >= 2 && api->prepare_with_options)},
                                                    {"forward", api->forward != nullptr},
                                                    {"teardown", api->teardown != nullptr}};
   for (const auto& [fn, present] : required)
@@ -475,6 +562,13 @@ std::string load_plugin(const std::string& path) {
     lib->description = lib->api->description ? lib->api->description : "";
     lib->device = lib->api->device;
     lib->flags = lib->api->flags;
+    if (lib->api->abi_version >= 2) {  // version 1 tables end before these fields
+      lib->options = plugin_options(path, lib->api);
+      lib->prepare_with_options = lib->api->prepare_with_options;
+      if (!lib->options.empty() && !lib->prepare_with_options)
+        throw InputError(path, "", "attnb_plugin declares options but prepare_with_options is NULL (it would never "
+                                   "receive their values)");
+    }
     const std::string name = lib->name;
     for (const auto& n : BackendRegistry::names())
       if (n == name)

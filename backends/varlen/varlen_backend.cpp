@@ -1,9 +1,7 @@
 // The `varlen` backend: packed documents as cu_seqlens sequences on attnbench's
 // fused kernels (backends/kernels/), with GQA packing for short documents.
 // See README.md here.
-#include <cstdlib>
 #include <memory>
-#include <string>
 #include <string>
 
 #include "backends/flash/fused_instance.hpp"
@@ -16,42 +14,51 @@ namespace {
 
 class VarlenBackend : public Backend {
  public:
-  VarlenBackend() : deterministic_(env_flag("ATTNBENCH_VARLEN_DETERMINISTIC", false)) {}
   std::string name() const override { return "varlen"; }
   std::string description() const override {
     return "packed THD sequences on attnbench's fused kernels: the documents of a document mask (cu_seqlens, "
            "padding tokens dropped) or each batch row's valid tokens (cu_seqlens_q / cu_seqlens_k from padding "
            "lengths or THD: Sq != Sk, empty rows, decode); causal (both alignments), sliding_window; GQA heads folded "
            "into the query tile for short sequences, tiles sorted longest first; float32 dQ atomics, a deterministic "
-           "dQ kernel with ATTNBENCH_VARLEN_DETERMINISTIC=1";
+           "dQ kernel with deterministic=true";
   }
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("varlen", why); }
   Support supports(const Problem& p) const override {
     const std::string why = unsupported_reason(p, Placement::documents);
-    return why.empty() ? Support::yes() : Support::no(why);
+    if (!why.empty()) return Support::no(why);
+    if (pack_ > 0 && p.group_size() % pack_ != 0)
+      return Support::no("varlen: pack=" + std::to_string(pack_) + " does not divide the GQA group " +
+                         std::to_string(p.group_size()));
+    return Support::yes();
   }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
     const Support s = supports(p);
     if (!s) throw Unsupported(s.reason);
     ATTNBENCH_CHECK(cudaSetDevice(device::selected_device()));
-    FusedOptions opt{Placement::documents, deterministic_, 0, "varlen"};
-    if (const char* v = std::getenv("ATTNBENCH_VARLEN_PACK"); v && *v) {
-      const std::string text(v);
-      opt.pack = text == "1" ? 1 : text == "2" ? 2 : text == "4" ? 4 : 0;
-      if (opt.pack == 0)
-        throw InputError("environment variable ATTNBENCH_VARLEN_PACK", "", std::string("value '") + v +
-                                                                            "' is not 1, 2 or 4");
-      if (p.group_size() % opt.pack != 0)
-        throw Unsupported("varlen: ATTNBENCH_VARLEN_PACK=" + std::string(v) + " does not divide the GQA group " +
-                          std::to_string(p.group_size()));
-    }
+    FusedOptions opt{Placement::documents, deterministic_, pack_, "varlen"};
+    opt.fwd_path = paths_.fwd;
+    opt.bwd_path = paths_.bwd;
+    opt.fwd_rows = fwd_rows_;
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
+  /// fwd_path, bwd_path, fwd_rows, deterministic, pack (fused_options.hpp).
+  OptionSpecs option_specs() const override { return varlen_option_specs(); }
+
+ protected:
+  void apply_options(const OptionValues& v) override {
+    paths_ = kernel_paths(v);
+    deterministic_ = v.flag("deterministic");
+    pack_ = static_cast<int>(v.integer("pack"));
+    fwd_rows_ = parse_fwd_rows(v.text("fwd_rows"));
+  }
 
  private:
-  bool deterministic_;
+  bool deterministic_ = false;
+  int pack_ = 0;  ///< 0 = the plan's choice
+  int fwd_rows_ = 0;  ///< 0 = kernels::fwd_cta_rows' choice
+  KernelPaths paths_;
 };
 
 ATTNBENCH_REGISTER_BACKEND(VarlenBackend);

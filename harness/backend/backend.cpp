@@ -4,6 +4,9 @@
 #include <map>
 #include <stdexcept>
 
+#include "harness/model/errors.hpp"
+#include "harness/model/printable.hpp"
+
 namespace attnbench {
 
 namespace {
@@ -41,10 +44,53 @@ std::vector<std::string> BackendRegistry::names() {
 }
 
 std::unique_ptr<Backend> BackendRegistry::create(const std::string& name) {
+  return create(VariantRequest{name, {}});
+}
+
+std::unique_ptr<Backend> BackendRegistry::create(const VariantRequest& v, const std::string& file,
+                                                 const std::string& pointer) {
   auto& r = registry();
-  auto it = r.find(name);
+  auto it = r.find(v.backend);
   if (it == r.end()) return nullptr;
-  return it->second();
+  std::unique_ptr<Backend> b = it->second();
+  b->bind_options(v.options, file, pointer);
+  return b;
+}
+
+std::unique_ptr<Backend> BackendRegistry::create_variant(const std::string& text, const std::string& file,
+                                                         const std::string& pointer) {
+  return create(parse_variant(text, file, pointer), file, pointer);
+}
+
+std::vector<std::string> BackendRegistry::resolve_variants(const std::vector<std::string>& entries,
+                                                           const std::string& file, const std::string& pointer) {
+  std::vector<std::string> labels;
+  for (const auto& text : entries) {
+    const VariantRequest v = parse_variant(text, file, pointer);
+    const auto b = create(v, file, pointer);
+    if (!b) {
+      std::string known;
+      for (const auto& k : names()) known += (known.empty() ? "" : ", ") + k;
+      throw InputError(file, pointer, "unknown backend \"" + printable(v.backend) + "\" (registered: " + known + ")");
+    }
+    const std::string label = b->variant();
+    if (std::find(labels.begin(), labels.end(), label) != labels.end())
+      throw InputError(file, pointer,
+                       "backend \"" + printable(label) + "\" is listed more than once" +
+                           (label != text ? " (\"" + printable(text) + "\" is that variant)" : std::string()));
+    labels.push_back(label);
+  }
+  return labels;
+}
+
+void Backend::bind_options(const std::vector<std::pair<std::string, std::string>>& given, const std::string& file,
+                           const std::string& pointer) {
+  const OptionSpecs specs = option_specs();
+  OptionValues values = resolve_options(name(), specs, given, file.empty() ? "<command line>" : file,
+                                        pointer.empty() ? "--backends" : pointer);
+  apply_options(values);
+  variant_ = variant_label(name(), specs, values);
+  values_ = std::move(values);
 }
 
 }  // namespace attnbench

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/backend/options.hpp"
 #include "harness/model/problem.hpp"
 #include "harness/model/tensors.hpp"
 
@@ -140,6 +141,33 @@ class Backend {
     (void)determinism;
     (void)device;
   }
+
+  /// The options this backend declares (docs/backend-options.md): name, type,
+  /// allowed values, default, one line of doc. None by default.
+  virtual OptionSpecs option_specs() const { return {}; }
+  /// Resolve `given` (name, value as written) against option_specs() (defaults
+  /// filled in, values canonical), apply them through apply_options() and remember
+  /// the variant. Called once, right after construction and before anything else,
+  /// by BackendRegistry::create(). Throws InputError(file, pointer, ...) naming the
+  /// backend, the option and the value for an undeclared option or a bad value.
+  void bind_options(const std::vector<std::pair<std::string, std::string>>& given, const std::string& file = "",
+                    const std::string& pointer = "");
+  /// The resolved options (every declared option; empty before bind_options()).
+  const OptionValues& option_values() const { return values_; }
+  /// The variant's label: name() plus the options that differ from their default
+  /// ("cpu", "cpu[threads=1]"; variant_label()). name() before bind_options().
+  std::string variant() const { return variant_.empty() ? name() : variant_; }
+  /// option_values() as typed JSON (the report row's "options").
+  nlohmann::json options_json() const { return attnbench::options_json(option_specs(), values_); }
+
+ protected:
+  /// Take the resolved options (each declared one present, canonical text; read
+  /// them with OptionValues::flag / integer / text). Called by bind_options().
+  virtual void apply_options(const OptionValues& values) { (void)values; }
+
+ private:
+  OptionValues values_;
+  std::string variant_;
 };
 
 /// Process-wide backend registry.
@@ -151,8 +179,25 @@ class BackendRegistry {
   static bool add(const std::string& name, Factory f);
   /// Registered names, sorted.
   static std::vector<std::string> names();
-  /// A new backend, or nullptr if `name` is unknown.
+  /// A new backend with its default options, or nullptr if `name` is unknown.
   static std::unique_ptr<Backend> create(const std::string& name);
+  /// A new backend variant (`v.backend` with `v.options` bound, Backend::bind_options),
+  /// or nullptr if `v.backend` is unknown. Throws InputError(file, pointer, ...) for
+  /// an undeclared option or a bad value.
+  static std::unique_ptr<Backend> create(const VariantRequest& v, const std::string& file = "",
+                                         const std::string& pointer = "");
+  /// Check a backend list (entries as parse_variant() reads them: "cpu",
+  /// "cpu[threads=1]") and return each variant's label (Backend::variant()), in
+  /// order. Throws InputError(file, pointer, ...) for an unknown backend (listing
+  /// the registered ones), an undeclared option or bad value (naming backend,
+  /// option and value), or a variant listed twice (`cpu` and `cpu[threads=0]`
+  /// with default 0 are the same variant: it would write two rows for one
+  /// (case_id, variant)).
+  static std::vector<std::string> resolve_variants(const std::vector<std::string>& entries, const std::string& file,
+                                                   const std::string& pointer);
+  /// create() of one variant text ("cpu", "cpu[threads=1]", parse_variant()).
+  static std::unique_ptr<Backend> create_variant(const std::string& text, const std::string& file = "",
+                                                 const std::string& pointer = "");
 
   /// Loader of shared-library backends (docs/plugins.md): takes a path, registers
   /// the plugin's backend, returns its name, throws InputError naming the file.

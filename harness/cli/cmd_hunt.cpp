@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "harness/backend/options.hpp"
 #include "harness/cli/cli.hpp"
 #include "harness/hunt/hunt.hpp"
 #include "harness/model/errors.hpp"
@@ -50,9 +51,7 @@ void add_hunt_command(CLI::App& app, Action& action) {
       load_plugins(args->plugins);
       export_plugin_path(args->plugins);
       hunt::HuntOptions o;
-      std::stringstream list(args->backends);
-      for (std::string name; std::getline(list, name, ',');)
-        if (!name.empty()) o.backends.push_back(name);
+      o.backends = split_backend_list(args->backends);  // variants: "cpu,cpu[threads=1]"
       o.budget_s = hunt::parse_duration(args->budget, "--budget");
       o.shrink_s = hunt::parse_duration(args->shrink_time, "--shrink-time");
       if (args->seed < 0) throw InputError("<command line>", "--seed", "expected a seed >= 0");

@@ -96,7 +96,38 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
-int run_list_backends() {
+/// `list backends --options`: one line per declared option of every registered
+/// backend (backend, option, type, allowed values, default, doc); backends that
+/// declare none say so.
+void print_backend_options() {
+  std::vector<std::vector<std::string>> rows = {{"backend", "option", "type", "allowed", "default", "doc"}};
+  for (const auto& name : BackendRegistry::names()) {
+    auto b = BackendRegistry::create(name);
+    if (!b) continue;
+    const OptionSpecs specs = b->option_specs();
+    if (specs.empty()) rows.push_back({name, "-", "-", "-", "-", "(no options)"});
+    for (const auto& o : specs)
+      rows.push_back({name, o.name, to_string(o.type), o.allowed(), o.default_value, o.doc});
+  }
+  std::printf("\nbackend options (select a variant as NAME[option=value,...] in --backends or a scenario's "
+              "\"backends\"):\n");
+  print_table(rows);
+}
+
+/// The scenario's backend variants (its "backends", each resolved: unknown
+/// backends and bad options are InputError naming the file), as describe shows
+/// them: {"variant", "backend", "options"} with every option, defaults included.
+nlohmann::json scenario_variants(const Scenario& s) {
+  nlohmann::json out = nlohmann::json::array();
+  if (s.backends.empty()) return out;
+  for (const auto& label : BackendRegistry::resolve_variants(s.backends, s.file, "/backends")) {
+    const auto b = BackendRegistry::create_variant(label);
+    out.push_back({{"variant", label}, {"backend", b->name()}, {"options", b->options_json()}});
+  }
+  return out;
+}
+
+int run_list_backends(bool with_options) {
   std::vector<std::vector<std::string>> rows = {{"name", "device", "status", "description"}};
   for (const auto& name : BackendRegistry::names()) {
     auto b = BackendRegistry::create(name);
@@ -108,6 +139,7 @@ int run_list_backends() {
                     b->description()});
   }
   print_table(rows);
+  if (with_options) print_backend_options();
   return kExitOk;
 }
 
@@ -127,9 +159,11 @@ int run_list_scenarios() {
 int run_describe(const std::string& arg, std::optional<uint64_t> seed, bool as_json) {
   const std::string path = resolve_scenario_path(arg);
   Scenario s = load_scenario(path, seed);
+  const nlohmann::json variants = scenario_variants(s);
   if (as_json) {
     nlohmann::json out;
     out["scenario"] = s.name;
+    out["backends"] = variants;
     out["description"] = s.description;
     out["file"] = s.file;
     out["tile"] = {kDescribeTile, kDescribeTile};
@@ -198,6 +232,12 @@ int run_describe(const std::string& arg, std::optional<uint64_t> seed, bool as_j
                     pc.executed > 0 ? fixed(pc.efficiency(), 4) : "-"});
   }
   print_table(rows);
+  if (!variants.empty()) {
+    std::printf("backend variants (the scenario's \"backends\"; every option, defaults included):\n");
+    for (const auto& v : variants)
+      std::printf("  %-28s %s\n", printable(v["variant"].get<std::string>()).c_str(),
+                  printable(v["options"].dump()).c_str());
+  }
   if (!invalid.empty()) {
     std::printf("%zu case%s over the size budget or not countable (each becomes an error row in `run`):\n", invalid.size(),
                 invalid.size() == 1 ? "" : "s");
@@ -215,11 +255,14 @@ void add_list_command(CLI::App& app, Action& action) {
   CLI::App* scenarios =
       list->add_subcommand("scenarios", "scenario files (name and description) in the scenarios directory");
   auto plugins = std::make_shared<std::vector<std::string>>();
+  auto with_options = std::make_shared<bool>(false);
   add_plugin_option(backends, *plugins);
-  backends->callback([&action, plugins] {
-    action = [plugins] {
+  backends->add_flag("--options", *with_options,
+                     "also list every backend's options: name, type, allowed values, default, doc");
+  backends->callback([&action, plugins, with_options] {
+    action = [plugins, with_options] {
       load_plugins(*plugins);
-      return run_list_backends();
+      return run_list_backends(*with_options);
     };
   });
   scenarios->callback([&action] { action = [] { return run_list_scenarios(); }; });

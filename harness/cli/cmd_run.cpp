@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "harness/backend/options.hpp"
 #include "harness/cli/cli.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/run/multi_gpu.hpp"
@@ -94,7 +95,8 @@ void add_run_command(CLI::App& app, Action& action) {
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("scenario", args->scenario, "scenario file or name under scenarios/")->required();
-  cmd->add_option("--backends", args->backends, "comma-separated backend names (default: all registered)");
+  cmd->add_option("--backends", args->backends, "comma-separated backend variants: NAME or NAME[option=value,...] (default: the scenario's "
+                  "\"backends\", else all registered; `attnbench list backends --options`)");
   cmd->add_option("--out", args->out, "output directory (report.json)")->capture_default_str();
   cmd->add_option("--seed", args->seed, "override every case's seed");
   cmd->add_option("--check", args->check, "correctness check: auto | full | sample | off")->capture_default_str();
@@ -131,15 +133,7 @@ void add_run_command(CLI::App& app, Action& action) {
       load_plugins(args->plugins, parse_isolate(args->isolate) == RunOptions::Isolate::off);
       export_plugin_path(args->plugins);
       RunOptions o;
-      std::string list = args->backends;
-      size_t pos = 0;
-      while (!list.empty() && pos <= list.size()) {
-        size_t comma = list.find(',', pos);
-        std::string name = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-        if (!name.empty()) o.backends.push_back(name);
-        if (comma == std::string::npos) break;
-        pos = comma + 1;
-      }
+      o.backends = split_backend_list(args->backends);  // variants: "cpu,flex[block=64,dbias=atomic]"
       o.out_dir = args->out;
       if (args->seed >= 0) o.seed = static_cast<uint64_t>(args->seed);
       o.check = parse_check_mode(args->check);

@@ -135,17 +135,10 @@ struct Lineup {
 /// Refuse unknown and repeated names; drop unavailable backends with a warning.
 Lineup make_lineup(const std::vector<std::string>& names, const HuntOptions& opts, const RunOptions& ropts) {
   if (names.empty()) throw InputError("<command line>", "--backends", "name at least one backend");
-  std::set<std::string> seen;
   Lineup l;
-  for (const auto& n : names) {
-    if (!seen.insert(n).second)
-      throw InputError("<command line>", "--backends", "backend \"" + n + "\" is listed more than once");
-    auto b = BackendRegistry::create(n);
-    if (!b) {
-      std::string known;
-      for (const auto& k : BackendRegistry::names()) known += (known.empty() ? "" : ", ") + k;
-      throw InputError("<command line>", "--backends", "unknown backend \"" + n + "\" (registered: " + known + ")");
-    }
+  // Variants ("cpu[threads=1]") as `run` takes them: unknown, repeated or bad options refused.
+  for (const auto& n : BackendRegistry::resolve_variants(names, "<command line>", "--backends")) {
+    auto b = BackendRegistry::create_variant(n);
     std::string why;
     if (!b->available(&why)) {
       std::fprintf(stderr, "attnbench hunt: backend %s is not available on this machine (%s): skipped\n",
@@ -182,7 +175,7 @@ RunOptions unit_options(const HuntOptions& opts, bool any_isolated) {
 /// The shell line that reruns `file` on `backend` with `attnbench run`.
 std::string repro_line(const std::string& backend, const std::string& file) {
   const std::string env = backend.rfind("test-", 0) == 0 ? "ATTNBENCH_TEST_BACKENDS=1 " : "";
-  return env + "attnbench run '" + fs::absolute(file).string() + "' --backends " + backend +
+  return env + "attnbench run '" + fs::absolute(file).string() + "' --backends '" + backend + "'" +
          " --no-timing --out hunt-repro";
 }
 
@@ -230,7 +223,7 @@ std::optional<ReportRow> Hunter::run(size_t b, const Problem& p, const std::stri
 
 /// Count one unit of the search; `cls` gets its failure class.
 void Hunter::record(size_t b, const std::optional<ReportRow>& row, bool& failed, std::string& cls) {
-  HuntCounts& per = sum_.per_backend[lineup_.backends[b]->name()];
+  HuntCounts& per = sum_.per_backend[lineup_.backends[b]->variant()];
   failed = false;
   if (!row) return;  // stopped
   if (row->status == RowStatus::unsupported) {
@@ -270,7 +263,7 @@ HuntSummary Hunter::hunt() {
     const Problem p = generate_problem(opts_.seed, index, opts_.limits);
     ++sum_.counts.generated;
     for (size_t b = 0; b < lineup_.backends.size() && !stop_signal(); ++b) {
-      const std::string name = lineup_.backends[b]->name();
+      const std::string name = lineup_.backends[b]->variant();
       auto row = run(b, p, "hunt-" + std::to_string(index));
       bool failed = false;
       std::string cls;
@@ -300,7 +293,7 @@ void Hunter::shrink_failure(size_t b, uint64_t index, const Problem& p, const Re
                  cls.c_str(), static_cast<unsigned long long>(index), describe_mask(p).c_str(),
                  describe_score_mod(p.score_mod).c_str());
   HuntFailure f;
-  f.backend = backend.name();
+  f.backend = backend.variant();
   f.failure_class = cls;
   f.index = index;
   f.original = p;
@@ -398,18 +391,18 @@ HuntSummary Hunter::replay(const std::string& dir) {
       if (fs::exists(rowf)) only = jsonu::load_file(rowf.string()).value("backend", "");
     }
     for (size_t b = 0; b < lineup_.backends.size() && !stop_signal(); ++b) {
-      if (!only.empty() && lineup_.backends[b]->name() != only) continue;
+      if (!only.empty() && lineup_.backends[b]->variant() != only) continue;
       auto row = run(b, p, file.stem().string());
       bool failed = false;
       std::string cls;
       record(b, row, failed, cls);
       if (!row) break;
       const std::string status = to_string(row->status);
-      entries.push_back({{"file", file.string()}, {"backend", lineup_.backends[b]->name()}, {"status", status},
+      entries.push_back({{"file", file.string()}, {"backend", lineup_.backends[b]->variant()}, {"status", status},
                          {"class", cls}, {"message", !row->message.empty() ? row->message : row->reason}});
       if (!opts_.quiet)
         std::fprintf(stderr, "replay: %s on %s: %s%s\n", file.filename().string().c_str(),
-                     printable(lineup_.backends[b]->name()).c_str(), failed ? "FAIL " : status.c_str(), cls.c_str());
+                     printable(lineup_.backends[b]->variant()).c_str(), failed ? "FAIL " : status.c_str(), cls.c_str());
     }
   }
   sum_.interrupted_signal = stop_signal();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 
+#include "harness/backend/backend.hpp"
 #include "harness/device/device.hpp"
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
@@ -85,6 +86,8 @@ void add_failure_rows(const Scenario& scenario, const RunOptions& opts, const st
   const std::string shard = "shard " + std::to_string(s.index) + "/" + std::to_string(n) + " on GPU " +
                             std::to_string(s.gpu) + " " + (s.status ? describe(*s.status) : std::string("did not start"));
   bool first = true;  // the first unfinished row is the one the shard died on
+  std::map<std::string, std::unique_ptr<Backend>> variants;  // label -> the variant (its name and options)
+  for (const auto& b : names) variants[b] = BackendRegistry::create_variant(b);
   for (size_t ci : selected_cases(scenario, so)) {
     Case c = scenario.cases[ci];
     if (opts.seed) c.problem.seed = *opts.seed;
@@ -92,7 +95,9 @@ void add_failure_rows(const Scenario& scenario, const RunOptions& opts, const st
       if (have.count(c.id + "|" + b)) continue;
       ReportRow r;
       r.case_id = c.id;
-      r.backend = b;
+      r.backend = variants[b]->name();
+      r.variant = b;
+      r.options = variants[b]->options_json();
       r.problem = to_json(c.problem, true);
       r.status = first && signaled ? RowStatus::crashed : RowStatus::error;
       r.message = first ? shard + " while running this row" : "not run: " + shard + " before reaching it";
@@ -329,8 +334,8 @@ RunSummary run_on_gpus(const Scenario& scenario, const RunOptions& opts, const s
     rows = std::move(unique);
   }
   std::stable_sort(rows.begin(), rows.end(), [&](const nlohmann::json& a, const nlohmann::json& b) {
-    return std::make_pair(case_pos[a.value("case_id", "")], backend_pos[a.value("backend", "")]) <
-           std::make_pair(case_pos[b.value("case_id", "")], backend_pos[b.value("backend", "")]);
+    return std::make_pair(case_pos[a.value("case_id", "")], backend_pos[row_variant(a)]) <
+           std::make_pair(case_pos[b.value("case_id", "")], backend_pos[row_variant(b)]);
   });
   merged["command"] = opts.command_line;
   merged["backends"] = names;

@@ -26,6 +26,7 @@ struct ProbedPlugin {
   std::string path, name, description;
   Device device = Device::cpu;
   bool deterministic = true;
+  OptionSpecs options;  ///< the plugin's declared options (ABI version 2)
 };
 
 /// The stand-in of a probed plugin: metadata only. Its code runs in the isolated
@@ -43,6 +44,9 @@ class IsolatedPluginBackend final : public Backend {
   }
   bool deterministic() const override { return p_->deterministic; }
   bool isolated_only() const override { return true; }
+  /// The plugin's declarations as the probe reported them: a variant is checked
+  /// here, before any child runs, and the child gets the resolved values.
+  OptionSpecs option_specs() const override { return p_->options; }
 
  private:
   std::shared_ptr<const ProbedPlugin> p_;
@@ -109,6 +113,11 @@ std::string probe_plugin(const std::string& path, double timeout_s) {
   p->description = j.value("description", std::string());
   p->device = j.value("device", std::string()) == "cuda" ? Device::cuda : Device::cpu;
   p->deterministic = j.value("deterministic", true);
+  try {
+    for (const auto& o : j.value("options", nlohmann::json::array())) p->options.push_back(OptionSpec::from_json(o));
+  } catch (const std::exception& e) {
+    throw InputError(path, "", std::string("the probe reported malformed option declarations: ") + e.what());
+  }
   for (const auto& n : BackendRegistry::names())
     if (n == p->name)
       throw InputError(path, "", "backend name \"" + p->name +
@@ -129,7 +138,9 @@ int plugin_probe_main(const std::string& path, const std::string& result) {
     out = {{"name", name},
            {"description", b->description()},
            {"device", b->device() == Device::cuda ? "cuda" : "cpu"},
-           {"deterministic", b->deterministic()}};
+           {"deterministic", b->deterministic()},
+           {"options", nlohmann::json::array()}};
+    for (const auto& o : b->option_specs()) out["options"].push_back(o.to_json());
   } catch (const InputError& e) {
     out = {{"input_error", e.what()}};
     code = kExitBadInput;

@@ -21,7 +21,8 @@ namespace attnbench {
 std::string probe_plugin(const std::string& path, double timeout_s = 60.0);
 
 /// The probe child (`attnbench __plugin-probe PATH RESULT`): load `path` in this
-/// process and write {"name", "description", "device", "deterministic"} (or
+/// process and write {"name", "description", "device", "deterministic", "options"}
+/// (the declarations, OptionSpec::to_json; or
 /// {"input_error": message}) to the JSON file `result`. Returns the exit code
 /// (0; 2 after an input error).
 int plugin_probe_main(const std::string& path, const std::string& result);

@@ -143,6 +143,8 @@ ReportRow skeleton_row(const Case& c, const Backend& b, int64_t useful_pairs, co
   ReportRow row;
   row.case_id = c.id;
   row.backend = b.name();
+  row.variant = b.variant();
+  row.options = b.options_json();
   row.problem = to_json(c.problem, true);
   row.packing = packing_json(c.packing);
   row.work = count_work(c.problem, useful_pairs, 0);
@@ -333,7 +335,7 @@ bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& op
   if (std::filesystem::exists(res)) {
     try {
       const ReportRow child = ReportRow::from_json(jsonu::load_file(res));
-      if (child.case_id == row.case_id && child.backend == row.backend) {
+      if (child.case_id == row.case_id && child.backend == row.backend && child.variant == row.variant) {
         row.status = child.status;
         row.reason = child.reason;
         row.message = child.message;
@@ -511,7 +513,8 @@ void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, Ru
     ++summary.fail_masked_rows_only;
   std::string text = !row.reason.empty() ? row.reason : row.message;
   if (const std::string note = determinism_note(rj); !note.empty()) text += (text.empty() ? "" : "; ") + note;
-  std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.backend).c_str(), to_string(row.status),
+  std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.variant.empty() ? row.backend : row.variant).c_str(),
+               to_string(row.status),
                printable(text).c_str());
 }
 
@@ -523,10 +526,12 @@ void write_case_rows(const Case& c, const nlohmann::json& problem, RowStatus sta
                      const std::vector<std::unique_ptr<Backend>>& backends, const std::unordered_set<std::string>& done,
                      JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
   for (const auto& backend : backends) {
-    if (done.count(c.id + "|" + backend->name())) continue;
+    if (done.count(c.id + "|" + backend->variant())) continue;
     ReportRow row;
     row.case_id = c.id;
     row.backend = backend->name();
+    row.variant = backend->variant();
+    row.options = backend->options_json();
     row.problem = problem;
     row.status = status;
     row.message = message;
@@ -651,18 +656,12 @@ std::vector<size_t> selected_cases(const Scenario& scenario, const RunOptions& o
 }
 
 std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions& opts) {
-  std::vector<std::string> names = opts.backends.empty() ? BackendRegistry::names() : opts.backends;
-  std::set<std::string> seen;
-  for (const auto& n : names) {
-    // One row per (case_id, backend): a name listed twice would write two.
-    if (!seen.insert(n).second)
-      throw InputError("<command line>", "--backends", "backend \"" + n + "\" is listed more than once");
-    if (!BackendRegistry::create(n)) {
-      std::string known;
-      for (const auto& k : BackendRegistry::names()) known += (known.empty() ? "" : ", ") + k;
-      throw InputError("<command line>", "--backends", "unknown backend \"" + n + "\" (registered: " + known + ")");
-    }
-  }
+  // --backends, else the scenario's "backends", else every registered backend; each
+  // entry a variant ("flex[block=64]"), resolved to its label before anything runs.
+  const bool from_scenario = opts.backends.empty() && !scenario.backends.empty();
+  const std::vector<std::string> names = BackendRegistry::resolve_variants(
+      !opts.backends.empty() ? opts.backends : from_scenario ? scenario.backends : BackendRegistry::names(),
+      from_scenario ? scenario.file : "<command line>", from_scenario ? "/backends" : "--backends");
   (void)selected_cases(scenario, opts);  // the --cases regex
   try {
     opts.policy.validate();
@@ -791,7 +790,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
 
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& n : names) {
-    backends.push_back(BackendRegistry::create(n));
+    backends.push_back(BackendRegistry::create_variant(n));
     backends.back()->configure(opts.policy, opts.backward, opts.timing, opts.determinism, opts.device);
   }
 #if defined(ATTNBENCH_HAVE_CUDA)
@@ -854,7 +853,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     if (opts.seed) c.problem.seed = *opts.seed;
     const Problem& p = c.problem;
     bool all_done = true;
-    for (const auto& b : backends) all_done = all_done && done.count(c.id + "|" + b->name());
+    for (const auto& b : backends) all_done = all_done && done.count(c.id + "|" + b->variant());
     if (all_done) continue;
     std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", k + 1, cases.size(), printable(c.id).c_str(),
                  ms_since(run_t0) / 1000.0);
@@ -872,7 +871,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     UnitCache cache;
     for (auto& backend : backends) {
       if (stop_signal()) break;
-      if (done.count(c.id + "|" + backend->name())) continue;
+      if (done.count(c.id + "|" + backend->variant())) continue;
       ReportRow row;
       if (!unit_row(c, *backend, opts, isolate_backend(*backend, opts, cases.size()), unit_dir, unit_no, cache,
                     useful_pairs, shared.thumbnail, unavailable, row))
@@ -893,8 +892,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       for (size_t i = 0; i < scenario.cases.size(); ++i) case_pos[scenario.cases[i].id] = i;
       for (size_t i = 0; i < names.size(); ++i) backend_pos[names[i]] = i;
       writer.sort_rows([&](const nlohmann::json& a, const nlohmann::json& b) {
-        return std::make_pair(case_pos[a.value("case_id", "")], backend_pos[a.value("backend", "")]) <
-               std::make_pair(case_pos[b.value("case_id", "")], backend_pos[b.value("backend", "")]);
+        return std::make_pair(case_pos[a.value("case_id", "")], backend_pos[row_variant(a)]) <
+               std::make_pair(case_pos[b.value("case_id", "")], backend_pos[row_variant(b)]);
       });
     }
     summary.missing = static_cast<int64_t>(cases.size() * backends.size()) - summary.rows;
@@ -924,10 +923,14 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
   ReportRow row;
   row.case_id = skeleton.case_id;
   row.backend = skeleton.backend;
+  row.variant = skeleton.variant;
+  row.options = skeleton.options;
   row.problem = skeleton.problem;
   row.packing = skeleton.packing;
   row.work = skeleton.work;
-  auto backend = BackendRegistry::create(row.backend);
+  // The variant travels in the request (the row's resolved options), never in the environment.
+  auto backend = BackendRegistry::create(VariantRequest{row.backend, option_pairs_from_json(skeleton.options)},
+                                         request_path, "/row/options");
   if (!backend) throw InputError(request_path, "/row/backend", "unknown backend \"" + row.backend + "\"");
   backend->configure(opts.policy, opts.backward, opts.timing, opts.determinism, opts.device);
 #if defined(ATTNBENCH_HAVE_CUDA)

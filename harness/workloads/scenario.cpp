@@ -826,6 +826,75 @@ struct Expander {
   }
 };
 
+/// One option value of a scenario's backend entry as variant text ("64", "true",
+/// "sm80"). Throws InputError for other JSON types or a string holding a character
+/// the variant syntax reserves.
+std::string option_text(const json& v, const std::string& file, const std::string& path) {
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_string()) {
+    const std::string t = v.get<std::string>();
+    if (t.find_first_of(",[]=") != std::string::npos)
+      throw InputError(file, path, "an option value may not hold ',', '[', ']' or '=', got " + show(v));
+    return t;
+  }
+  throw InputError(file, path, "expected a boolean, an integer or a string option value, got " + show(v));
+}
+
+/// The scenario's "backends" list as variant texts (docs/scenarios.md): a string
+/// is one variant as written ("flex", "flex[block=64]"); an object
+/// {"backend": NAME, "options": {k: v}, "sweep": {k: [v, ...], ...}} is one variant
+/// per combination of the sweep's values (cartesian product, in key order, the
+/// first key slowest), each with `options` too. Names and options are checked
+/// against the backends by the runner (BackendRegistry::resolve_variants).
+std::vector<std::string> scenario_backends(const json& list, const std::string& file) {
+  if (!list.is_array() || list.empty())
+    throw InputError(file, "/backends", "expected a non-empty list of backend variants, got " + show(list));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string bp = child_path("/backends", i);
+    if (list[i].is_string()) {
+      out.push_back(list[i].get<std::string>());
+      continue;
+    }
+    jsonu::require_object(list[i], file, bp);
+    jsonu::reject_unknown_keys(list[i], {"backend", "options", "sweep"}, file, bp);
+    const std::string name = jsonu::get_string(jsonu::require(list[i], "backend", file, bp), file, child_path(bp, "backend"));
+    if (name.empty() || name.find_first_of(",[]=") != std::string::npos)
+      throw InputError(file, child_path(bp, "backend"), "expected a backend name, got " + show(list[i]["backend"]));
+    std::vector<std::string> fixed;
+    if (list[i].contains("options")) {
+      const std::string op = child_path(bp, "options");
+      jsonu::require_object(list[i]["options"], file, op);
+      for (const auto& [k, v] : list[i]["options"].items()) fixed.push_back(k + "=" + option_text(v, file, child_path(op, k)));
+    }
+    std::vector<std::vector<std::string>> combos = {fixed};
+    if (list[i].contains("sweep")) {
+      const std::string sp = child_path(bp, "sweep");
+      jsonu::require_object(list[i]["sweep"], file, sp);
+      if (list[i]["sweep"].empty()) throw InputError(file, sp, "expected at least one option to sweep, got {}");
+      for (const auto& [k, values] : list[i]["sweep"].items()) {
+        if (!values.is_array() || values.empty())
+          throw InputError(file, child_path(sp, k), "expected a non-empty list of values, got " + show(values));
+        std::vector<std::vector<std::string>> next;
+        for (const auto& c : combos)
+          for (size_t vi = 0; vi < values.size(); ++vi) {
+            auto n = c;
+            n.push_back(k + "=" + option_text(values[vi], file, child_path(child_path(sp, k), vi)));
+            next.push_back(std::move(n));
+          }
+        combos = std::move(next);
+      }
+    }
+    for (const auto& c : combos) {
+      std::string text = name;
+      for (size_t k = 0; k < c.size(); ++k) text += (k == 0 ? "[" : ",") + c[k];
+      out.push_back(c.empty() ? text : text + "]");
+    }
+  }
+  return out;
+}
+
 bool is_matrix(const json& j) {
   return j.is_object() && (j.contains("base") || j.contains("axes") || j.contains("parts"));
 }
@@ -849,6 +918,8 @@ Scenario scenario_from_json(const json& j, const std::string& file, std::optiona
     }
   }
 
+  if (j.contains("backends")) s.backends = scenario_backends(j["backends"], file);
+
   Expander ex{file, seed_override, {}};
   if (!is_matrix(j)) {
     // A single problem file.
@@ -856,6 +927,7 @@ Scenario scenario_from_json(const json& j, const std::string& file, std::optiona
     p.erase("name");
     p.erase("description");
     p.erase("timing");
+    p.erase("backends");
     Case c;
     c.id = sanitize(s.name);
     c.problem = problem_from_json(p, file, "");
@@ -864,7 +936,7 @@ Scenario scenario_from_json(const json& j, const std::string& file, std::optiona
     return s;
   }
   if (j.contains("parts")) {
-    jsonu::reject_unknown_keys(j, {"name", "description", "timing", "base", "parts"}, file, "");
+    jsonu::reject_unknown_keys(j, {"name", "description", "timing", "backends", "base", "parts"}, file, "");
     json base = json::object();
     std::map<std::string, std::string> paths;
     if (j.contains("base")) {
@@ -890,7 +962,8 @@ Scenario scenario_from_json(const json& j, const std::string& file, std::optiona
       ex.expand(parts[i], pp, base, paths, name, name);
     }
   } else {
-    jsonu::reject_unknown_keys(j, {"name", "description", "timing", "base", "axes", "zip", "exclude"}, file, "");
+    jsonu::reject_unknown_keys(j, {"name", "description", "timing", "backends", "base", "axes", "zip", "exclude"}, file,
+                               "");
     ex.expand(j, "", json::object(), {}, "", sanitize(s.name));
   }
   if (ex.cases.empty()) throw InputError(file, "/exclude", "every case is excluded: the scenario is empty");

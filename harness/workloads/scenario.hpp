@@ -47,6 +47,10 @@
 //   `num_packs` (default: batch) packs of `max_seq_len` (default: seq_q), batch
 //   becomes num_packs, seq_q = seq_k = the padded length, and a DocumentTerm is
 //   appended to the case's mask (which must not hold document or padding entries).
+// - Backends: an optional top-level "backends" list of variants to run when the
+//   command line gives no --backends: strings as `--backends` entries ("cpu",
+//   "flex[block=64]") or {"backend": NAME, "options": {k: v}, "sweep": {k: [v, ...]}},
+//   one variant per combination of the sweep's values (docs/backend-options.md).
 // See docs/scenarios.md for the full format and examples.
 #pragma once
 
@@ -89,6 +93,10 @@ struct Scenario {
   /// backend, pass) in seconds, used when the command line gives no
   /// --max-seconds (small scenarios converge long before the 2 s default).
   std::optional<double> max_seconds;
+  /// "backends": the backend variants the scenario runs when the command line gives
+  /// no --backends, as variant texts ("cpu", "flex[block=64]"; an entry's "sweep"
+  /// already expanded to one text per value). Empty = every registered backend.
+  std::vector<std::string> backends;
 };
 
 /// A model preset: head shape (and default mask / score mod where the model has one).

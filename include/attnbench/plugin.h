@@ -1,4 +1,5 @@
-/* attnbench plugin ABI, version 1 (docs/plugins.md).
+/* attnbench plugin ABI, version 2 (docs/plugins.md). Version 1 plugins (no
+ * options) keep loading.
  *
  * A shared library becomes an attnbench backend by exporting one C function,
  *
@@ -40,8 +41,12 @@
 extern "C" {
 #endif
 
-/** The ABI this header describes; attnbench refuses a plugin reporting another. */
-#define ATTNB_PLUGIN_ABI_VERSION 1u
+/** The ABI this header describes. attnbench loads plugins of versions
+ *  ATTNB_PLUGIN_ABI_VERSION_MIN to ATTNB_PLUGIN_ABI_VERSION and refuses others.
+ *  Version 2 added declared options (attnb_plugin.options, prepare_with_options). */
+#define ATTNB_PLUGIN_ABI_VERSION 2u
+/** The oldest ABI version attnbench still loads. */
+#define ATTNB_PLUGIN_ABI_VERSION_MIN 1u
 /** Name of the one symbol a plugin exports. */
 #define ATTNB_PLUGIN_ENTRY_NAME "attnbench_plugin_entry"
 
@@ -86,6 +91,34 @@ enum {
    *  Reported, not gated. */
   ATTNB_PLUGIN_NONDETERMINISTIC = 1u << 0
 };
+
+/** Option types (ABI version 2; docs/backend-options.md). */
+typedef enum attnb_option_type {
+  ATTNB_OPTION_BOOL = 0,   /**< "true" / "false" (the user may write 1/0, on/off, yes/no) */
+  ATTNB_OPTION_INT = 1,    /**< decimal in [min, max] */
+  ATTNB_OPTION_ENUM = 2,   /**< one of `choices` */
+  ATTNB_OPTION_STRING = 3  /**< any text without ',', '[', ']', '=' or control characters */
+} attnb_option_type;
+
+/** One option a plugin declares (ABI version 2). A run selects a variant as
+ *  `NAME[option=value,...]`; attnbench checks the value against this declaration
+ *  (exit 2 naming plugin, option and value) and hands the plugin every declared
+ *  option's resolved value in prepare_with_options(). */
+typedef struct attnb_option {
+  const char* name;          /**< [a-z0-9_]+, unique within the plugin */
+  int32_t type;              /**< attnb_option_type */
+  const char* default_value; /**< canonical text: "true"/"false", decimal, one of choices, or a string */
+  const char* choices;       /**< ATTNB_OPTION_ENUM: the values separated by '|', e.g. "64|128"; else NULL */
+  int64_t min, max;          /**< ATTNB_OPTION_INT: inclusive range */
+  const char* doc;           /**< one line for `attnbench list backends --options` */
+} attnb_option;
+
+/** One resolved option value: the declared name and its canonical text
+ *  ("true"/"false", decimal, the enum value, the string). */
+typedef struct attnb_option_value {
+  const char* name;
+  const char* value;
+} attnb_option_value;
 
 /** A strided view of one tensor. Element (i0, i1, ...) sits at
  *  data + sum(i_k * strides[k]) elements. Q/K/V/O/dO and gradients:
@@ -191,7 +224,22 @@ typedef struct attnb_plugin {
   /** Release the instance (called once per successful prepare(), also after a
    *  failed forward or backward; never after a failed prepare()). */
   void (*teardown)(void* instance);
+
+  /* ---- ABI version 2: a version 1 table ends here (its struct_size says so) ---- */
+
+  /** Optional: the plugin's declared options, n_options entries (NULL = none). */
+  const attnb_option* options;
+  uint32_t n_options;
+  /** Optional: prepare() with the run variant's options: every declared option
+   *  in declaration order, values canonical (strings valid until teardown()).
+   *  When set, attnbench calls it instead of prepare(). 0 = ok. */
+  int (*prepare_with_options)(const attnb_problem* p, const attnb_tensors* t, const attnb_option_value* options,
+                              uint32_t n_options, void** instance, attnb_message* err);
 } attnb_plugin;
+
+/** sizeof the version 1 table (the fields before `options`): the least
+ *  struct_size of a version 1 plugin. */
+#define ATTNB_PLUGIN_V1_SIZE offsetof(attnb_plugin, options)
 
 /** The entry point's type. */
 typedef const attnb_plugin* (*attnb_plugin_entry_fn)(void);

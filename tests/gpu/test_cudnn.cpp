@@ -42,13 +42,23 @@ std::string label(const Problem& p) {
          " mod=" + describe_score_mod(p.score_mod);
 }
 
-/// Run forward + backward on cuDNN and check every output against gold / lp.
-void run_and_check(const Problem& p_in) {
+/// The cudnn backend's variant with `options` ("split=false,seq_order=long-first";
+/// "" = the defaults).
+std::unique_ptr<Backend> cudnn_variant(const std::string& options) {
+  auto be = BackendRegistry::create_variant(options.empty() ? "cudnn" : "cudnn[" + options + "]");
+  REQUIRE(be);
+  return be;
+}
+
+/// Run forward + backward on cuDNN (the variant with `options`) and check every
+/// output against gold / lp.
+void run_and_check(const Problem& p_in, const std::string& options = "") {
   Problem p = p_in;
   validate(p);
   const std::string what = label(p);
-  INFO("case: " << what);
-  CudnnBackend be;
+  INFO("case: " << what << " options: " << options);
+  const auto backend = cudnn_variant(options);
+  Backend& be = *backend;
   std::string why;
   REQUIRE_MESSAGE(be.available(&why), "cudnn backend not available: " << why);
   const Support s = be.supports(p);
@@ -59,8 +69,7 @@ void run_and_check(const Problem& p_in) {
   auto* api = dynamic_cast<CudnnInstanceApi*>(inst.get());
   REQUIRE(api != nullptr);
   INFO("cuDNN: " << inst->extra().dump());
-  const char* graph_env = std::getenv("ATTNBENCH_CUDNN_CUDA_GRAPH");
-  const bool graphs = graph_env && std::string(graph_env) == "1";
+  const bool graphs = be.option_values().flag("cuda_graph");
   if (graphs) {  // capture + first launch here; the checked pass below replays the graphs
     inst->forward();
     inst->backward();
@@ -257,38 +266,31 @@ TEST_CASE("cudnn: length classes (several graphs per pass) and one graph agree w
   const Problem p = with_causal(with_documents(make_problem(2, 8, 2, 1200, 1200, 128, DType::bf16), docs),
                                 CausalAlign::bottom_right);
   struct Variant {
-    std::vector<std::pair<const char*, const char*>> env;
+    const char* options;
     int graphs;
     bool concurrent;
   };
   const Variant variants[] = {
-      {{{"ATTNBENCH_CUDNN_SPLIT", "0"}}, 1, false},
-      {{}, 5, true},  // the defaults: whole forward, classes longest first on their own streams
-      {{{"ATTNBENCH_CUDNN_SPLIT_STREAMS", "0"}}, 5, false},
-      {{{"ATTNBENCH_CUDNN_SPLIT_STREAMS", "0"}, {"ATTNBENCH_CUDNN_SPLIT_FORWARD", "1"}}, 4, false},
-      {{{"ATTNBENCH_CUDNN_SPLIT_FORWARD", "1"}, {"ATTNBENCH_CUDNN_SPLIT_ORDER", "short-first"}}, 4, true},
-      {{{"ATTNBENCH_CUDNN_SPLIT_BOUNDS", "200"}}, 3, true},
-      {{{"ATTNBENCH_CUDNN_SPLIT", "0"}, {"ATTNBENCH_CUDNN_SEQ_ORDER", "long-first"}}, 1, false},
-      {{{"ATTNBENCH_CUDNN_SEQ_ORDER", "short-first"}}, 5, true},
-      {{{"ATTNBENCH_CUDNN_CUDA_GRAPH", "1"}}, 5, true},  // each pass replayed as one CUDA graph
-      {{{"ATTNBENCH_CUDNN_CUDA_GRAPH", "1"}, {"ATTNBENCH_CUDNN_SPLIT", "0"}}, 1, false},
+      {"split=false", 1, false},
+      {"", 5, true},  // the defaults: whole forward, classes longest first on their own streams
+      {"split_streams=false", 5, false},
+      {"split_streams=false,split_forward=true", 4, false},
+      {"split_forward=true,split_order=short-first", 4, true},
+      {"split_bounds=200", 3, true},
+      {"split=false,seq_order=long-first", 1, false},
+      {"seq_order=short-first", 5, true},
+      {"cuda_graph=true", 5, true},  // each pass replayed as one CUDA graph
+      {"cuda_graph=true,split=false", 1, false},
   };
   for (const Variant& v : variants) {
-    std::string label;
-    for (const auto& [k, val] : v.env) {
-      REQUIRE(setenv(k, val, 1) == 0);
-      label += std::string(k) + "=" + val + " ";
-    }
-    INFO(label);
-    run_and_check(p);
-    CudnnBackend be;
-    auto inst = be.prepare(p, make_inputs(p));
+    INFO(v.options);
+    run_and_check(p, v.options);
+    auto inst = cudnn_variant(v.options)->prepare(p, make_inputs(p));
     const auto ex = inst->extra();
     CHECK(ex["graphs"].get<int>() == v.graphs);
     CHECK(ex["concurrent_parts"].get<bool>() == v.concurrent);
     CHECK(ex["backward"].is_object());
     CHECK(ex["forward"].is_object());
-    for (const auto& [k, val] : v.env) unsetenv(k);
   }
 }
 
@@ -299,26 +301,23 @@ TEST_CASE("cudnn: ragged backward forms and autotuning agree with the reference"
   const Problem p = with_causal(with_documents(make_problem(2, 8, 2, 700, 700, 128, DType::bf16), docs),
                                 CausalAlign::bottom_right);
   struct Form {
-    const char* name;
-    const char* value;
+    const char* options;
     const char* graph_has;      // expected in the backward graph description
     const char* graph_lacks;
   };
-  const Form forms[] = {{"ATTNBENCH_CUDNN_FULLHEAD", "", "fullhead-thd dq-direct", nullptr},
-                        {"ATTNBENCH_CUDNN_FULLHEAD", "padded", "dq-direct", "fullhead-thd"},
-                        {"ATTNBENCH_CUDNN_DQ_DIRECT", "0", "fullhead-thd", "dq-direct"},
-                        {"ATTNBENCH_CUDNN_AUTOTUNE", "1", "fullhead-thd dq-direct", nullptr}};
+  const Form forms[] = {{"", "fullhead-thd dq-direct", nullptr},
+                        {"fullhead=padded", "dq-direct", "fullhead-thd"},
+                        {"dq_direct=off", "fullhead-thd", "dq-direct"},
+                        {"autotune=true", "fullhead-thd dq-direct", nullptr}};
   for (const Form& f : forms) {
-    INFO(f.name << "=" << f.value);
-    REQUIRE(setenv(f.name, f.value, 1) == 0);
-    run_and_check(p);
-    CudnnBackend be;
-    auto inst = be.prepare(p, make_inputs(p));
+    INFO(f.options);
+    run_and_check(p, f.options);
+    auto inst = cudnn_variant(f.options)->prepare(p, make_inputs(p));
     const auto ex = inst->extra();
     const std::string g = ex["backward"]["graph"].get<std::string>();
     CHECK_MESSAGE(g.find(f.graph_has) != std::string::npos, g);
     if (f.graph_lacks) CHECK_MESSAGE(g.find(f.graph_lacks) == std::string::npos, g);
-    if (std::string(f.name) == "ATTNBENCH_CUDNN_AUTOTUNE") {
+    if (std::string(f.options) == "autotune=true") {
       REQUIRE(ex.contains("autotune"));
       for (const char* pass : {"forward", "backward"}) {
         // the first part that runs this pass (with length classes the whole-case
@@ -335,7 +334,6 @@ TEST_CASE("cudnn: ragged backward forms and autotuning agree with the reference"
       MESSAGE("autotune: " << ex["autotune"].dump());
       MESSAGE("knobs: fwd " << ex["forward"]["knobs"].dump() << " bwd " << ex["backward"]["knobs"].dump());
     }
-    unsetenv(f.name);
   }
 }
 

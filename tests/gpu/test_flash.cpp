@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "harness/backend/backend.hpp"
+#include "harness/model/errors.hpp"
 #include "tests/gpu/gpu_check.hpp"
 #include "tests/test_util.hpp"
 
@@ -18,10 +19,14 @@ using namespace attnbench::test;
 
 namespace {
 
-/// The registered backend with the dQ mode chosen through its environment variable.
-std::unique_ptr<Backend> flash(bool deterministic) {
-  setenv("ATTNBENCH_FLASH_DETERMINISTIC", deterministic ? "1" : "0", 1);
-  std::unique_ptr<Backend> be = BackendRegistry::create("flash");
+/// The registered backend's variant with the dQ mode `deterministic`, the
+/// kernel paths `path` (auto | sm80 | sm90, both passes) and the Hopper forward's
+/// CTA rows `rows` (auto | 64 | 128).
+std::unique_ptr<Backend> flash(bool deterministic, const std::string& path = "auto",
+                               const std::string& rows = "auto") {
+  std::unique_ptr<Backend> be = BackendRegistry::create_variant(
+      "flash[deterministic=" + std::string(deterministic ? "true" : "false") + ",fwd_path=" + path +
+      ",bwd_path=" + path + ",fwd_rows=" + rows + "]");
   REQUIRE(be);
   return be;
 }
@@ -29,23 +34,14 @@ std::unique_ptr<Backend> flash(bool deterministic) {
 /// Both dQ modes and both kernel paths on one problem: the deterministic and the
 /// atomic run with the default paths (on an sm_90a build on an H100 the Hopper
 /// forward and backward: the deterministic one with the Hopper dQ kernel, bitwise
-/// checked, with 64-row forward CTAs, ATTNBENCH_FWD_ROWS=64; the atomic one with
-/// 128-row CTAs, ATTNBENCH_FWD_ROWS=128); both again with the portable forward and backward
-/// (ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH = sm80).
+/// checked, with 64-row forward CTAs, fwd_rows=64; the atomic one with 128-row
+/// CTAs, fwd_rows=128); both again with the portable forward and backward
+/// (options fwd_path = bwd_path = sm80).
 void run_case(const Problem& p) {
-  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
-  setenv("ATTNBENCH_BWD_PATH", "auto", 1);
-  setenv("ATTNBENCH_FWD_ROWS", "64", 1);  // both Hopper forward tiles, whatever fwd_cta_rows picks
-  check_gpu_case(*flash(true), p, true);
-  setenv("ATTNBENCH_FWD_ROWS", "128", 1);
-  check_gpu_case(*flash(false), p, false);
-  unsetenv("ATTNBENCH_FWD_ROWS");
-  setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
-  setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
-  check_gpu_case(*flash(true), p, true);
-  check_gpu_case(*flash(false), p, false);
-  unsetenv("ATTNBENCH_FWD_PATH");
-  unsetenv("ATTNBENCH_BWD_PATH");
+  check_gpu_case(*flash(true, "auto", "64"), p, true);  // both Hopper forward tiles, whatever fwd_cta_rows picks
+  check_gpu_case(*flash(false, "auto", "128"), p, false);
+  check_gpu_case(*flash(true, "sm80"), p, true);
+  check_gpu_case(*flash(false, "sm80"), p, false);
 }
 
 Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0) {
@@ -66,11 +62,9 @@ TEST_CASE("flash: registry, availability, determinism flag") {
   CHECK_FALSE(flash(false)->deterministic());
 }
 
-TEST_CASE("flash: backward path choice (ATTNBENCH_BWD_PATH)") {
+TEST_CASE("flash: backward path choice (option bwd_path)") {
   const Problem p = make_problem(1, 2, 1, 128, 128, 128, DType::bf16);
   const ProblemData in = make_inputs(p);
-  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
-  setenv("ATTNBENCH_BWD_PATH", "auto", 1);
   const nlohmann::json atomic = flash(false)->prepare(p, in)->extra();
   const bool hopper = atomic["fwd_path"] == "sm90";  // auto takes the Hopper kernels where they run
   CHECK(atomic["bwd_path"] == (hopper ? "sm90" : "sm80"));
@@ -80,12 +74,9 @@ TEST_CASE("flash: backward path choice (ATTNBENCH_BWD_PATH)") {
   CHECK(det["bwd_path"] == (hopper ? "sm90" : "sm80"));
   CHECK(det["dq_mode"] == (hopper ? "deterministic (Hopper dQ kernel, no atomics)"
                                   : "deterministic (dQ kernel, no atomics)"));
-  setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
-  CHECK(flash(true)->prepare(p, in)->extra()["bwd_path"] == "sm80");
-  setenv("ATTNBENCH_BWD_PATH", "sm9", 1);
-  CHECK_THROWS(flash(false)->prepare(p, in));
-  unsetenv("ATTNBENCH_FWD_PATH");
-  unsetenv("ATTNBENCH_BWD_PATH");
+  CHECK(BackendRegistry::create_variant("flash[deterministic=true,bwd_path=sm80]")->prepare(p, in)->extra()["bwd_path"] ==
+        "sm80");
+  CHECK_THROWS_AS(BackendRegistry::create_variant("flash[bwd_path=sm9]"), InputError);
 }
 
 TEST_CASE("flash: unsupported combinations name what is missing") {

@@ -22,13 +22,14 @@ using namespace attnbench::test;
 
 namespace {
 
-/// The registered backend with block size and dBias mode chosen through its
-/// environment variables.
-std::unique_ptr<Backend> flex(int block, const char* dbias, const char* schedule = "auto") {
-  setenv("ATTNBENCH_FLEX_BLOCK", std::to_string(block).c_str(), 1);
-  setenv("ATTNBENCH_FLEX_DBIAS", dbias, 1);
-  setenv("ATTNBENCH_FLEX_SCHEDULE", schedule, 1);
-  std::unique_ptr<Backend> be = BackendRegistry::create("flex");
+/// The registered backend's variant with options block, dbias, the kernel paths
+/// fwd_path / bwd_path (auto | sm80 | sm90) and the tile schedule (auto |
+/// block_mask | documents).
+std::unique_ptr<Backend> flex(int block, const char* dbias, const std::string& fwd = "auto",
+                              const std::string& bwd = "auto", const std::string& schedule = "auto") {
+  std::unique_ptr<Backend> be = BackendRegistry::create_variant("flex[block=" + std::to_string(block) + ",dbias=" +
+                                                                dbias + ",fwd_path=" + fwd + ",bwd_path=" + bwd +
+                                                                ",schedule=" + schedule + "]");
   REQUIRE(be);
   return be;
 }
@@ -37,11 +38,8 @@ std::unique_ptr<Backend> flex(int block, const char* dbias, const char* schedule
 /// 9.0): the default forward path of a small instance says so.
 bool hopper() {
   static const bool yes = [] {
-    setenv("ATTNBENCH_FWD_PATH", "auto", 1);
     const Problem p = make_problem(1, 1, 1, 64, 64, 64, DType::bf16);
-    const bool sm90 = flex(128, "deterministic")->prepare(p, make_inputs(p))->extra()["fwd_path"] == "sm90";
-    unsetenv("ATTNBENCH_FWD_PATH");
-    return sm90;
+    return flex(128, "deterministic")->prepare(p, make_inputs(p))->extra()["fwd_path"] == "sm90";
   }();
   return yes;
 }
@@ -49,29 +47,20 @@ bool hopper() {
 /// Deterministic dBias at `block`, bitwise checked, with the default paths (on an
 /// sm_90a build on an H100 the Hopper forward and, at block 128 without rel_bias
 /// dBias, the deterministic Hopper backward); then with the portable forward and
-/// backward (ATTNBENCH_FWD_PATH / ATTNBENCH_BWD_PATH = sm80): atomic dBias when
-/// asked, else deterministic again; then, where the Hopper kernels run, block 128
-/// and no rel_bias dBias, with the atomic Hopper backward (ATTNBENCH_BWD_PATH=sm90:
-/// dQ by atomics, not bitwise).
+/// backward (fwd_path = bwd_path = sm80): atomic dBias when asked, else
+/// deterministic again; then, where the Hopper kernels run, block 128 and no
+/// rel_bias dBias, with the atomic Hopper backward (bwd_path=sm90: dQ by atomics,
+/// not bitwise).
 void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
-  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
   check_gpu_case(*flex(block, "deterministic"), p, true);
   if (p.find_mask<DocumentTerm>())  // auto may have taken the documents schedule: the BlockMask walk too
-    check_gpu_case(*flex(block, "deterministic", "block_mask"), p, true);
-  setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
-  setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
+    check_gpu_case(*flex(block, "deterministic", "auto", "auto", "block_mask"), p, true);
   if (atomic_too)
-    check_gpu_case(*flex(block, "atomic", "block_mask"), p, false);
+    check_gpu_case(*flex(block, "atomic", "sm80", "sm80", "block_mask"), p, false);
   else
-    check_gpu_case(*flex(block, "deterministic", "block_mask"), p, true);
-  unsetenv("ATTNBENCH_BWD_PATH");
-  if (block == 128 && p.score_mod.kind != ScoreMod::Kind::rel_bias && hopper()) {
-    setenv("ATTNBENCH_FWD_PATH", "auto", 1);
-    setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
-    check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic", "block_mask"), p, false);
-    unsetenv("ATTNBENCH_BWD_PATH");
-  }
-  unsetenv("ATTNBENCH_FWD_PATH");
+    check_gpu_case(*flex(block, "deterministic", "sm80", "sm80", "block_mask"), p, true);
+  if (block == 128 && p.score_mod.kind != ScoreMod::Kind::rel_bias && hopper())
+    check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic", "auto", "sm90", "block_mask"), p, false);
 }
 
 Problem with_mod(Problem p, ScoreMod::Kind k, int64_t param = 0) {
@@ -92,31 +81,31 @@ TEST_CASE("flex: registry, availability, determinism follows the dBias mode") {
   CHECK_MESSAGE(be->available(&why), why);
   CHECK(be->deterministic());
   CHECK_FALSE(flex(128, "atomic")->deterministic());
-  setenv("ATTNBENCH_FLEX_BLOCK", "96", 1);
-  CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_BLOCK"));
-  setenv("ATTNBENCH_FLEX_BLOCK", "128", 1);
-  setenv("ATTNBENCH_FLEX_DBIAS", "sometimes", 1);
-  CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_DBIAS"));
+  CHECK_THROWS_WITH(BackendRegistry::create_variant("flex[block=96]"), doctest::Contains("option block=\"96\""));
+  CHECK_THROWS_WITH(BackendRegistry::create_variant("flex[dbias=sometimes]"),
+                    doctest::Contains("option dbias=\"sometimes\""));
+  CHECK(flex(64, "atomic", "auto", "sm80")->variant() == "flex[block=64,bwd_path=sm80,dbias=atomic]");
 }
 
-TEST_CASE("flex: the Hopper backward (ATTNBENCH_BWD_PATH=sm90) and what it refuses") {
+TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   if (!hopper()) {
     MESSAGE("SKIPPED: the Hopper kernels do not run here (sm_90a build on compute capability 9.0)");
     return;
   }
-  setenv("ATTNBENCH_BWD_PATH", "sm90", 1);
   const Problem p = with_causal(make_problem(1, 2, 1, 256, 256, 64, DType::bf16));
   const ProblemData in = make_inputs(p);
-  const nlohmann::json x = flex(128, "deterministic")->prepare(p, in)->extra();
+  const nlohmann::json x = flex(128, "deterministic", "auto", "sm90")->prepare(p, in)->extra();
   CHECK(x["bwd_path"] == "sm90");
   CHECK(x["dq_mode"] == "float32 atomics (added by the dK/dV kernel)");
-  CHECK_FALSE(flex(128, "deterministic")->deterministic());  // dQ by atomics
-  CHECK_THROWS_AS(flex(64, "deterministic")->prepare(p, in), Unsupported);  // 128-key tiles are one KV block
-  CHECK(flex(64, "deterministic")->supports(p).reason.find("ATTNBENCH_FLEX_BLOCK=128") != std::string::npos);
+  CHECK_FALSE(flex(128, "deterministic", "auto", "sm90")->deterministic());  // dQ by atomics
+  // 128-key tiles are one KV block
+  CHECK_THROWS_AS(flex(64, "deterministic", "auto", "sm90")->prepare(p, in), Unsupported);
+  CHECK(flex(64, "deterministic", "auto", "sm90")->supports(p).reason.find("block=128") != std::string::npos);
   const Problem rel = with_mod(p, ScoreMod::Kind::rel_bias, 8);
-  CHECK_THROWS_AS(flex(128, "deterministic")->prepare(rel, make_inputs(rel)), Unsupported);  // no rel_bias dBias
-  CHECK(flex(128, "deterministic")->supports(rel).reason.find("no rel_bias dBias") != std::string::npos);
-  unsetenv("ATTNBENCH_BWD_PATH");
+  CHECK_THROWS_AS(flex(128, "deterministic", "auto", "sm90")->prepare(rel, make_inputs(rel)),
+                  Unsupported);  // no rel_bias dBias
+  CHECK(flex(128, "deterministic", "auto", "sm90")->supports(rel).reason.find("no rel_bias dBias") !=
+        std::string::npos);
   CHECK(flex(128, "deterministic")->deterministic());
   // auto: the deterministic Hopper backward where it can run, else the portable one with the reason.
   const nlohmann::json def = flex(128, "deterministic")->prepare(p, in)->extra();
@@ -133,7 +122,7 @@ TEST_CASE("flex: the Hopper backward (ATTNBENCH_BWD_PATH=sm90) and what it refus
 TEST_CASE("flex: partial tiles of contiguous documents and aligned block_sparse use row intervals, not pairs") {
   const Problem docs = with_causal(with_documents(make_problem(2, 2, 1, 300, 300, 64, DType::bf16), {{100, 77, 123},
                                                                                                        {300}}));
-  CHECK(flex(128, "deterministic", "block_mask")->prepare(docs, make_inputs(docs))->extra()["path"].get<std::string>().find(
+  CHECK(flex(128, "deterministic", "auto", "auto", "block_mask")->prepare(docs, make_inputs(docs))->extra()["path"].get<std::string>().find(
             "document run") != std::string::npos);
   Problem sparse = make_problem(1, 2, 1, 300, 300, 64, DType::bf16);
   sparse.mask.push_back(BlockSparseTerm{0.5, 3});
@@ -146,7 +135,7 @@ TEST_CASE("flex: partial tiles of contiguous documents and aligned block_sparse 
   d.doc_ids = {std::vector<int32_t>(64, 0)};
   for (int i = 20; i < 40; ++i) d.doc_ids[0][static_cast<size_t>(i)] = 1;
   split.mask.push_back(d);
-  CHECK(flex(128, "deterministic", "block_mask")->prepare(split, make_inputs(split))->extra()["path"].get<std::string>().find(
+  CHECK(flex(128, "deterministic", "auto", "auto", "block_mask")->prepare(split, make_inputs(split))->extra()["path"].get<std::string>().find(
             "per pair") != std::string::npos);
   run_case(docs);
   run_case(split);
@@ -162,7 +151,7 @@ TEST_CASE("flex: the documents schedule (one packed sequence per document) and t
   CHECK(x["schedule"].get<std::string>().rfind("documents (automatic", 0) == 0);
   CHECK(x["placement"] == "documents as packed sequences (THD)");
   CHECK(x["dq_mode"].get<std::string>().find("deterministic") != std::string::npos);
-  const nlohmann::json bx = flex(128, "deterministic", "block_mask")->prepare(packed, make_inputs(packed))->extra();
+  const nlohmann::json bx = flex(128, "deterministic", "auto", "auto", "block_mask")->prepare(packed, make_inputs(packed))->extra();
   CHECK(bx["schedule"].get<std::string>().rfind("block_mask (asked for)", 0) == 0);
   CHECK(bx.contains("block_mask"));
   run_case(packed);
@@ -171,18 +160,17 @@ TEST_CASE("flex: the documents schedule (one packed sequence per document) and t
   const Problem rel = with_mod(packed, ScoreMod::Kind::rel_bias, 8);
   const nlohmann::json rx = flex(128, "deterministic")->prepare(rel, make_inputs(rel))->extra();
   CHECK(rx["schedule"].get<std::string>().find("cannot run") != std::string::npos);
-  CHECK(flex(128, "deterministic", "documents")->supports(rel).reason.find("ATTNBENCH_FLEX_SCHEDULE=documents") !=
+  CHECK(flex(128, "deterministic", "auto", "auto", "documents")->supports(rel).reason.find("schedule=documents") !=
         std::string::npos);
-  CHECK_THROWS_AS(flex(128, "deterministic", "documents")->prepare(rel, make_inputs(rel)), Unsupported);
+  CHECK_THROWS_AS(flex(128, "deterministic", "auto", "auto", "documents")->prepare(rel, make_inputs(rel)), Unsupported);
   // Asked for, the documents schedule runs even where the BlockMask would execute fewer pairs.
   const Problem one = with_documents(make_problem(1, 2, 1, 256, 256, 64, DType::bf16), {{256}});
-  CHECK(flex(128, "deterministic", "documents")->prepare(one, make_inputs(one))->extra()["schedule"]
+  CHECK(flex(128, "deterministic", "auto", "auto", "documents")->prepare(one, make_inputs(one))->extra()["schedule"]
             .get<std::string>()
             .rfind("documents (asked for)", 0) == 0);
-  check_gpu_case(*flex(128, "deterministic", "documents"), one, true);
-  setenv("ATTNBENCH_FLEX_SCHEDULE", "sometimes", 1);
-  CHECK_THROWS_WITH(BackendRegistry::create("flex"), doctest::Contains("ATTNBENCH_FLEX_SCHEDULE"));
-  unsetenv("ATTNBENCH_FLEX_SCHEDULE");
+  check_gpu_case(*flex(128, "deterministic", "auto", "auto", "documents"), one, true);
+  CHECK_THROWS_WITH(BackendRegistry::create_variant("flex[schedule=sometimes]"),
+                    doctest::Contains("option schedule=\"sometimes\""));
 }
 
 TEST_CASE("flex: unsupported combinations name what is missing") {

@@ -22,9 +22,12 @@ using namespace attnbench::test;
 
 namespace {
 
-std::unique_ptr<Backend> varlen(bool deterministic) {
-  setenv("ATTNBENCH_VARLEN_DETERMINISTIC", deterministic ? "1" : "0", 1);
-  std::unique_ptr<Backend> be = BackendRegistry::create("varlen");
+/// The registered backend's variant with the dQ mode `deterministic`, the kernel
+/// paths `path` (auto | sm80 | sm90, both passes) and GQA `pack` (0 = the plan's).
+std::unique_ptr<Backend> varlen(bool deterministic, const std::string& path = "auto", int pack = 0) {
+  std::unique_ptr<Backend> be = BackendRegistry::create_variant(
+      "varlen[deterministic=" + std::string(deterministic ? "true" : "false") + ",fwd_path=" + path +
+      ",bwd_path=" + path + ",pack=" + std::to_string(pack) + "]");
   REQUIRE(be);
   return be;
 }
@@ -33,15 +36,9 @@ std::unique_ptr<Backend> varlen(bool deterministic) {
 /// default (Hopper where it runs) forward and backward, atomic on the portable
 /// kernels.
 void run_case(const Problem& p) {
-  setenv("ATTNBENCH_FWD_PATH", "auto", 1);
-  setenv("ATTNBENCH_BWD_PATH", "auto", 1);
   check_gpu_case(*varlen(true), p, true);
   check_gpu_case(*varlen(false), p, false);
-  setenv("ATTNBENCH_FWD_PATH", "sm80", 1);
-  setenv("ATTNBENCH_BWD_PATH", "sm80", 1);
-  check_gpu_case(*varlen(false), p, false);
-  unsetenv("ATTNBENCH_FWD_PATH");
-  unsetenv("ATTNBENCH_BWD_PATH");
+  check_gpu_case(*varlen(false, "sm80"), p, false);
 }
 
 }  // namespace
@@ -127,12 +124,13 @@ TEST_CASE("varlen: GQA 4:2 packs two heads per tile (pack 2), and forced packs 1
   const Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16, Layout::bshd, 400),
                                                {{60, 0, 130, 1, 90}, {17, 200, 40}}));
   run_case(p);  // mean document < 256, group 2: pack 2
-  for (const char* pack : {"1", "2", "4"}) {
-    setenv("ATTNBENCH_VARLEN_PACK", pack, 1);
+  for (int pack : {1, 2, 4}) {
     Problem q = with_documents(make_problem(1, 8, 2, 256, 256, 128, DType::fp16, Layout::bhsd, 401), {{100, 50, 106}});
-    check_gpu_case(*varlen(true), with_causal(q), true);
+    check_gpu_case(*varlen(true, "auto", pack), with_causal(q), true);
   }
-  unsetenv("ATTNBENCH_VARLEN_PACK");
+  // a pack that does not divide the GQA group is an unsupported row
+  const Problem g3 = with_documents(make_problem(1, 6, 2, 128, 128, 64, DType::bf16), {{64, 64}});
+  CHECK(varlen(false, "auto", 2)->supports(g3).reason.find("pack=2 does not divide") != std::string::npos);
 }
 
 TEST_CASE("varlen: real CodeAlpaca packs from the scenario packer") {

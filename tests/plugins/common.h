@@ -1,5 +1,6 @@
 /* Shared pieces of the tiny test plugins (tests/test_plugin.cpp). Each plugin
- * defines TEST_PLUGIN_NAME and TEST_PLUGIN_ABI before including this file. */
+ * defines TEST_PLUGIN_NAME and TEST_PLUGIN_ABI (and may define TEST_PLUGIN_SIZE, the
+ * table's struct_size) before including this file. */
 #include <attnbench/plugin.h>
 
 #include <stdlib.h>
@@ -32,7 +33,10 @@ static int test_forward(void* h, const attnb_tensors* t, void* s, attnb_message*
 }
 static void test_teardown(void* h) { (void)h; }
 
-static const attnb_plugin kPlugin = {TEST_PLUGIN_ABI, sizeof(attnb_plugin), TEST_PLUGIN_NAME,
+#ifndef TEST_PLUGIN_SIZE
+#define TEST_PLUGIN_SIZE sizeof(attnb_plugin)
+#endif
+static const attnb_plugin kPlugin = {TEST_PLUGIN_ABI, TEST_PLUGIN_SIZE, TEST_PLUGIN_NAME,
                                      "test plugin whose forward always fails", ATTNB_DEVICE_CPU, 0, NULL,
                                      test_supports, NULL, test_prepare, test_forward, NULL, test_teardown};
 

@@ -283,6 +283,10 @@ def run_request(req_path):
         result["versions"] = torch_env.versions(T)
         inputs = load_inputs(T, req_dir, req, p)
         peer = make_peer(result["peer"], p, T, inputs, result["notes"])
+        options = req.get("options", {})
+        if not isinstance(options, dict) or not all(isinstance(v, (bool, int, str)) for v in options.values()):
+            raise RequestError(f"request.json/options: expected an object of booleans, integers and strings, got {options!r}")
+        peer.options = options
         _run_peer(T, peer, req, req_dir, want_grads, passes, policy, result)
         result["status"] = "ok"
     except Unsupported as e:

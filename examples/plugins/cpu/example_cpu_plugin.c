@@ -9,6 +9,11 @@
  * Sk, Dqk != Dv, layouts BSHD, BHSD and THD and dtypes fp32, fp16 and bf16. It
  * declines the learnable-bias score mods (rel_bias, offset_bias) with a reason.
  * O(B Hq Sq Sk D) work: meant for small problems, as a template, not for speed.
+ *
+ * It declares one option (ABI version 2, docs/backend-options.md): `order`, the
+ * direction of the forward's key loop that sums exponentials and P V
+ * (ascending, the default, or descending): float32 sums in another order round
+ * differently, and both pass the rule. `--backends 'example-cpu[order=descending]'`.
  */
 #include <attnbench/plugin.h>
 
@@ -24,6 +29,7 @@ typedef struct instance {
   float* dq;  /* [B, Hq, Sq, Dqk] float32 sums */
   float* dk;  /* [B, Hkv, Sk, Dqk] */
   float* dv;  /* [B, Hkv, Sk, Dv] */
+  int descending; /* option order=descending: the forward sums keys from the last */
 } instance;
 
 static int supports(const attnb_problem* p, attnb_message* why) {
@@ -41,7 +47,8 @@ static int supports(const attnb_problem* p, attnb_message* why) {
 /* The scratch the harness allocates for us: one row of scores. */
 static size_t workspace_bytes(const attnb_problem* p) { return (size_t)p->seq_k * sizeof(float); }
 
-static int prepare(const attnb_problem* p, const attnb_tensors* t, void** out, attnb_message* err) {
+static int prepare_with_options(const attnb_problem* p, const attnb_tensors* t, const attnb_option_value* options,
+                                uint32_t n_options, void** out, attnb_message* err) {
   instance* in = (instance*)calloc(1, sizeof *in);
   (void)t;
   if (in) {
@@ -58,6 +65,8 @@ static int prepare(const attnb_problem* p, const attnb_tensors* t, void** out, a
     return 1;
   }
   in->p = *p;
+  for (uint32_t k = 0; k < n_options; ++k) /* every declared option, canonical values */
+    if (strcmp(options[k].name, "order") == 0) in->descending = strcmp(options[k].value, "descending") == 0;
   *out = in;
   return 0;
 }
@@ -123,7 +132,8 @@ static int forward(void* handle, const attnb_tensors* t, void* stream, attnb_mes
             if (s[j] > m) m = s[j];
           }
         if (m > -INFINITY) {
-          for (int64_t j = 0; j < p->seq_k; ++j) {
+          for (int64_t n = 0; n < p->seq_k; ++n) {
+            const int64_t j = in->descending ? p->seq_k - 1 - n : n;
             if (s[j] == -INFINITY) continue;
             const float e = expf(s[j] - m);
             const int64_t vo = attnb_offset(p, &t->v, 0, b, kh, j, 0);
@@ -195,6 +205,11 @@ static int backward(void* handle, const attnb_tensors* t, void* stream, attnb_me
   return 0;
 }
 
+static const attnb_option kOptions[] = {
+    {"order", ATTNB_OPTION_ENUM, "ascending", "ascending|descending", 0, 0,
+     "direction of the forward's key loop (float32 sums in another order)"},
+};
+
 static const attnb_plugin kPlugin = {
     ATTNB_PLUGIN_ABI_VERSION,
     sizeof(attnb_plugin),
@@ -205,10 +220,13 @@ static const attnb_plugin kPlugin = {
     NULL, /* available: always */
     supports,
     workspace_bytes,
-    prepare,
+    NULL, /* prepare: prepare_with_options takes its place */
     forward,
     backward,
     teardown,
+    kOptions,
+    1,
+    prepare_with_options,
 };
 
 ATTNB_PLUGIN_EXPORT const attnb_plugin* attnbench_plugin_entry(void) { return &kPlugin; }

@@ -10,7 +10,8 @@
 //             converted to the dtype (so the plugin is flagged nondeterministic).
 // Supports every mask kind, the softcap and ALiBi score mods, GQA/MQA, all three
 // layouts and dtypes, Dqk and Dv up to 256; declines learnable-bias score mods
-// and larger head dimensions with a reason.
+// and larger head dimensions with a reason. One option (ABI version 2):
+// block_threads = 64|128|256 (default 128), the threads per block of every launch.
 //
 // Status: compiled in the attnbench tree when CUDA is present; written and
 // compile-checked without a GPU, NOT yet run on one (see docs/plugins.md).
@@ -21,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -31,6 +33,7 @@ struct Instance {
   attnb_problem p;  // host copy (host arrays)
   attnb_problem d;  // the same problem with its arrays on the device
   void* arrays = nullptr;  // one device allocation for doc ids, lengths, cu_seqlens
+  int threads = kThreads;  // option block_threads: threads per block of every launch
 };
 
 /// Workspace layout, in floats: O [B*Hq*Sq*Dv], dK [B*Hkv*Sk*Dqk], dV [B*Hkv*Sk*Dv].
@@ -186,9 +189,12 @@ const T* stage(const T* src, int64_t n, char*& dst, cudaError_t& e) {
   return out;
 }
 
-int prepare(const attnb_problem* p, const attnb_tensors* t, void** out, attnb_message* err) {
+int prepare_with_options(const attnb_problem* p, const attnb_tensors* t, const attnb_option_value* options,
+                         uint32_t n_options, void** out, attnb_message* err) {
   (void)t;
   auto* in = new Instance{*p, *p, nullptr};
+  for (uint32_t k = 0; k < n_options; ++k)  // every declared option, canonical values
+    if (std::strcmp(options[k].name, "block_threads") == 0) in->threads = std::atoi(options[k].value);
   const int64_t B = p->batch, docs = p->doc_offsets ? p->doc_offsets[B] : 0;
   const size_t bytes = 6 * 256 + sizeof(int32_t) * (B * p->seq_q + 4 * (B + 1)) + sizeof(int64_t) * (docs + B + 1);
   cudaError_t e = cudaMalloc(&in->arrays, bytes);
@@ -216,7 +222,8 @@ int prepare(const attnb_problem* p, const attnb_tensors* t, void** out, attnb_me
 int forward(void* h, const attnb_tensors* t, void* stream, attnb_message* err) {
   const auto* in = static_cast<const Instance*>(h);
   const int64_t rows = in->p.batch * in->p.heads_q * in->p.seq_q;
-  forward_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0,
+  const int n = in->threads;
+  forward_kernel<<<static_cast<unsigned>((rows + n - 1) / n), n, 0,
                    static_cast<cudaStream_t>(stream)>>>(in->d, *t);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : cuda_error(err, "forward launch", e);
@@ -231,8 +238,9 @@ int backward(void* h, const attnb_tensors* t, void* stream, attnb_message* err) 
   cudaError_t e = cudaMemsetAsync(w.dk, 0, kv_bytes, s);  // dK and dV sums are adjacent
   if (e != cudaSuccess) return cuda_error(err, "cudaMemsetAsync", e);
   const int64_t rows = p.batch * p.heads_q * p.seq_q, keys = p.batch * p.heads_kv * p.seq_k;
-  backward_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0, s>>>(in->d, *t);
-  convert_kernel<<<static_cast<unsigned>((keys + kThreads - 1) / kThreads), kThreads, 0, s>>>(in->d, *t);
+  const int n = in->threads;
+  backward_kernel<<<static_cast<unsigned>((rows + n - 1) / n), n, 0, s>>>(in->d, *t);
+  convert_kernel<<<static_cast<unsigned>((keys + n - 1) / n), n, 0, s>>>(in->d, *t);
   e = cudaGetLastError();
   return e == cudaSuccess ? 0 : cuda_error(err, "backward launch", e);
 }
@@ -243,11 +251,15 @@ void teardown(void* h) {
   delete in;
 }
 
+const attnb_option kOptions[] = {
+    {"block_threads", ATTNB_OPTION_ENUM, "128", "64|128|256", 0, 0, "threads per block of every launch"},
+};
+
 const attnb_plugin kPlugin = {
     ATTNB_PLUGIN_ABI_VERSION, sizeof(attnb_plugin), "example-cuda",
     "example plugin: one CUDA thread per query row, float32 (examples/plugins/cuda)",
-    ATTNB_DEVICE_CUDA, ATTNB_PLUGIN_NONDETERMINISTIC, nullptr, supports, workspace_bytes, prepare, forward, backward,
-    teardown};
+    ATTNB_DEVICE_CUDA, ATTNB_PLUGIN_NONDETERMINISTIC, nullptr, supports, workspace_bytes, nullptr, forward, backward,
+    teardown, kOptions, 1, prepare_with_options};
 
 }  // namespace
 

@@ -39,6 +39,7 @@ class Peer:
 
     def __init__(self, name, p, T, inputs, notes):
         self.name, self.p, self.T, self.inp, self.notes = name, p, T, inputs, notes
+        self.options = {}  # the variant's options (request.json "options"), set before setup()
         self.mask = TorchMask(p, T) if p.has_mask() else None
         self.lse_source = "kernel"
 

@@ -1,5 +1,7 @@
 """torch-flex: flex_attention under torch.compile(dynamic=False) with a BlockMask
-from create_block_mask, score_mod for softcap / alibi / learnable biases."""
+from create_block_mask, score_mod for softcap / alibi / learnable biases. Option
+compile_mode (request.json "options"): torch.compile's mode, default / max-autotune /
+max-autotune-no-cudagraphs."""
 
 from ..masks import BLOCK
 from ..torch_env import raise_recompile_limit
@@ -55,7 +57,8 @@ class FlexPeer(Peer):
             self.leaves.append(self.bias)
         self.score_mod = score_mod
         raise_recompile_limit()
-        self.fn = torch.compile(fa.flex_attention, dynamic=False)
+        mode = self.options.get("compile_mode", "default")  # the backend option compile_mode
+        self.fn = torch.compile(fa.flex_attention, dynamic=False, mode=None if mode == "default" else mode)
         params = parameters(fa.flex_attention)
         self.kwargs = {"score_mod": score_mod, "block_mask": self.block_mask, "scale": p.scale}
         if p.heads_q != p.heads_kv:

@@ -1,0 +1,109 @@
+// The declared options (harness/backend/options.hpp) of the backends on
+// attnbench's fused kernels: `flash`, `varlen` and `flex`. Header-only and free of
+// CUDA, so that the CPU tests check the declarations (tests/test_backend_options.cpp)
+// although the backends themselves build only with CUDA.
+//
+//   option         backends             values (default first)   what it selects
+//   fwd_path       flash, varlen, flex  auto|sm80|sm90           the forward kernel: auto = Hopper
+//                                                                (TMA + wgmma) where it runs, sm80 = portable
+//   bwd_path       flash, varlen, flex  auto|sm80|sm90           the backward kernels (flex: sm90 = Hopper
+//                                                                dK/dV with dQ by float32 atomics)
+//   fwd_rows       flash, varlen        auto|64|128              Hopper forward CTA rows without GQA packing
+//                                                                (auto = kernels::fwd_cta_rows' choice)
+//   deterministic  flash, varlen        false|true               dQ by its own kernel instead of atomics
+//   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
+//   block          flex                 128|64                   Q_BLOCK = KV_BLOCK of the BlockMask
+//   dbias          flex                 deterministic|atomic|none  how dBias of a learnable bias is made
+//   schedule       flex                 auto|block_mask|documents  the tiles (FlexSchedule, fused_instance.hpp)
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "harness/backend/options.hpp"
+
+namespace attnbench::fused {
+
+/// Which kernel family a pass runs on: `automatic` lets the instance choose (the
+/// Hopper kernels where they run and are measured faster), `sm80` forces the
+/// portable mma.sync kernels, `sm90` the Hopper kernels (an error row where they
+/// cannot run).
+enum class KernelPath { automatic, sm80, sm90 };
+
+/// "auto" | "sm80" | "sm90" -> KernelPath (the canonical text of a fwd_path /
+/// bwd_path option). Throws std::invalid_argument for anything else (resolve_options
+/// has refused it before a backend sees it).
+inline KernelPath parse_kernel_path(const std::string& s) {
+  if (s == "auto") return KernelPath::automatic;
+  if (s == "sm80") return KernelPath::sm80;
+  if (s == "sm90") return KernelPath::sm90;
+  throw std::invalid_argument("kernel path \"" + s + "\" is not auto, sm80 or sm90");
+}
+
+/// The resolved fwd_path and bwd_path of a fused backend's options.
+struct KernelPaths {
+  KernelPath fwd = KernelPath::automatic, bwd = KernelPath::automatic;
+};
+/// KernelPaths from resolved options declaring fwd_path and bwd_path.
+inline KernelPaths kernel_paths(const OptionValues& v) {
+  return {parse_kernel_path(v.text("fwd_path")), parse_kernel_path(v.text("bwd_path"))};
+}
+
+/// fwd_path: the forward kernel.
+inline OptionSpec fwd_path_option() {
+  return OptionSpec::choice("fwd_path", "auto", {"auto", "sm80", "sm90"},
+                            "forward kernel: auto = Hopper (TMA + wgmma) where it runs, sm80 = portable mma.sync, "
+                            "sm90 = Hopper (error where it cannot run)");
+}
+
+/// bwd_path: the backward kernels; `flex` says what sm90 means there.
+inline OptionSpec bwd_path_option(bool flex) {
+  return OptionSpec::choice(
+      "bwd_path", "auto", {"auto", "sm80", "sm90"},
+      flex ? "backward kernels: auto = Hopper dK/dV + Hopper deterministic dQ where they run, sm80 = portable, "
+             "sm90 = Hopper dK/dV with dQ by float32 atomics (not bitwise reproducible)"
+           : "backward kernels: auto = Hopper dK/dV where it runs (either dQ mode), sm80 = portable, sm90 = Hopper");
+}
+
+/// fwd_rows: query rows per Hopper forward CTA without GQA packing.
+inline OptionSpec fwd_rows_option() {
+  return OptionSpec::choice("fwd_rows", "auto", {"auto", "64", "128"},
+                            "Hopper forward CTA rows without GQA packing: auto = 64 where 64-row tiles execute at "
+                            "most 85% of the 128-row tiles' pairs (kernels::fwd_cta_rows), else 128");
+}
+/// The fwd_rows option's value as FusedOptions::fwd_rows (0 = auto).
+inline int parse_fwd_rows(const std::string& s) { return s == "64" ? 64 : s == "128" ? 128 : 0; }
+
+/// deterministic: dQ by its own kernel instead of float32 atomics.
+inline OptionSpec deterministic_option() {
+  return OptionSpec::flag("deterministic", false,
+                          "dQ by a deterministic kernel (bitwise reproducible) instead of float32 atomics");
+}
+
+/// The options of `flash`: fwd_path, bwd_path, deterministic.
+inline OptionSpecs flash_option_specs() {
+  return {fwd_path_option(), bwd_path_option(false), fwd_rows_option(), deterministic_option()};
+}
+
+/// The options of `varlen`: fwd_path, bwd_path, fwd_rows, deterministic, pack.
+inline OptionSpecs varlen_option_specs() {
+  return {fwd_path_option(), bwd_path_option(false), fwd_rows_option(), deterministic_option(),
+          OptionSpec::choice("pack", "0", {"0", "1", "2", "4"},
+                             "GQA query heads folded into one query tile; 0 = the plan's choice by document length "
+                             "(a value that does not divide the group is an unsupported row)")};
+}
+
+/// The options of `flex`: fwd_path, bwd_path, block, dbias, schedule.
+inline OptionSpecs flex_option_specs() {
+  return {fwd_path_option(), bwd_path_option(true),
+          OptionSpec::choice("block", "128", {"128", "64"},
+                             "Q_BLOCK = KV_BLOCK of the BlockMask (the Hopper backward needs 128)"),
+          OptionSpec::choice("dbias", "deterministic", {"deterministic", "atomic", "none"},
+                             "dBias of a learnable bias: deterministic scratch + ordered reduction, float32 "
+                             "atomics, or none (skipped: measures its cost; the check then fails dBias)"),
+          OptionSpec::choice("schedule", "auto", {"auto", "block_mask", "documents"},
+                             "tiles: block_mask = walk the BlockMask; documents = one packed sequence per document "
+                             "(contiguous document masks, the varlen tiles); auto = whichever executes fewer pairs")};
+}
+
+}  // namespace attnbench::fused
