@@ -29,6 +29,7 @@
 #include "reports/schema.hpp"
 #include "reports/summary.hpp"
 #include "harness/model/json_util.hpp"
+#include "harness/run/gold_cache.hpp"
 #include "harness/run/process.hpp"
 #include "reference/reference.hpp"
 
@@ -45,25 +46,6 @@ using Clock = std::chrono::steady_clock;
 const std::string kNotAvailable = "backend not available on this machine: ";
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-/// Reference outputs of one case, computed once and shared by every backend.
-/// What is checked (full, or a deterministic sample of (batch, kv-head) slices
-/// when the float64 reference would be expensive) is decided by plan_check.
-struct GoldCache {
-  bool ready = false;
-  CheckPlan plan;
-  AttentionOutputs gold, lp;
-  double ms = 0;
-};
-
-void compute_gold(const Problem& p, const ProblemData& in, CheckMode mode, bool grads, GoldCache& g) {
-  auto t0 = Clock::now();
-  g.plan = plan_check(p, mode, grads);
-  g.gold = reference::gold(p, in, grads, g.plan.slices);
-  g.lp = reference::lp(p, in, grads, g.plan.slices);
-  g.ms = ms_since(t0);
-  g.ready = true;
 }
 
 nlohmann::json packing_json(const std::optional<PackingStats>& s) {
@@ -175,11 +157,8 @@ CaseShared build_case_shared(const Problem& p) {
   return cs;
 }
 
-/// What a case's units share in one process: inputs and the reference, both lazy.
-struct UnitCache {
-  std::unique_ptr<ProblemData> inputs;
-  GoldCache gold;
-};
+/// What a case's units share: inputs and the reference (harness/run/gold_cache.hpp).
+using UnitCache = CaseGold;
 
 /// Timed passes of one instance into row.timing.
 void time_unit(Backend& backend, BackendInstance& inst, const RunOptions& opts, ReportRow& row) {
@@ -212,9 +191,11 @@ void time_unit(Backend& backend, BackendInstance& inst, const RunOptions& opts, 
 void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCache& cache, int64_t useful_pairs,
               ReportRow& row) {
   try {
-    if (!cache.inputs) cache.inputs = std::make_unique<ProblemData>(make_inputs(p));
+    GoldProvenance inputs_how;
+    const ProblemData& inputs = cache.get_inputs(p, &inputs_how);
+    row.extra["inputs"] = {{"source", inputs_how.source}, {"ms", inputs_how.ms}};
     auto t0 = Clock::now();
-    auto inst = backend.prepare(p, *cache.inputs);
+    auto inst = backend.prepare(p, inputs);
     const double prepare_ms = ms_since(t0);
     row.work = count_work(p, useful_pairs, inst->executed_pairs());
     inst->poison_outputs();
@@ -223,12 +204,14 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
     inst->synchronize();
     AttentionOutputs got = inst->read_outputs(opts.backward);
     if (opts.check != CheckMode::off) {
-      GoldCache& gold = cache.gold;
-      if (!gold.ready) compute_gold(p, *cache.inputs, opts.check, opts.backward, gold);
+      GoldProvenance gold_how;
+      const GoldCache& gold = cache.get_gold(p, opts.check, opts.backward, &gold_how);
       CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend.rule(), gold.plan.slices);
       CheckFigures check = cr.to_json().get<CheckFigures>();
       check.plan = gold.plan.description;
       check.reference_ms = gold.ms;
+      check.gold_source = gold_how.source;
+      check.gold_ms = gold_how.ms;
       row.check = std::move(check);
       row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
       if (!cr.pass) row.message = cr.failure_detail;  // convention vs wrong numbers (check.hpp)
@@ -311,7 +294,7 @@ RunOptions options_from_json(const nlohmann::json& j) {
 /// or a crashed / timeout / error row made here from how the child ended. Returns
 /// false (and no row) when this run was asked to stop while the child ran.
 bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& opts, const std::filesystem::path& dir,
-                  int64_t unit_no, ReportRow& row, bool check_support = false) {
+                  int64_t unit_no, const GoldStore& gold, ReportRow& row, bool check_support = false) {
   const std::string base = (dir / ("unit-" + std::to_string(unit_no))).string();
   const std::string req = base + ".request.json", res = base + ".row.json", out = base + ".stdout",
                     err = base + ".stderr";
@@ -319,7 +302,8 @@ bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& op
   write_json_atomic(req, {{"problem", to_json(c.problem, false)},
                           {"row", skeleton.to_json()},
                           {"options", options_json(opts)},
-                          {"check_support", check_support}},
+                          {"check_support", check_support},
+                          {"gold_dir", gold.dir().string()}},
                     /*sync=*/false);  // transient: read back by the child at once
   const std::string exe = opts.executable.empty() ? self_executable() : opts.executable;
   ChildStatus st;
@@ -380,6 +364,17 @@ bool isolate_backend(const Backend& b, const RunOptions& opts, size_t cases) {
   return b.device() == Device::cuda && !b.runs_out_of_process() && cases > 1;
 }
 
+/// Whether the units of a case share inputs and reference through files
+/// (OUT/.gold/, harness/run/gold_cache.hpp): when more than one backend runs and
+/// some run in a child process (in one process they share them in memory).
+bool share_gold_files(const std::vector<std::unique_ptr<Backend>>& backends, const RunOptions& opts, size_t cases) {
+  if (backends.size() < 2) return false;
+  for (const auto& b : backends)
+    if (isolate_backend(*b, opts, cases) || (b->isolated_only() && opts.isolate != RunOptions::Isolate::off))
+      return true;
+  return false;
+}
+
 /// Create the output directory; failures are bad input (exit 2), naming it.
 void make_out_dir(const std::string& dir) {
   std::error_code ec;
@@ -406,7 +401,7 @@ bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isol
   auto isolated = [&](bool check_support) {
     make_out_dir(unit_dir.string());
     const ReportRow skeleton = row;
-    return run_isolated(c, skeleton, opts, unit_dir, unit_no++, row, check_support);
+    return run_isolated(c, skeleton, opts, unit_dir, unit_no++, cache.store, row, check_support);
   };
   std::string why;
   if (backend.isolated_only() && opts.isolate != RunOptions::Isolate::off) {
@@ -849,6 +844,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   int64_t unit_no = 0;
   std::map<std::string, std::string> unavailable;  // isolated-only backend -> its "not available" reason
   ActiveRun active(journal, writer);
+  const GoldStore gold_store = share_gold_files(backends, opts, cases.size()) ? GoldStore(dir / ".gold") : GoldStore();
+  GoldStore(dir / ".gold").clear();  // what a killed run left
   for (size_t k = 0; k < cases.size() && !stop_signal(); ++k) {
     Case c = scenario.cases[cases[k]];
     if (opts.seed) c.problem.seed = *opts.seed;
@@ -870,6 +867,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     }
     const int64_t useful_pairs = shared.useful_pairs;
     UnitCache cache;
+    cache.store = gold_store;
     for (auto& backend : backends) {
       if (stop_signal()) break;
       if (done.count(c.id + "|" + backend->name())) continue;
@@ -879,6 +877,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
         break;  // stopped: left to --resume
       finish_row(row, journal, writer, summary);
     }
+    gold_store.clear();  // the case is done: its shared inputs and reference go
   }
   std::error_code ec;
   std::filesystem::remove(unit_dir, ec);  // only when empty
@@ -934,6 +933,7 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
   if (device::cuda_device_available()) device::select_device(opts.device);
 #endif
   UnitCache cache;
+  if (const std::string gold_dir = req.value("gold_dir", ""); !gold_dir.empty()) cache.store = GoldStore(gold_dir);
   const int64_t useful_pairs = row.work ? row.work->useful_pairs : 0;
   std::string why;
   if (!req.value("check_support", false)) {
