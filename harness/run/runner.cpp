@@ -279,14 +279,7 @@ RunOptions options_from_json(const nlohmann::json& j) {
   o.determinism = j.at("determinism").get<bool>();
   o.kernel_trace = j.at("kernel_trace").get<bool>();
   o.device = j.at("device").get<int>();
-  const auto& p = j.at("policy");
-  o.policy.cold = p.at("cold").get<bool>();
-  o.policy.warmup = p.at("warmup").get<int>();
-  o.policy.min_samples = p.at("min_samples").get<int>();
-  o.policy.max_samples = p.at("max_samples").get<int>();
-  o.policy.target_rel_stddev = p.at("target_rel_stddev").get<double>();
-  o.policy.max_seconds = p.at("max_seconds").get<double>();
-  o.policy.hold_stream = p.at("hold_stream").get<bool>();
+  o.policy = TimingPolicy::from_json(j.at("policy"));
   return o;
 }
 
@@ -485,6 +478,12 @@ void require_same_identity(const nlohmann::json& was, const nlohmann::json& now,
     nlohmann::json old = was.contains(k) ? was[k] : nlohmann::json(nullptr);
     // journals written before the path was normalised hold it as typed
     if (k == "scenario_file" && old.is_string()) old = canonical_file(old.get<std::string>());
+    // journals written before a measurement field existed ran with its default
+    if (k == "measurement" && old.is_object()) {
+      const nlohmann::json defaults = TimingPolicy{}.to_json();
+      for (const auto& [field, dflt] : defaults.items())
+        if (!old.contains(field)) old[field] = dflt;
+    }
     if (old != v) diff += (diff.empty() ? "" : "; ") + k + " was " + old.dump() + ", now " + v.dump();
   }
   if (!diff.empty())
