@@ -11,6 +11,7 @@
 #include <set>
 #include <new>
 #include <fstream>
+#include <future>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -185,9 +186,54 @@ void time_unit(Backend& backend, BackendInstance& inst, const RunOptions& opts, 
   }
 }
 
-/// prepare, run, check, determinism, timing and trace of one available backend
-/// that supports the case, in this process. Never throws: an exception becomes
-/// the row's status (unsupported, timeout, crashed, oom, error) and message.
+/// The verdict of a row's outputs: the check against the case's reference
+/// (computed or shared, CaseGold), or with --check off the non-finite counts.
+struct CheckOutcome {
+  CheckFigures figures;
+  RowStatus status = RowStatus::unchecked;
+  std::string message;
+  double ms = 0;  ///< host time of the whole check, obtaining the reference included
+};
+
+CheckOutcome check_unit(const Problem& p, const Backend& backend, const RunOptions& opts, UnitCache& cache,
+                        const AttentionOutputs& got) {
+  const auto t0 = Clock::now();
+  CheckOutcome out;
+  if (opts.check != CheckMode::off) {
+    GoldProvenance gold_how;
+    const GoldCache& gold = cache.get_gold(p, opts.check, opts.backward, &gold_how);
+    CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend.rule(), gold.plan.slices);
+    out.figures = cr.to_json().get<CheckFigures>();
+    out.figures.plan = gold.plan.description;
+    out.figures.reference_ms = gold.ms;
+    out.figures.gold_source = gold_how.source;
+    out.figures.gold_ms = gold_how.ms;
+    out.status = cr.pass ? RowStatus::pass : RowStatus::fail;
+    if (!cr.pass) out.message = cr.failure_detail;  // convention vs wrong numbers (check.hpp)
+  } else {
+    out.figures.mode = "off";
+    out.figures.scope = "nothing checked (--check off)";
+    out.figures.nonfinite = count_nonfinite(got).get<std::map<std::string, int64_t>>();
+    out.status = RowStatus::unchecked;  // never an unearned pass
+  }
+  out.ms = ms_since(t0);
+  return out;
+}
+
+/// Whether a unit's host-side check (and, for the case's first unit, the float64
+/// reference) runs on a worker thread while the unit is timed: GPU backends with
+/// a check and timing, unless --no-overlap. CPU backends never (their timing
+/// shares the host cores, and the reference runs on the same pool).
+bool overlap_check(const Backend& backend, const RunOptions& opts) {
+  return opts.overlap_check && opts.timing && opts.check != CheckMode::off && backend.device() == Device::cuda;
+}
+
+/// prepare, run, determinism, check, timing and trace of one available backend
+/// that supports the case, in this process. The check overlaps the timing when
+/// overlap_check() (at most one pending: it is joined before the unit returns;
+/// extra.check_overlap records its time and how long the unit waited for it).
+/// Never throws: an exception becomes the row's status (unsupported, timeout,
+/// crashed, oom, error) and message.
 void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCache& cache, int64_t useful_pairs,
               ReportRow& row) {
   try {
@@ -202,28 +248,8 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
     inst->forward();
     if (opts.backward) inst->backward();
     inst->synchronize();
-    AttentionOutputs got = inst->read_outputs(opts.backward);
-    if (opts.check != CheckMode::off) {
-      GoldProvenance gold_how;
-      const GoldCache& gold = cache.get_gold(p, opts.check, opts.backward, &gold_how);
-      CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend.rule(), gold.plan.slices);
-      CheckFigures check = cr.to_json().get<CheckFigures>();
-      check.plan = gold.plan.description;
-      check.reference_ms = gold.ms;
-      check.gold_source = gold_how.source;
-      check.gold_ms = gold_how.ms;
-      row.check = std::move(check);
-      row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
-      if (!cr.pass) row.message = cr.failure_detail;  // convention vs wrong numbers (check.hpp)
-    } else {
-      CheckFigures off;
-      off.mode = "off";
-      off.scope = "nothing checked (--check off)";
-      off.nonfinite = count_nonfinite(got).get<std::map<std::string, int64_t>>();
-      row.check = std::move(off);
-      row.status = RowStatus::unchecked;  // never an unearned pass
-    }
-    if (opts.determinism) {
+    const AttentionOutputs got = inst->read_outputs(opts.backward);
+    if (opts.determinism) {  // before the check: read_outputs may use the pool the reference runs on
       inst->poison_outputs();
       inst->forward();
       if (opts.backward) inst->backward();
@@ -233,9 +259,22 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
       row.extra["deterministic"] = ext ? *ext : bitwise_equal(got, again);
       row.extra["expected_deterministic"] = backend.deterministic();
     }
+    const bool overlap = overlap_check(backend, opts);
+    std::future<CheckOutcome> pending;  // joined by its destructor if the timing throws
+    CheckOutcome checked;
+    if (overlap) pending = std::async(std::launch::async, [&] { return check_unit(p, backend, opts, cache, got); });
+    else checked = check_unit(p, backend, opts, cache, got);
     if (opts.timing) time_unit(backend, *inst, opts, row);
     if (opts.kernel_trace && backend.device() == Device::cuda)
       row.extra["kernel_trace"] = trace_passes(*inst, opts.backward);
+    if (overlap) {
+      t0 = Clock::now();
+      checked = pending.get();
+      row.extra["check_overlap"] = {{"check_ms", checked.ms}, {"wait_ms", ms_since(t0)}};
+    }
+    row.check = std::move(checked.figures);
+    row.status = checked.status;
+    row.message = std::move(checked.message);
     if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
     row.extra["prepare_ms"] = prepare_ms;
     row.extra["setup_ms"] = inst->setup_ms();
@@ -268,7 +307,7 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
 nlohmann::json options_json(const RunOptions& o) {
   return {{"check", to_string(o.check)},  {"backward", o.backward},         {"timing", o.timing},
           {"determinism", o.determinism}, {"kernel_trace", o.kernel_trace}, {"device", o.device},
-          {"policy", o.policy.to_json()}};
+          {"policy", o.policy.to_json()}, {"overlap_check", o.overlap_check}};
 }
 
 RunOptions options_from_json(const nlohmann::json& j) {
@@ -280,6 +319,7 @@ RunOptions options_from_json(const nlohmann::json& j) {
   o.kernel_trace = j.at("kernel_trace").get<bool>();
   o.device = j.at("device").get<int>();
   o.policy = TimingPolicy::from_json(j.at("policy"));
+  o.overlap_check = j.value("overlap_check", o.overlap_check);
   return o;
 }
 
