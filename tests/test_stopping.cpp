@@ -183,7 +183,7 @@ TEST_CASE("CLI: --stopping nvbench is recorded in the header and the rows; bad o
       "base": {"batch": 1, "heads_q": 1, "heads_kv": 1, "head_dim": 16, "seq": 16, "dtype": "fp32"}})");
   const std::string out = (dir.path / "o").string();
   Result r = run_in(dir.path, "run '" + scenario + "' --backends cpu --no-backward --check off --stopping nvbench "
-                              "--min-time 0.001 --max-seconds 0.5 --timer graph --out '" + out + "'");
+                              "--min-time 0.001 --max-seconds 10 --hot --timer graph --out '" + out + "'");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   const auto report = nlohmann::json::parse(slurp(std::filesystem::path(out) / "report.json"));
   CHECK(report["measurement"]["stopping"] == "nvbench");
