@@ -145,6 +145,16 @@ TEST_CASE("GoldStore: inputs and reference round-trip exactly; keys tell problem
   g.ms = 3.25;
   g.ready = true;
   REQUIRE(store.save_gold(p, CheckMode::sample, true, g));
+  REQUIRE_FALSE(g.plan.slices.all);  // 2 of the 4 (b, kv-head) slices
+  {  // only the checked slices are stored: about half of the same arrays stored whole
+    GoldCache whole = g;
+    whole.plan.slices.all = true;
+    REQUIRE(store.save_gold(p, CheckMode::full, true, whole));
+    const auto sampled_bytes = fs::file_size(store.file_for(GoldStore::gold_key(p, CheckMode::sample, true)));
+    const auto whole_bytes = fs::file_size(store.file_for(GoldStore::gold_key(p, CheckMode::full, true)));
+    CHECK(sampled_bytes < whole_bytes * 6 / 10);
+    fs::remove(store.file_for(GoldStore::gold_key(p, CheckMode::full, true)));
+  }
   GoldCache got;
   CHECK_FALSE(store.load_gold(p, CheckMode::full, true, got));   // another check mode
   CHECK_FALSE(store.load_gold(p, CheckMode::sample, false, got)); // forward only

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 
 #include <unistd.h>
@@ -133,18 +134,67 @@ void warn(const std::string& what) {
 
 const char* kOutputNames[] = {"o", "lse", "dq", "dk", "dv"};
 
-void put_outputs(GoldBundle& b, const std::string& prefix, const AttentionOutputs& o) {
+/// The elements of `t` ([B, H, ...], H = heads_kv * group) of the selected (b, g)
+/// slices, in order: each slice is one contiguous block of group * (inner extent)
+/// elements. Empty tensors and every-slice sets are returned whole.
+HostTensor compact_slices(const HostTensor& t, const reference::SliceSet& s, int64_t heads_kv) {
+  if (s.all || t.data.empty() || t.shape.size() < 2) return t;
+  const int64_t B = t.shape[0], H = t.shape[1];
+  const int64_t block = static_cast<int64_t>(t.data.size()) / (B * heads_kv);  // group * inner
+  HostTensor out;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < heads_kv; ++g)
+      if (s.contains(b, g, heads_kv)) {
+        const auto first = t.data.begin() + (b * H) * (block / (H / heads_kv)) + g * block;
+        out.data.insert(out.data.end(), first, first + block);
+      }
+  out.shape = {static_cast<int64_t>(out.data.size())};
+  return out;
+}
+
+/// Inverse of compact_slices: a tensor of `shape`, NaN outside the selected
+/// slices (what reference::gold / lp leave there). False when sizes disagree.
+bool expand_slices(HostTensor& t, const std::vector<int64_t>& shape, const reference::SliceSet& s, int64_t heads_kv) {
+  if (s.all || shape.size() < 2) return true;
+  HostTensor full(shape, std::numeric_limits<double>::quiet_NaN());
+  if (full.data.empty()) return t.data.empty();
+  const int64_t B = shape[0], H = shape[1];
+  const int64_t block = static_cast<int64_t>(full.data.size()) / (B * heads_kv);
+  size_t at = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < heads_kv; ++g)
+      if (s.contains(b, g, heads_kv)) {
+        if (at + static_cast<size_t>(block) > t.data.size()) return false;
+        std::copy_n(t.data.begin() + static_cast<int64_t>(at), block,
+                    full.data.begin() + (b * H) * (block / (H / heads_kv)) + g * block);
+        at += static_cast<size_t>(block);
+      }
+  if (at != t.data.size()) return false;
+  t = std::move(full);
+  return true;
+}
+
+/// Store the five output tensors (only their selected slices) and dBias under `prefix`;
+/// their full shapes go to meta["shapes"].
+void put_outputs(GoldBundle& b, const std::string& prefix, const AttentionOutputs& o, const reference::SliceSet& s,
+                 int64_t heads_kv) {
   const HostTensor* ts[] = {&o.o, &o.lse, &o.dq, &o.dk, &o.dv};
-  for (size_t i = 0; i < 5; ++i) b.arrays[prefix + kOutputNames[i]] = *ts[i];
+  for (size_t i = 0; i < 5; ++i) {
+    b.arrays[prefix + kOutputNames[i]] = compact_slices(*ts[i], s, heads_kv);
+    b.meta["shapes"][prefix + kOutputNames[i]] = ts[i]->shape;
+  }
   b.arrays[prefix + "dbias"] = as_tensor(o.dbias);
 }
 
-bool take_outputs(GoldBundle& b, const std::string& prefix, AttentionOutputs& o) {
+bool take_outputs(GoldBundle& b, const std::string& prefix, AttentionOutputs& o, const reference::SliceSet& s,
+                  int64_t heads_kv) {
   HostTensor* ts[] = {&o.o, &o.lse, &o.dq, &o.dk, &o.dv};
   for (size_t i = 0; i < 5; ++i) {
-    auto it = b.arrays.find(prefix + kOutputNames[i]);
+    const std::string name = prefix + kOutputNames[i];
+    auto it = b.arrays.find(name);
     if (it == b.arrays.end()) return false;
     *ts[i] = std::move(it->second);
+    if (!expand_slices(*ts[i], b.meta.at("shapes").at(name).get<std::vector<int64_t>>(), s, heads_kv)) return false;
   }
   auto it = b.arrays.find(prefix + "dbias");
   if (it == b.arrays.end()) return false;
@@ -298,7 +348,9 @@ bool GoldStore::load_gold(const Problem& p, CheckMode mode, bool grads, GoldCach
     g.plan.estimated_flops = plan.at("estimated_flops").get<double>();
     g.plan.description = plan.at("description").get<std::string>();
     g.ms = b->meta.at("ms").get<double>();
-    if (!take_outputs(*b, "gold.", g.gold) || !take_outputs(*b, "lp.", g.lp)) return false;
+    if (!take_outputs(*b, "gold.", g.gold, g.plan.slices, p.heads_kv) ||
+        !take_outputs(*b, "lp.", g.lp, g.plan.slices, p.heads_kv))
+      return false;
     g.ready = true;
     out = std::move(g);
     return true;
@@ -317,8 +369,8 @@ bool GoldStore::save_gold(const Problem& p, CheckMode mode, bool grads, const Go
               {"estimated_flops", g.plan.estimated_flops},
               {"description", g.plan.description}}},
             {"ms", g.ms}};
-  put_outputs(b, "gold.", g.gold);
-  put_outputs(b, "lp.", g.lp);
+  put_outputs(b, "gold.", g.gold, g.plan.slices, p.heads_kv);
+  put_outputs(b, "lp.", g.lp, g.plan.slices, p.heads_kv);
   const nlohmann::json key = gold_key(p, mode, grads);
   try {
     write_gold_bundle(file_for(key), key, b);

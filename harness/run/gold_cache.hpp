@@ -23,7 +23,9 @@
 // File layout (native little-endian): the arrays' bytes back to back, then a JSON
 // trailer {"format", "key", "meta", "arrays": [{"name", "shape", "dtype" ("f4" or
 // "f8"), "offset", "bytes", "crc32"}]}, then the trailer's length (uint64) and the
-// 8 magic bytes "ABGOLD01". An array is stored as float32 when every value is
+// 8 magic bytes "ABGOLD01". Of a sampled reference only the checked (batch,
+// kv-head) slices are stored (the rest is NaN, as reference::gold leaves it, and
+// comes back so). An array is stored as float32 when every value is
 // exactly a float32 (make_inputs rounds to the dtype, so inputs halve; NaN counts
 // as exact and reads back as a quiet NaN), else as float64.
 #pragma once
