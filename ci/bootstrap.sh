@@ -11,7 +11,7 @@
 set -euo pipefail
 
 packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev libvalijson-dev
-          libsqlite3-dev libsqlitecpp-dev libpq-dev)
+          libsqlite3-dev libsqlitecpp-dev libpq-dev zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

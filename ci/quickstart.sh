@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The main job of the README: bootstrap, build, run `attnbench run` on the
-# default scenario with every backend this machine supports, then write
+# default scenario with every backend this machine supports and, on a machine
+# with a GPU, scenarios/quickstart_gpu.json (the CodeAlpaca pack of 4 x 8192
+# tokens and a dense causal row, Llama-3-8B heads) with the GPU backends, merged
+# into one report; then write
 # report.html beside report.json and print the verdict (`attnbench summary`:
 # per backend pass / fail / unsupported counts, the fastest passing backend per
 # case, where each failure comes from).
@@ -20,11 +23,13 @@ source ci/find_cudnn.sh   # the same cuDNN for the build and on LD_LIBRARY_PATH 
 # peers), in a build folder of its own so that ci/test.sh's full build keeps its
 # configuration. BUILD_DIR and extra CMake arguments override.
 cc=""
+gpu=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .' || true)
 fi
 if [[ "$cc" =~ ^[0-9]+$ ]]; then
   [[ "$cc" == 90 ]] && cc=90a   # wgmma / setmaxnreg need the arch-specific target
+  gpu=1
   export BUILD_DIR=${BUILD_DIR:-build}
   config=(-DATTNBENCH_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cc")
   echo "quickstart: GPU with compute capability ${cc}: building attnbench for it in $BUILD_DIR"
@@ -51,11 +56,32 @@ if [[ ! -f reports/node_modules/vega/build/vega.min.js ]]; then
   fi
 fi
 
+# run SCENARIO DIR [ARGS...]: attnbench run; exit code 0 or 1 folded into $status,
+# anything else (bad input 2, internal error 3, a signal) ends the quick start.
 status=0
-"$bin" run scenarios/default.json --out "$out" || status=$?
-if [[ $status -ne 0 && $status -ne 1 ]]; then
-  echo "quickstart: attnbench run did not complete (exit code $status)" >&2
-  exit $status
+run() {
+  local rc=0
+  "$bin" run "$1" --out "$2" "${@:3}" || rc=$?
+  if [[ $rc -ne 0 && $rc -ne 1 ]]; then
+    echo "quickstart: attnbench run $1 did not complete (exit code $rc)" >&2
+    exit $rc
+  fi
+  ((rc > status)) && status=$rc
+  return 0
+}
+# The GPU backends available here (`attnbench list backends`: device cuda, status available).
+gpu_backends=""
+if [[ -n "$gpu" ]]; then
+  gpu_backends=$("$bin" list backends | awk 'NR > 1 && $2 == "cuda" && $3 == "available" {print $1}' | paste -sd, -)
+fi
+if [[ -n "$gpu_backends" ]]; then
+  # The small cases with every backend, the real packed workload and a dense row
+  # with the GPU backends only (the cpu backend would take minutes there), one report.
+  run scenarios/default.json "$out/small"
+  run scenarios/quickstart_gpu.json "$out/gpu" --backends "$gpu_backends"
+  "$bin" merge "$out/small/report.json" "$out/gpu/report.json" -o "$out/report.json"
+else
+  run scenarios/default.json "$out"
 fi
 "$bin" report "$out/report.json" -o "$out/report.html"
 echo

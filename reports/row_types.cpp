@@ -89,6 +89,8 @@ void to_json(nlohmann::json& j, const CheckFigures& c) {
   if (!c.rule.empty()) j["rule"] = c.rule;
   if (c.mode != "off") j["worst_ratio"] = c.worst_ratio;
   if (c.reference_ms) j["reference_ms"] = *c.reference_ms;
+  if (!c.gold_source.empty()) j["gold_source"] = c.gold_source;
+  if (c.gold_ms) j["gold_ms"] = *c.gold_ms;
   if (c.mode != "off" || !c.tensors.empty()) j["tensors"] = c.tensors;
   if (c.fully_masked_rows) j["fully_masked_rows"] = *c.fully_masked_rows;
   if (!c.failure_class.empty()) j["failure_class"] = c.failure_class;
@@ -105,6 +107,8 @@ void from_json(const nlohmann::json& j, CheckFigures& c) {
   c.rule = j.value("rule", std::string());
   c.worst_ratio = j.value("worst_ratio", CheckNumber());
   c.reference_ms = j.value("reference_ms", std::optional<double>());
+  c.gold_source = j.value("gold_source", std::string());
+  c.gold_ms = j.value("gold_ms", std::optional<double>());
   c.tensors = j.value("tensors", std::vector<TensorCheckFigures>());
   c.fully_masked_rows = j.value("fully_masked_rows", std::optional<int64_t>());
   c.failure_class = j.value("failure_class", std::string());

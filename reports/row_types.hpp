@@ -119,6 +119,11 @@ struct CheckFigures {
   std::string scope, plan, rule;       ///< in words ("" = not written)
   CheckNumber worst_ratio;
   std::optional<double> reference_ms;  ///< float64 reference time, shared by the case's backends
+  /// Where this row's reference came from (harness/run/gold_cache.hpp):
+  /// "computed" by its unit, or "shared" (computed once for the case by another
+  /// unit, in memory or through OUT/.gold/); "" in rows written before it existed.
+  std::string gold_source;
+  std::optional<double> gold_ms;       ///< what obtaining the reference cost this row: computing or loading it (ms)
   std::vector<TensorCheckFigures> tensors;
   std::optional<int64_t> fully_masked_rows;
   std::string failure_class;           ///< fully_masked_rows or numerics; "" when passing

@@ -196,6 +196,12 @@ json stopping_document() {
     p.max_seconds = max_seconds;
     return p;
   };
+  auto nvb = [&](int min_s, int max_s, double target, double max_seconds, double min_time_s) {
+    TimingPolicy p = pol(min_s, max_s, target, max_seconds);
+    p.stopping = Stopping::nvbench;
+    p.min_time_s = min_time_s;
+    return p;
+  };
   const std::vector<Case> cases = {
       {"constant converges at min_samples", pol(5, 1000, 0.02, 2.0), {1.0}},
       {"noisy start then stable", pol(3, 1000, 0.02, 2.0), {1.0, 3.0, 1.0, 1.01, 0.99, 1.0, 1.0, 1.0}},
@@ -207,6 +213,9 @@ json stopping_document() {
       {"min_samples dominates", pol(12, 30, 0.5, 10.0), {1.0, 1.1, 0.9}},
       {"slow drift", pol(5, 200, 0.01, 10.0), {1.0, 1.2, 1.1, 1.05, 1.02, 1.01, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
                                                1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}},
+      {"nvbench: the minimum time binds", nvb(10, 1000, 0.005, 10.0, 0.02), {1.0}},
+      {"nvbench: min_samples binds", nvb(10, 1000, 0.005, 10.0, 0.001), {1.0}},
+      {"nvbench: noisy, the time met, max_samples", nvb(4, 30, 0.005, 10.0, 0.001), {1.0, 1.05}},
   };
   json out = json::array();
   for (const Case& c : cases) {
@@ -220,10 +229,14 @@ json stopping_document() {
           return x;
         },
         [&] { return clock; });
+    json policy = {{"min_samples", c.policy.min_samples}, {"max_samples", c.policy.max_samples},
+                   {"target_rel_stddev", c.policy.target_rel_stddev}, {"max_seconds", c.policy.max_seconds}};
+    if (c.policy.stopping != Stopping::rel_stddev) {
+      policy["stopping"] = to_string(c.policy.stopping);
+      policy["min_time_s"] = c.policy.min_time_s;
+    }
     out.push_back({{"name", c.name},
-                   {"policy", {{"min_samples", c.policy.min_samples}, {"max_samples", c.policy.max_samples},
-                               {"target_rel_stddev", c.policy.target_rel_stddev},
-                               {"max_seconds", c.policy.max_seconds}}},
+                   {"policy", policy},
                    {"samples", c.samples},
                    {"n", st.samples_ms.size()},
                    {"stop_reason", st.stop_reason},

@@ -329,10 +329,15 @@ TEST_CASE("make_request carries the peer, the passes, the timing policy and the 
   ctx.policy.target_rel_stddev = 0.125;
   ctx.policy.max_seconds = 3.5;
   ctx.determinism = false;
+  ctx.policy.stopping = Stopping::nvbench;
+  ctx.policy.min_time_s = 0.25;
   ctx.device = 2;
   r = make_request("torch-flex", p, ctx);
-  CHECK(r["timing"] == json({{"cold", false}, {"warmup", 7}, {"min_samples", 11}, {"max_samples", 13},
-                             {"target_rel_stddev", 0.125}, {"max_seconds", 3.5}, {"hold_stream", true}}));
+  want_timing = json({{"cold", false}, {"warmup", 7}, {"min_samples", 11}, {"max_samples", 13},
+                      {"target_rel_stddev", 0.125}, {"max_seconds", 3.5}, {"hold_stream", true},
+                      {"stopping", "nvbench"}, {"min_time_s", 0.25}, {"throttle_threshold", 0.75},
+                      {"throttle_recovery_s", 0.05}, {"timer", "events"}});
+  CHECK(r["timing"] == want_timing);
   CHECK(r["determinism"] == false);
   CHECK(r["device"] == 2);
 

@@ -41,6 +41,42 @@ std::vector<std::string> shard_child_args() {
   return out;
 }
 
+/// --stopping and --min-time into `p`: nvbench's documented defaults (0.5 %, 10
+/// samples) for what the command line leaves unset. Throws InputError for an
+/// unknown rule or --min-time without --stopping nvbench.
+void apply_stopping_options(TimingPolicy& p, const std::string& stopping, double min_time, bool rel_given,
+                            bool min_samples_given, bool min_time_given) {
+  try {
+    p.stopping = parse_stopping(stopping);
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", "--stopping", e.what());
+  }
+  if (p.stopping == Stopping::nvbench) {
+    if (!rel_given) p.target_rel_stddev = kNvbenchMaxNoise;
+    if (!min_samples_given) p.min_samples = kNvbenchMinSamples;
+  } else if (min_time_given) {
+    throw InputError("<command line>", "--min-time", "applies to --stopping nvbench only (rel_stddev has no minimum time)");
+  }
+  p.min_time_s = min_time;
+}
+
+/// --throttle-threshold (percent), --throttle-recovery and --timer into `p`.
+/// Throws InputError naming the option for a value out of range or an unknown timer.
+void apply_throttle_options(TimingPolicy& p, double threshold_percent, double recovery_s, const std::string& timer) {
+  if (!(threshold_percent >= 0 && threshold_percent <= 100))
+    throw InputError("<command line>", "--throttle-threshold",
+                     "expected a percentage in [0, 100], got " + std::to_string(threshold_percent));
+  if (!(recovery_s >= 0 && recovery_s <= 60))
+    throw InputError("<command line>", "--throttle-recovery", "expected seconds in [0, 60], got " + std::to_string(recovery_s));
+  p.throttle_threshold = threshold_percent / 100.0;
+  p.throttle_recovery_s = recovery_s;
+  try {
+    p.timer = parse_timer(timer);
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", "--timer", e.what());
+  }
+}
+
 }  // namespace
 
 /// Hand the --plugin files (absolute) to the child processes of --isolate, --gpus
@@ -86,8 +122,10 @@ void add_run_command(CLI::App& app, Action& action) {
     std::string shard = "0/1";
     std::string cases;
     bool hot = false, no_timing = false, no_backward = false, no_determinism = false, kernel_trace = false,
-         no_hold = false;
+         no_hold = false, no_overlap = false;
     double max_seconds = 2.0, rel_stddev = 0.02, case_timeout = 0;
+    std::string stopping = "rel_stddev", timer = "events";
+    double min_time = kNvbenchMinTimeS, throttle_threshold = 75, throttle_recovery = 0.05;
     int min_samples = 5, device = 0;
     bool resume = false;
     std::string isolate = "auto", gpus;
@@ -109,11 +147,33 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_flag("--no-stream-hold", args->no_hold,
                 "GPU samples include host launch latency (default: a spin kernel holds the stream while a pass is "
                 "enqueued, as nvbench does)");
+  cmd->add_flag("--no-overlap", args->no_overlap,
+                "GPU backends: check a row's outputs before timing it (default: the check, and the case's float64 "
+                "reference when that row computes it, run on a worker thread while the row is timed)");
   cmd->add_flag("--kernel-trace", args->kernel_trace,
                 "record the kernels of one untimed forward and backward per GPU row (CUPTI) in extra.kernel_trace");
   cmd->add_option("--max-seconds", args->max_seconds, "time cap per (case, backend, pass); default: the scenario's timing.max_seconds, else 2")->capture_default_str();
   cmd->add_option("--rel-stddev", args->rel_stddev, "stop sampling at this relative stddev")->capture_default_str();
   cmd->add_option("--min-samples", args->min_samples, "minimum timing samples")->capture_default_str();
+  cmd->add_option("--stopping", args->stopping,
+                  "stopping rule: rel_stddev (attnbench's: --rel-stddev after --min-samples, no minimum time) | "
+                  "nvbench (nvbench's stdrel shape: also --min-time of accumulated sample time; defaults 0.5 %, "
+                  "10 samples, 0.5 s)")
+      ->capture_default_str();
+  cmd->add_option("--min-time", args->min_time,
+                  "--stopping nvbench: seconds of accumulated sample time before sampling may stop")
+      ->capture_default_str();
+  cmd->add_option("--throttle-threshold", args->throttle_threshold,
+                  "discard GPU samples whose SM clock (NVML) is below PERCENT of the maximum SM clock, or that saw a "
+                  "hardware slowdown (0: keep every sample)")
+      ->capture_default_str();
+  cmd->add_option("--throttle-recovery", args->throttle_recovery,
+                  "seconds to wait after a discarded (throttled) GPU sample")
+      ->capture_default_str();
+  cmd->add_option("--timer", args->timer,
+                  "GPU timer: events (CUDA events around the enqueued pass) | graph (replay of the pass captured as a "
+                  "CUDA graph: launch overhead out of the number)")
+      ->capture_default_str();
   cmd->add_option("--device", args->device, "CUDA device index")->capture_default_str();
   cmd->add_flag("--resume", args->resume,
                 "continue the run in --out from its journal, skipping finished rows (same scenario, seed and options)");
@@ -128,7 +188,9 @@ void add_run_command(CLI::App& app, Action& action) {
   add_plugin_option(cmd, args->plugins);
   cmd->callback([args, cmd, &action] {
     const bool max_seconds_given = cmd->count("--max-seconds") > 0;
-    action = [args, max_seconds_given]() -> int {
+    const bool rel_given = cmd->count("--rel-stddev") > 0, min_samples_given = cmd->count("--min-samples") > 0,
+               min_time_given = cmd->count("--min-time") > 0;
+    action = [args, max_seconds_given, rel_given, min_samples_given, min_time_given]() -> int {
       // Plugins run in isolated children unless --isolate off asks for this process.
       load_plugins(args->plugins, parse_isolate(args->isolate) == RunOptions::Isolate::off);
       export_plugin_path(args->plugins);
@@ -146,10 +208,13 @@ void add_run_command(CLI::App& app, Action& action) {
       o.policy.max_seconds = args->max_seconds;
       o.policy.target_rel_stddev = args->rel_stddev;
       o.policy.min_samples = args->min_samples;
+      apply_stopping_options(o.policy, args->stopping, args->min_time, rel_given, min_samples_given, min_time_given);
+      apply_throttle_options(o.policy, args->throttle_threshold, args->throttle_recovery, args->timer);
       o.timing = !args->no_timing;
       o.backward = !args->no_backward;
       o.determinism = !args->no_determinism;
       o.kernel_trace = args->kernel_trace;
+      o.overlap_check = !args->no_overlap;
       o.device = args->device;
       o.command_line = command_line();
       o.resume = args->resume;

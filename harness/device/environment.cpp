@@ -220,6 +220,46 @@ ClockSample sample_clocks(int cuda_device) {
   return s;
 }
 
+ClockSample read_sm_clock(int cuda_device) {
+  ClockSample s;
+  try {
+    const Nvml& n = Nvml::get();
+    if (!n.ok) {
+      s.reason = n.reason;
+      return s;
+    }
+    static std::mutex mu;
+    static std::map<int, nvmlDevice_t> handles;
+    nvmlDevice_t d = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = handles.find(cuda_device);
+      if (it == handles.end()) {
+        std::string why;
+        d = nvml_device(n, cuda_device, &why);
+        if (!d) {
+          s.reason = why;
+          return s;
+        }
+        handles.emplace(cuda_device, d);
+      } else {
+        d = it->second;
+      }
+    }
+    unsigned v = 0;
+    if (n.clock && n.clock(d, kNvmlClockSm, &v) == kNvmlSuccess) s.sm_clock_mhz = static_cast<int>(v);
+    if (n.max_clock && n.max_clock(d, kNvmlClockSm, &v) == kNvmlSuccess) s.max_sm_clock_mhz = static_cast<int>(v);
+    unsigned long long mask = 0;
+    if (n.reasons && n.reasons(d, &mask) == kNvmlSuccess) s.throttle_mask = mask;
+    s.available = s.sm_clock_mhz >= 0;
+    if (!s.available) s.reason = "nvmlDeviceGetClockInfo failed";
+  } catch (const std::exception& e) {
+    s.available = false;
+    s.reason = e.what();
+  }
+  return s;
+}
+
 // ------------------------------------------------------------------ library versions
 
 bool register_library_version(const std::string& name, std::function<std::string()> provider) {

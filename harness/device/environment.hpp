@@ -38,6 +38,13 @@ struct ClockSample {
 /// a GPU the sample has available == false and the reason.
 ClockSample sample_clocks(int cuda_device = 0);
 
+/// The SM clock, the maximum SM clock and the clocks-event (throttle) reasons of
+/// CUDA device `cuda_device` only: the cheap reading time_pass takes after every
+/// GPU sample (three NVML queries; the device handle is looked up once per
+/// device). Other fields stay -1. Never throws: available == false with the
+/// reason without NVML or a GPU (a CPU-only build included).
+ClockSample read_sm_clock(int cuda_device);
+
 /// Names of the NVML throttle (clocks-event) reason bits set in `mask`, from
 /// NVML's public API documentation: gpu_idle 0x1, applications_clocks_setting 0x2,
 /// sw_power_cap 0x4, hw_slowdown 0x8, sync_boost 0x10, sw_thermal_slowdown 0x20,

@@ -9,12 +9,15 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <stdexcept>
 
 #include <unistd.h>
 
 #include <benchmark/benchmark.h>
 
+#include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
 
@@ -52,7 +55,44 @@ nlohmann::json TimingPolicy::to_json() const {
           {"max_samples", max_samples},
           {"target_rel_stddev", target_rel_stddev},
           {"max_seconds", max_seconds},
-          {"hold_stream", hold_stream}};
+          {"hold_stream", hold_stream},
+          {"stopping", to_string(stopping)},
+          {"min_time_s", min_time_s},
+          {"throttle_threshold", throttle_threshold},
+          {"throttle_recovery_s", throttle_recovery_s},
+          {"timer", to_string(timer)}};
+}
+
+TimingPolicy TimingPolicy::from_json(const nlohmann::json& j) {
+  TimingPolicy p;
+  p.cold = j.value("cold", p.cold);
+  p.warmup = j.value("warmup", p.warmup);
+  p.min_samples = j.value("min_samples", p.min_samples);
+  p.max_samples = j.value("max_samples", p.max_samples);
+  p.target_rel_stddev = j.value("target_rel_stddev", p.target_rel_stddev);
+  p.max_seconds = j.value("max_seconds", p.max_seconds);
+  p.hold_stream = j.value("hold_stream", p.hold_stream);
+  p.stopping = parse_stopping(j.value("stopping", std::string(to_string(p.stopping))));
+  p.min_time_s = j.value("min_time_s", p.min_time_s);
+  p.throttle_threshold = j.value("throttle_threshold", p.throttle_threshold);
+  p.throttle_recovery_s = j.value("throttle_recovery_s", p.throttle_recovery_s);
+  p.timer = parse_timer(j.value("timer", std::string(to_string(p.timer))));
+  return p;
+}
+
+const char* to_string(TimingPolicy::Timer t) { return t == TimingPolicy::Timer::graph ? "graph" : "events"; }
+
+TimingPolicy::Timer parse_timer(const std::string& s) {
+  if (s == "events") return TimingPolicy::Timer::events;
+  if (s == "graph") return TimingPolicy::Timer::graph;
+  throw std::invalid_argument("unknown timer \"" + s + "\" (expected events or graph)");
+}
+
+bool is_throttled(const ClockReading& r, double threshold) {
+  if (!r.available || !(threshold > 0)) return false;
+  if (r.throttle_mask & kHardwareSlowdownMask) return true;
+  return r.sm_clock_mhz >= 0 && r.max_sm_clock_mhz > 0 &&
+         static_cast<double>(r.sm_clock_mhz) < threshold * static_cast<double>(r.max_sm_clock_mhz);
 }
 
 void TimingPolicy::validate() const {
@@ -63,6 +103,11 @@ void TimingPolicy::validate() const {
     bad("max_samples (" + std::to_string(max_samples) + ") must be >= min_samples (" + std::to_string(min_samples) + ")");
   if (!(target_rel_stddev >= 0)) bad("target_rel_stddev must be >= 0, got " + std::to_string(target_rel_stddev));
   if (!(max_seconds > 0)) bad("max_seconds must be > 0, got " + std::to_string(max_seconds));
+  if (!(min_time_s >= 0)) bad("min_time_s must be >= 0, got " + std::to_string(min_time_s));
+  if (!(throttle_threshold >= 0 && throttle_threshold <= 1))
+    bad("throttle_threshold must be in [0, 1] (a fraction of the maximum SM clock), got " +
+        std::to_string(throttle_threshold));
+  if (!(throttle_recovery_s >= 0)) bad("throttle_recovery_s must be >= 0, got " + std::to_string(throttle_recovery_s));
 }
 
 double next_hold_ms(double hold_ms, double host_ms) {
@@ -125,6 +170,15 @@ nlohmann::json TimingStats::to_json() const {
     j["hold_ms"] = hold_ms;
     j["hold_gaps"] = hold_gaps;
   }
+  if (!stopping.empty()) j["stopping"] = stopping;
+  if (clocks_watched) {
+    j["clocks_watched"] = true;
+    j["throttle_discarded"] = throttle_discarded;
+    j["throttled_kept"] = throttled_kept;
+    j["sm_clock_mhz"] = sm_clock_mhz;
+    j["throttle_reasons"] = throttle_reasons;
+  }
+  if (!graph_fallback.empty()) j["graph_fallback"] = graph_fallback;
   j["samples_ms"] = samples_ms;
   return j;
 }
@@ -166,33 +220,69 @@ TimingStats TimingStats::from_json(const nlohmann::json& j, const std::string& f
   if (j.contains("stream_hold") && j["stream_hold"].is_boolean()) t.stream_hold = j["stream_hold"].get<bool>();
   t.hold_ms = jsonu::opt_number(j, "hold_ms", 0.0, file, path);
   t.hold_gaps = jsonu::opt_int(j, "hold_gaps", 0, file, path);
+  t.stopping = jsonu::opt_string(j, "stopping", "", file, path);
+  if (j.contains("clocks_watched") && j["clocks_watched"].is_boolean()) t.clocks_watched = j["clocks_watched"].get<bool>();
+  t.throttle_discarded = jsonu::opt_int(j, "throttle_discarded", 0, file, path);
+  t.throttled_kept = jsonu::opt_int(j, "throttled_kept", 0, file, path);
+  if (j.contains("sm_clock_mhz") && j["sm_clock_mhz"].is_array())
+    for (const auto& v : j["sm_clock_mhz"])
+      if (v.is_number_integer()) t.sm_clock_mhz.push_back(v.get<int>());
+  if (j.contains("throttle_reasons") && j["throttle_reasons"].is_array())
+    for (const auto& v : j["throttle_reasons"])
+      if (v.is_string()) t.throttle_reasons.push_back(v.get<std::string>());
+  t.graph_fallback = jsonu::opt_string(j, "graph_fallback", "", file, path);
   return t;
 }
 
 // ------------------------------------------------------------------ stopping rule
 
-TimingStats sample_until_stable(const TimingPolicy& policy, const std::function<double()>& sample_ms,
+TimingStats sample_until_stable(const TimingPolicy& policy, const std::function<Sample()>& take,
                                 const TimeSource& now) {
   policy.validate();
+  const auto rule = make_stopping_rule(policy.stopping, policy.min_samples, policy.target_rel_stddev, policy.min_time_s);
   TimingStats st;
+  st.stopping = rule->name();
   const double t0 = now();
-  // Welford's running mean and variance: the rule is checked after every sample.
-  double mean = 0, m2 = 0;
+  // Welford's running mean and variance of the kept samples: the rule is asked after every one.
+  SampleState state;
+  double m2 = 0;
+  int64_t taken = 0;
+  std::optional<Sample> last_discarded;
+  auto note_reasons = [&](uint64_t mask) {
+    for (const auto& r : env::throttle_reason_names(mask))
+      if (std::find(st.throttle_reasons.begin(), st.throttle_reasons.end(), r) == st.throttle_reasons.end())
+        st.throttle_reasons.push_back(r);
+  };
+  auto keep = [&](const Sample& x) {
+    st.samples_ms.push_back(x.ms);
+    if (x.clock.available) st.sm_clock_mhz.push_back(x.clock.sm_clock_mhz);
+    state.n = static_cast<int64_t>(st.samples_ms.size());
+    const double n = static_cast<double>(state.n);
+    const double d = x.ms - state.mean_ms;
+    state.mean_ms += d / n;
+    m2 += d * (x.ms - state.mean_ms);
+    state.total_ms += x.ms;
+    state.rel_stddev = (n > 1 && state.mean_ms > 0) ? std::sqrt(m2 / (n - 1)) / state.mean_ms : 0.0;
+  };
   for (;;) {
-    const double x = sample_ms();
-    st.samples_ms.push_back(x);
-    const double n = static_cast<double>(st.samples_ms.size());
-    const double d = x - mean;
-    mean += d / n;
-    m2 += d * (x - mean);
-    const double rel = (n > 1 && mean > 0) ? std::sqrt(m2 / (n - 1)) / mean : 0.0;
-    const int64_t count = static_cast<int64_t>(st.samples_ms.size());
-    if (count >= policy.min_samples && rel <= policy.target_rel_stddev) {
-      st.converged = true;
-      st.stop_reason = "converged";
-      break;
+    const Sample x = take();
+    ++taken;
+    if (x.clock.available) {
+      st.clocks_watched = true;
+      note_reasons(x.clock.throttle_mask);
     }
-    if (count >= policy.max_samples) {
+    if (is_throttled(x.clock, policy.throttle_threshold)) {
+      ++st.throttle_discarded;
+      last_discarded = x;
+    } else {
+      keep(x);
+      if (rule->satisfied(state)) {
+        st.converged = true;
+        st.stop_reason = "converged";
+        break;
+      }
+    }
+    if (taken >= policy.max_samples) {
       st.stop_reason = "max_samples";
       break;
     }
@@ -201,9 +291,19 @@ TimingStats sample_until_stable(const TimingPolicy& policy, const std::function<
       break;
     }
   }
+  if (st.samples_ms.empty() && last_discarded) {  // every sample throttled: keep the last, say so
+    keep(*last_discarded);
+    --st.throttle_discarded;
+    st.throttled_kept = 1;
+  }
   st.wall_seconds = now() - t0;
   st.summarize();
   return st;
+}
+
+TimingStats sample_until_stable(const TimingPolicy& policy, const std::function<double()>& sample_ms,
+                                const TimeSource& now) {
+  return sample_until_stable(policy, std::function<Sample()>([&] { return Sample{sample_ms(), {}}; }), now);
 }
 
 // ------------------------------------------------------------------ cache flushing
@@ -302,6 +402,64 @@ class EventPair {
   EventPair& operator=(const EventPair&) = delete;
   cudaEvent_t start = nullptr, stop = nullptr;
 };
+
+/// One pass captured into a CUDA graph on the timed stream, replayed per sample
+/// (--timer graph). capture() returns nullptr with the reason when the pass cannot
+/// be captured (it uses another stream, synchronises, allocates); the stream is
+/// out of capture mode and its error state cleared either way.
+class GraphReplay {
+ public:
+  static std::unique_ptr<GraphReplay> capture(cudaStream_t s, const std::function<void()>& pass, std::string* why) {
+    auto fail = [&](const std::string& what, cudaError_t e) -> std::unique_ptr<GraphReplay> {
+      (void)cudaGetLastError();
+      *why = "CUDA graph capture failed (" + what + ": " + cudaGetErrorString(e) + "): timed with plain events";
+      return nullptr;
+    };
+    if (s == nullptr) {
+      *why = "the backend times on the legacy default stream, which cannot be captured: timed with plain events";
+      return nullptr;
+    }
+    ATTNBENCH_CHECK(cudaStreamSynchronize(s));
+    cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) return fail("cudaStreamBeginCapture", e);
+    cudaGraph_t g = nullptr;
+    try {
+      pass();
+    } catch (const std::exception& ex) {
+      (void)cudaStreamEndCapture(s, &g);
+      if (g) cudaGraphDestroy(g);
+      (void)cudaGetLastError();
+      *why = std::string("CUDA graph capture failed (the pass threw: ") + ex.what() + "): timed with plain events";
+      return nullptr;
+    }
+    e = cudaStreamEndCapture(s, &g);
+    if (e != cudaSuccess || !g) {
+      if (g) cudaGraphDestroy(g);
+      return fail("cudaStreamEndCapture", e);
+    }
+    auto r = std::unique_ptr<GraphReplay>(new GraphReplay());
+    r->graph_ = g;
+    e = cudaGraphInstantiateWithFlags(&r->exec_, g, 0);
+    if (e != cudaSuccess) return fail("cudaGraphInstantiate", e);
+    return r;
+  }
+  void launch(cudaStream_t s) { ATTNBENCH_CHECK(cudaGraphLaunch(exec_, s)); }
+  ~GraphReplay() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+
+ private:
+  GraphReplay() = default;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+/// The SM clock and throttle reasons of CUDA device `device` now (NVML).
+ClockReading read_clock(int device) {
+  const env::ClockSample c = env::read_sm_clock(device);
+  return {c.available, c.sm_clock_mhz, c.max_sm_clock_mhz, c.throttle_mask};
+}
 #endif
 
 /// Discards everything Google Benchmark reports, keeping the runs for checks.
@@ -357,10 +515,12 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
     throw std::runtime_error("backend \"" + backend.name() + "\" needs CUDA but attnbench was built without it");
 #endif
 
-  std::function<double()> take_sample;
+  std::function<Sample()> take_sample;
   std::function<void()> warm;
   double hold_ms = 0.2;  // GPU stream hold (policy.hold_stream), adapted to the host enqueue time
   int64_t hold_gaps = 0;
+  std::string graph_fallback;  // --timer graph: why plain events were used
+  bool graph_used = false;
 #if defined(ATTNBENCH_HAVE_CUDA)
   double recent_host[4] = {0, 0, 0, 0};  // last host enqueue times (ms), ring buffer
   size_t recent_n = 0;
@@ -373,23 +533,29 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
     hold_ms = next_hold_ms(0.2, m);
   };
   std::unique_ptr<EventPair> events;
+  std::unique_ptr<GraphReplay> graph;
   cudaStream_t stream = static_cast<cudaStream_t>(inst.stream());
   L2Flusher* l2 = nullptr;
+  int device = 0;
   if (gpu) {
     events = std::make_unique<EventPair>();
     if (policy.cold) l2 = &L2Flusher::for_current_device();
+    ATTNBENCH_CHECK(cudaGetDevice(&device));
     // With the hold, the stream is: [hold: spins while the host enqueues] [L2
-    // flush] start [pass] stop. A sample whose enqueue outlasted the hold (the GPU
-    // may have idled inside the events) is retaken with a longer hold, or kept and
-    // counted in hold_gaps once the hold is at its cap.
-    take_sample = [&]() -> double {
+    // flush] start [pass, or the graph replaying it] stop. A sample whose enqueue
+    // outlasted the hold (the GPU may have idled inside the events) is retaken
+    // with a longer hold, or kept and counted in hold_gaps once the hold is at
+    // its cap. Then the clocks are read (throttle discard) and, after a throttled
+    // sample, the loop waits throttle_recovery_s.
+    take_sample = [&]() -> Sample {
       for (int attempt = 0;; ++attempt) {
         pre();
         if (policy.hold_stream) device::hold_stream(stream, hold_ms);
         const double h0 = steady_seconds();
         if (l2) l2->flush(stream);
         ATTNBENCH_CHECK(cudaEventRecord(events->start, stream));
-        timed();
+        if (graph) graph->launch(stream);
+        else timed();
         const double host_ms = (steady_seconds() - h0) * 1e3;
         ATTNBENCH_CHECK(cudaEventRecord(events->stop, stream));
         ATTNBENCH_CHECK(cudaEventSynchronize(events->stop));
@@ -403,7 +569,10 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
             ++hold_gaps;                                   // kept: host time may be inside
           }
         }
-        return static_cast<double>(ms);
+        Sample out{static_cast<double>(ms), read_clock(device)};
+        if (is_throttled(out.clock, policy.throttle_threshold) && policy.throttle_recovery_s > 0)
+          std::this_thread::sleep_for(std::chrono::duration<double>(policy.throttle_recovery_s));
+        return out;
       }
     };
     warm = [&] {
@@ -415,18 +584,25 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
       ATTNBENCH_CHECK(cudaStreamSynchronize(stream));
       note_host(host_ms);
     };
+    if (policy.timer == TimingPolicy::Timer::graph) {
+      pre();
+      graph = GraphReplay::capture(stream, timed, &graph_fallback);
+      inst.synchronize();
+      graph_used = graph != nullptr;
+    }
   }
 #endif
   if (!gpu) {
+    if (policy.timer == TimingPolicy::Timer::graph) graph_fallback = "not a GPU pass: timed with the steady clock";
     HostCacheFlusher* host = policy.cold ? &HostCacheFlusher::get() : nullptr;
-    take_sample = [&, host]() -> double {
+    take_sample = [&, host]() -> Sample {
       pre();
       inst.synchronize();
       if (host) host->flush();
       const double t0 = now();
       timed();
       inst.synchronize();
-      return (now() - t0) * 1e3;
+      return {(now() - t0) * 1e3, {}};
     };
     warm = [&] {
       pre();
@@ -471,7 +647,8 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
   if (failure) std::rethrow_exception(failure);
   if (ran != 1 || reporter.runs().size() != 1 || run_failed(reporter.runs()[0], 0))
     throw std::logic_error("Google Benchmark did not run the timing loop of " + name);
-  result.timer = gpu ? "cuda_events" : "steady_clock";
+  result.timer = graph_used ? "cuda_graph" : gpu ? "cuda_events" : "steady_clock";
+  result.graph_fallback = graph_fallback;
   if (gpu && policy.hold_stream) {
     result.stream_hold = true;
     result.hold_ms = hold_ms;

@@ -1,8 +1,10 @@
 // The measurement engine (docs/semantics.md section 9): times one pass of a prepared
 // backend instance. GPU passes are timed with CUDA events on the instance's
 // stream; CPU passes with a steady clock. Warm-up, cold (L2 flushed between
-// samples) or hot mode, and a stopping rule on the relative standard deviation
-// with a minimum sample count and a time cap (nvbench's approach).
+// samples) or hot mode, a stopping rule (harness/measure/stopping.hpp: attnbench's
+// relative-stddev rule by default, or nvbench's stdrel shape) under a sample and a
+// wall-time cap, GPU samples taken while the GPU throttles discarded (nvbench's
+// throttle detection, read from NVML), and an optional CUDA-graph replay timer.
 //
 // One time_pass() call is one Google Benchmark run (registered at run time,
 // reported to a silent reporter, never reading our argv). Inside that run the
@@ -27,6 +29,19 @@
 //    enqueue outlasts it is retaken behind the longer hold (at most 3 times, then
 //    kept and counted in hold_gaps). With hold_stream off, the first launch's host
 //    latency is in the number.
+//  - Throttle discard (GPU only): after every sample the SM clock and the
+//    clocks-event (throttle) reasons are read from NVML (env::read_sm_clock); a
+//    sample whose SM clock is below throttle_threshold of the board's maximum SM
+//    clock, or that saw a hardware slowdown reason, is discarded (nvbench's
+//    --throttle-threshold, default 75 % of the default clock, and its
+//    --throttle-recovery-delay: the loop then waits throttle_recovery_s). Discarded
+//    samples are counted in the row, never averaged. Without NVML nothing is
+//    discarded and the row says the clocks were not watched.
+//  - `timer = graph` (--timer graph): the timed pass is captured once into a CUDA
+//    graph on the instance's stream and each sample replays it (cudaGraphLaunch),
+//    so launch overhead is out of the number (triton's do_bench_cudagraph idea). A
+//    backend whose pass cannot be captured (another stream, a synchronising call)
+//    is timed with plain events instead, and its row says why (graph_fallback).
 //  - time_pass() clears Google Benchmark's registry when it returns: do not call
 //    it from inside a Google Benchmark benchmark, nor mix it with statically
 //    registered benchmarks in one process.
@@ -40,6 +55,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/backend/backend.hpp"
+#include "harness/measure/stopping.hpp"
 
 namespace attnbench {
 
@@ -62,12 +78,56 @@ struct TimingPolicy {
   /// events measure GPU time, not host launch latency (nvbench's blocking kernel;
   /// the PyTorch peers' workers hold their stream the same way). `--no-stream-hold`.
   bool hold_stream = true;
+  /// The stopping rule (stopping.hpp); `--stopping rel_stddev|nvbench`.
+  Stopping stopping = Stopping::rel_stddev;
+  /// nvbench rule only: seconds of accumulated sample time before it may stop (`--min-time`).
+  double min_time_s = kNvbenchMinTimeS;
+  /// GPU: discard a sample whose SM clock (NVML, read after it) is below this
+  /// fraction of the maximum SM clock, or that saw a hardware slowdown; 0 keeps
+  /// every sample. `--throttle-threshold PERCENT` (nvbench's default 75 %).
+  double throttle_threshold = 0.75;
+  /// GPU: seconds to wait after a discarded sample (nvbench's --throttle-recovery-delay default).
+  double throttle_recovery_s = 0.05;
+  /// GPU timer: CUDA events around the enqueued pass, or a replayed CUDA graph of it (`--timer graph`).
+  enum class Timer { events, graph } timer = Timer::events;
   /// The policy as JSON (recorded in the report header as "measurement").
   nlohmann::json to_json() const;
   /// Throws std::invalid_argument naming the field unless min_samples >= 1,
-  /// max_samples >= min_samples, warmup >= 0, target_rel_stddev >= 0 and
-  /// max_seconds > 0.
+  /// max_samples >= min_samples, warmup >= 0, target_rel_stddev >= 0,
+  /// max_seconds > 0, min_time_s >= 0, throttle_threshold in [0, 1] and
+  /// throttle_recovery_s >= 0.
   void validate() const;
+  /// The policy that to_json() wrote; fields it lacks (older journals and
+  /// requests) keep their defaults. Throws nlohmann::json::exception on a wrong type
+  /// and std::invalid_argument on an unknown stopping rule or timer.
+  static TimingPolicy from_json(const nlohmann::json& j);
+};
+
+/// "events" or "graph"; parse_timer throws std::invalid_argument for other names.
+const char* to_string(TimingPolicy::Timer t);
+TimingPolicy::Timer parse_timer(const std::string& s);
+
+/// The GPU's clocks as read right after one sample (NVML in time_pass; fakes in tests).
+struct ClockReading {
+  bool available = false;       ///< false: no NVML or no GPU: nothing is discarded
+  int sm_clock_mhz = -1;        ///< current SM clock
+  int max_sm_clock_mhz = -1;    ///< the board's maximum SM clock
+  uint64_t throttle_mask = 0;   ///< NVML clocks-event reason bits (env::throttle_reason_names)
+};
+
+/// NVML reasons that discard a sample whatever the clock: hw_slowdown (0x8),
+/// hw_thermal_slowdown (0x40), hw_power_brake_slowdown (0x80).
+inline constexpr uint64_t kHardwareSlowdownMask = 0x8 | 0x40 | 0x80;
+
+/// Whether a sample read at `r` was taken while throttling: r.available,
+/// threshold > 0, and either sm_clock_mhz < threshold * max_sm_clock_mhz or a
+/// bit of kHardwareSlowdownMask set.
+bool is_throttled(const ClockReading& r, double threshold);
+
+/// One sample as the sampler sees it: its time and the clocks read after it.
+struct Sample {
+  double ms = 0;
+  ClockReading clock;
 };
 
 /// Summary of the samples, milliseconds.
@@ -86,6 +146,15 @@ struct TimingStats {
   bool stream_hold = false;          ///< GPU samples were taken behind a stream hold
   double hold_ms = 0;                ///< the hold's length at the last sample (ms)
   int64_t hold_gaps = 0;             ///< kept samples whose enqueue outlasted the hold (host time may be inside)
+  std::string stopping;              ///< the rule that decided "converged": "rel_stddev" or "nvbench" ("" = not recorded)
+  /// The clocks were read after every sample (GPU with NVML): then the fields
+  /// below are meaningful and written.
+  bool clocks_watched = false;
+  int64_t throttle_discarded = 0;    ///< samples discarded as taken while throttling (not in samples_ms)
+  int64_t throttled_kept = 0;        ///< throttled samples kept because the cap came with no other (0 or 1)
+  std::vector<int> sm_clock_mhz;     ///< SM clock after each kept sample (MHz), parallel to samples_ms
+  std::vector<std::string> throttle_reasons;  ///< NVML reasons seen after any sample, kept or not (union)
+  std::string graph_fallback;        ///< --timer graph: why this pass was timed with plain events ("" = it was not)
 
   /// JSON object with every field above (samples_ms included); the "timing"
   /// entries of a report row (docs/report-format.md).
@@ -122,9 +191,18 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass,
 TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass,
                       const TimingPolicy& policy, const TimeSource& now);
 
-/// The stopping rule alone, for tests and other timers: calls `sample_ms()` until
-/// the rule of time_pass() says stop (`now` measures the cap) and returns the
-/// summarised samples with converged / stop_reason set. No warm-up.
+/// The sampling loop alone, for tests and other timers: calls `take()` until the
+/// policy's stopping rule is satisfied (converged), max_samples samples were
+/// taken (kept or discarded), or `now()` - start reaches max_seconds (time_cap),
+/// checked in that order after every sample. A sample whose clock reading
+/// is_throttled() under policy.throttle_threshold is discarded (counted in
+/// throttle_discarded), unless the loop ends with no kept sample: then the last
+/// one is kept (throttled_kept = 1). Returns the summarised kept samples with
+/// converged, stop_reason, stopping and the clock fields set. No warm-up, no
+/// recovery wait (time_pass waits).
+TimingStats sample_until_stable(const TimingPolicy& policy, const std::function<Sample()>& take,
+                                const TimeSource& now);
+/// As above for samples without clock readings (nothing is discarded).
 TimingStats sample_until_stable(const TimingPolicy& policy, const std::function<double()>& sample_ms,
                                 const TimeSource& now);
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <new>
 #include <fstream>
+#include <future>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -29,6 +30,7 @@
 #include "reports/schema.hpp"
 #include "reports/summary.hpp"
 #include "harness/model/json_util.hpp"
+#include "harness/run/gold_cache.hpp"
 #include "harness/run/process.hpp"
 #include "reference/reference.hpp"
 
@@ -45,25 +47,6 @@ using Clock = std::chrono::steady_clock;
 const std::string kNotAvailable = "backend not available on this machine: ";
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-/// Reference outputs of one case, computed once and shared by every backend.
-/// What is checked (full, or a deterministic sample of (batch, kv-head) slices
-/// when the float64 reference would be expensive) is decided by plan_check.
-struct GoldCache {
-  bool ready = false;
-  CheckPlan plan;
-  AttentionOutputs gold, lp;
-  double ms = 0;
-};
-
-void compute_gold(const Problem& p, const ProblemData& in, CheckMode mode, bool grads, GoldCache& g) {
-  auto t0 = Clock::now();
-  g.plan = plan_check(p, mode, grads);
-  g.gold = reference::gold(p, in, grads, g.plan.slices);
-  g.lp = reference::lp(p, in, grads, g.plan.slices);
-  g.ms = ms_since(t0);
-  g.ready = true;
 }
 
 nlohmann::json packing_json(const std::optional<PackingStats>& s) {
@@ -177,11 +160,8 @@ CaseShared build_case_shared(const Problem& p) {
   return cs;
 }
 
-/// What a case's units share in one process: inputs and the reference, both lazy.
-struct UnitCache {
-  std::unique_ptr<ProblemData> inputs;
-  GoldCache gold;
-};
+/// What a case's units share: inputs and the reference (harness/run/gold_cache.hpp).
+using UnitCache = CaseGold;
 
 /// Timed passes of one instance into row.timing.
 void time_unit(Backend& backend, BackendInstance& inst, const RunOptions& opts, ReportRow& row) {
@@ -208,41 +188,70 @@ void time_unit(Backend& backend, BackendInstance& inst, const RunOptions& opts, 
   }
 }
 
-/// prepare, run, check, determinism, timing and trace of one available backend
-/// that supports the case, in this process. Never throws: an exception becomes
-/// the row's status (unsupported, timeout, crashed, oom, error) and message.
+/// The verdict of a row's outputs: the check against the case's reference
+/// (computed or shared, CaseGold), or with --check off the non-finite counts.
+struct CheckOutcome {
+  CheckFigures figures;
+  RowStatus status = RowStatus::unchecked;
+  std::string message;
+  double ms = 0;  ///< host time of the whole check, obtaining the reference included
+};
+
+CheckOutcome check_unit(const Problem& p, const Backend& backend, const RunOptions& opts, UnitCache& cache,
+                        const AttentionOutputs& got) {
+  const auto t0 = Clock::now();
+  CheckOutcome out;
+  if (opts.check != CheckMode::off) {
+    GoldProvenance gold_how;
+    const GoldCache& gold = cache.get_gold(p, opts.check, opts.backward, &gold_how);
+    CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend.rule(), gold.plan.slices);
+    out.figures = cr.to_json().get<CheckFigures>();
+    out.figures.plan = gold.plan.description;
+    out.figures.reference_ms = gold.ms;
+    out.figures.gold_source = gold_how.source;
+    out.figures.gold_ms = gold_how.ms;
+    out.status = cr.pass ? RowStatus::pass : RowStatus::fail;
+    if (!cr.pass) out.message = cr.failure_detail;  // convention vs wrong numbers (check.hpp)
+  } else {
+    out.figures.mode = "off";
+    out.figures.scope = "nothing checked (--check off)";
+    out.figures.nonfinite = count_nonfinite(got).get<std::map<std::string, int64_t>>();
+    out.status = RowStatus::unchecked;  // never an unearned pass
+  }
+  out.ms = ms_since(t0);
+  return out;
+}
+
+/// Whether a unit's host-side check (and, for the case's first unit, the float64
+/// reference) runs on a worker thread while the unit is timed: GPU backends with
+/// a check and timing, unless --no-overlap. CPU backends never (their timing
+/// shares the host cores, and the reference runs on the same pool).
+bool overlap_check(const Backend& backend, const RunOptions& opts) {
+  return opts.overlap_check && opts.timing && opts.check != CheckMode::off && backend.device() == Device::cuda;
+}
+
+/// prepare, run, determinism, check, timing and trace of one available backend
+/// that supports the case, in this process. The check overlaps the timing when
+/// overlap_check() (at most one pending: it is joined before the unit returns;
+/// extra.check_overlap records its time and how long the unit waited for it).
+/// Never throws: an exception becomes the row's status (unsupported, timeout,
+/// crashed, oom, error) and message.
 void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCache& cache, int64_t useful_pairs,
               ReportRow& row) {
   try {
-    if (!cache.inputs) cache.inputs = std::make_unique<ProblemData>(make_inputs(p));
+    GoldProvenance inputs_how;
+    const ProblemData& inputs = cache.get_inputs(p, &inputs_how);
+    row.extra["inputs"] = {{"source", inputs_how.source}, {"ms", inputs_how.ms}};
     auto t0 = Clock::now();
-    auto inst = backend.prepare(p, *cache.inputs);
+    auto inst = backend.prepare(p, inputs);
     const double prepare_ms = ms_since(t0);
     row.work = count_work(p, useful_pairs, inst->executed_pairs());
     inst->poison_outputs();
     inst->forward();
     if (opts.backward) inst->backward();
     inst->synchronize();
-    AttentionOutputs got = inst->read_outputs(opts.backward);
-    if (opts.check != CheckMode::off) {
-      GoldCache& gold = cache.gold;
-      if (!gold.ready) compute_gold(p, *cache.inputs, opts.check, opts.backward, gold);
-      CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend.rule(), gold.plan.slices);
-      CheckFigures check = cr.to_json().get<CheckFigures>();
-      check.plan = gold.plan.description;
-      check.reference_ms = gold.ms;
-      row.check = std::move(check);
-      row.status = cr.pass ? RowStatus::pass : RowStatus::fail;
-      if (!cr.pass) row.message = cr.failure_detail;  // convention vs wrong numbers (check.hpp)
-    } else {
-      CheckFigures off;
-      off.mode = "off";
-      off.scope = "nothing checked (--check off)";
-      off.nonfinite = count_nonfinite(got).get<std::map<std::string, int64_t>>();
-      row.check = std::move(off);
-      row.status = RowStatus::unchecked;  // never an unearned pass
-    }
-    if (opts.determinism) {
+    const AttentionOutputs got = inst->read_outputs(opts.backward);
+    if (opts.determinism) {  // before the check: read_outputs may use the pool the reference runs on
       inst->poison_outputs();
       inst->forward();
       if (opts.backward) inst->backward();
@@ -252,9 +261,22 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
       row.extra["deterministic"] = ext ? *ext : bitwise_equal(got, again);
       row.extra["expected_deterministic"] = backend.deterministic();
     }
+    const bool overlap = overlap_check(backend, opts);
+    std::future<CheckOutcome> pending;  // joined by its destructor if the timing throws
+    CheckOutcome checked;
+    if (overlap) pending = std::async(std::launch::async, [&] { return check_unit(p, backend, opts, cache, got); });
+    else checked = check_unit(p, backend, opts, cache, got);
     if (opts.timing) time_unit(backend, *inst, opts, row);
     if (opts.kernel_trace && backend.device() == Device::cuda)
       row.extra["kernel_trace"] = trace_passes(*inst, opts.backward);
+    if (overlap) {
+      t0 = Clock::now();
+      checked = pending.get();
+      row.extra["check_overlap"] = {{"check_ms", checked.ms}, {"wait_ms", ms_since(t0)}};
+    }
+    row.check = std::move(checked.figures);
+    row.status = checked.status;
+    row.message = std::move(checked.message);
     if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
     row.extra["prepare_ms"] = prepare_ms;
     row.extra["setup_ms"] = inst->setup_ms();
@@ -287,7 +309,7 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
 nlohmann::json options_json(const RunOptions& o) {
   return {{"check", to_string(o.check)},  {"backward", o.backward},         {"timing", o.timing},
           {"determinism", o.determinism}, {"kernel_trace", o.kernel_trace}, {"device", o.device},
-          {"policy", o.policy.to_json()}};
+          {"policy", o.policy.to_json()}, {"overlap_check", o.overlap_check}};
 }
 
 RunOptions options_from_json(const nlohmann::json& j) {
@@ -298,14 +320,8 @@ RunOptions options_from_json(const nlohmann::json& j) {
   o.determinism = j.at("determinism").get<bool>();
   o.kernel_trace = j.at("kernel_trace").get<bool>();
   o.device = j.at("device").get<int>();
-  const auto& p = j.at("policy");
-  o.policy.cold = p.at("cold").get<bool>();
-  o.policy.warmup = p.at("warmup").get<int>();
-  o.policy.min_samples = p.at("min_samples").get<int>();
-  o.policy.max_samples = p.at("max_samples").get<int>();
-  o.policy.target_rel_stddev = p.at("target_rel_stddev").get<double>();
-  o.policy.max_seconds = p.at("max_seconds").get<double>();
-  o.policy.hold_stream = p.at("hold_stream").get<bool>();
+  o.policy = TimingPolicy::from_json(j.at("policy"));
+  o.overlap_check = j.value("overlap_check", o.overlap_check);
   return o;
 }
 
@@ -313,7 +329,7 @@ RunOptions options_from_json(const nlohmann::json& j) {
 /// or a crashed / timeout / error row made here from how the child ended. Returns
 /// false (and no row) when this run was asked to stop while the child ran.
 bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& opts, const std::filesystem::path& dir,
-                  int64_t unit_no, ReportRow& row, bool check_support = false) {
+                  int64_t unit_no, const GoldStore& gold, ReportRow& row, bool check_support = false) {
   const std::string base = (dir / ("unit-" + std::to_string(unit_no))).string();
   const std::string req = base + ".request.json", res = base + ".row.json", out = base + ".stdout",
                     err = base + ".stderr";
@@ -321,7 +337,8 @@ bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& op
   write_json_atomic(req, {{"problem", to_json(c.problem, false)},
                           {"row", skeleton.to_json()},
                           {"options", options_json(opts)},
-                          {"check_support", check_support}},
+                          {"check_support", check_support},
+                          {"gold_dir", gold.dir().string()}},
                     /*sync=*/false);  // transient: read back by the child at once
   const std::string exe = opts.executable.empty() ? self_executable() : opts.executable;
   ChildStatus st;
@@ -382,6 +399,17 @@ bool isolate_backend(const Backend& b, const RunOptions& opts, size_t cases) {
   return b.device() == Device::cuda && !b.runs_out_of_process() && cases > 1;
 }
 
+/// Whether the units of a case share inputs and reference through files
+/// (OUT/.gold/, harness/run/gold_cache.hpp): when more than one backend runs and
+/// some run in a child process (in one process they share them in memory).
+bool share_gold_files(const std::vector<std::unique_ptr<Backend>>& backends, const RunOptions& opts, size_t cases) {
+  if (backends.size() < 2) return false;
+  for (const auto& b : backends)
+    if (isolate_backend(*b, opts, cases) || (b->isolated_only() && opts.isolate != RunOptions::Isolate::off))
+      return true;
+  return false;
+}
+
 /// Create the output directory; failures are bad input (exit 2), naming it.
 void make_out_dir(const std::string& dir) {
   std::error_code ec;
@@ -408,7 +436,7 @@ bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isol
   auto isolated = [&](bool check_support) {
     make_out_dir(unit_dir.string());
     const ReportRow skeleton = row;
-    return run_isolated(c, skeleton, opts, unit_dir, unit_no++, row, check_support);
+    return run_isolated(c, skeleton, opts, unit_dir, unit_no++, cache.store, row, check_support);
   };
   std::string why;
   if (backend.isolated_only() && opts.isolate != RunOptions::Isolate::off) {
@@ -492,6 +520,12 @@ void require_same_identity(const nlohmann::json& was, const nlohmann::json& now,
     nlohmann::json old = was.contains(k) ? was[k] : nlohmann::json(nullptr);
     // journals written before the path was normalised hold it as typed
     if (k == "scenario_file" && old.is_string()) old = canonical_file(old.get<std::string>());
+    // journals written before a measurement field existed ran with its default
+    if (k == "measurement" && old.is_object()) {
+      const nlohmann::json defaults = TimingPolicy{}.to_json();
+      for (const auto& [field, dflt] : defaults.items())
+        if (!old.contains(field)) old[field] = dflt;
+    }
     if (old != v) diff += (diff.empty() ? "" : "; ") + k + " was " + old.dump() + ", now " + v.dump();
   }
   if (!diff.empty())
@@ -848,6 +882,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   int64_t unit_no = 0;
   std::map<std::string, std::string> unavailable;  // isolated-only backend -> its "not available" reason
   ActiveRun active(journal, writer);
+  const GoldStore gold_store = share_gold_files(backends, opts, cases.size()) ? GoldStore(dir / ".gold") : GoldStore();
+  GoldStore(dir / ".gold").clear();  // what a killed run left
   for (size_t k = 0; k < cases.size() && !stop_signal(); ++k) {
     Case c = scenario.cases[cases[k]];
     if (opts.seed) c.problem.seed = *opts.seed;
@@ -869,6 +905,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     }
     const int64_t useful_pairs = shared.useful_pairs;
     UnitCache cache;
+    cache.store = gold_store;
     for (auto& backend : backends) {
       if (stop_signal()) break;
       if (done.count(c.id + "|" + backend->variant())) continue;
@@ -878,6 +915,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
         break;  // stopped: left to --resume
       finish_row(row, journal, writer, summary);
     }
+    gold_store.clear();  // the case is done: its shared inputs and reference go
   }
   std::error_code ec;
   std::filesystem::remove(unit_dir, ec);  // only when empty
@@ -937,6 +975,7 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
   if (device::cuda_device_available()) device::select_device(opts.device);
 #endif
   UnitCache cache;
+  if (const std::string gold_dir = req.value("gold_dir", ""); !gold_dir.empty()) cache.store = GoldStore(gold_dir);
   const int64_t useful_pairs = row.work ? row.work->useful_pairs : 0;
   std::string why;
   if (!req.value("check_support", false)) {

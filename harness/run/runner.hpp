@@ -32,6 +32,10 @@ struct RunOptions {
   /// of each in-process GPU backend (CUPTI) into extra.kernel_trace
   /// (harness/measure/kernel_trace.hpp); `--kernel-trace`.
   bool kernel_trace = false;
+  /// GPU backends: run a unit's host-side check (and the case's float64 reference
+  /// when it computes it) on a worker thread while the unit is timed, joined before
+  /// its row is written (at most one pending check); `--no-overlap` turns it off.
+  bool overlap_check = true;
   TimingPolicy policy;
   int shard_index = 0, shard_count = 1;  ///< run cases with index % count == shard_index
   std::string case_filter;            ///< ECMAScript regex searched in case ids; empty = all

@@ -1,0 +1,244 @@
+// One float64 gold per case (harness/run/gold_cache.hpp): the shared file's
+// round trip (bit-exact, float32 where exact), refusal of stale, torn and
+// corrupted files, CaseGold's computed / shared provenance, and at the CLI a
+// sweep with isolated backends that computes one reference per case.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/run/gold_cache.hpp"
+#include "reference/reference.hpp"
+#include "tests/cli_util.hpp"
+#include "tests/test_util.hpp"
+
+using namespace attnbench;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool bits_equal(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+
+/// Equal values, NaN matching NaN (NaN payloads are not kept by a float32 array).
+bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
+Problem small_problem(uint64_t seed = 7) {
+  Problem p = test::with_causal(test::make_problem(2, 4, 2, 24, 40, 16, DType::bf16, Layout::bshd, seed));
+  p.score_mod.kind = ScoreMod::Kind::offset_bias;
+  p.score_mod.size = 9;  // a learnable bias and an offset table travel too
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("a gold bundle reads back bit-exact; float32 where every value is one, float64 otherwise") {
+  test::cli::TempDir dir;
+  const fs::path file = dir.path / "b.gold";
+  GoldBundle b;
+  b.meta = {{"ms", 12.5}};
+  HostTensor halfs({2, 3});
+  for (size_t i = 0; i < halfs.data.size(); ++i) halfs.data[i] = 0.25 * static_cast<double>(i) - 1;
+  halfs.data[4] = std::numeric_limits<double>::quiet_NaN();
+  halfs.data[5] = -std::numeric_limits<double>::infinity();
+  HostTensor doubles({3});
+  doubles.data = {0.1, 1.0 / 3.0, -2e-300};
+  b.arrays["halfs"] = halfs;
+  b.arrays["doubles"] = doubles;
+  b.arrays["empty"] = HostTensor({0});
+  const nlohmann::json key = {{"kind", "test"}, {"n", 1}};
+  write_gold_bundle(file, key, b);
+  // float32 for `halfs` (6 * 4 bytes), float64 for `doubles` (3 * 8): the payload
+  // is their sum; the trailer follows.
+  std::string why;
+  auto back = read_gold_bundle(file, key, &why);
+  REQUIRE_MESSAGE(back, why);
+  CHECK(back->meta["ms"] == 12.5);
+  CHECK(back->arrays.at("halfs").shape == std::vector<int64_t>{2, 3});
+  CHECK(same_values(back->arrays.at("halfs").data, halfs.data));
+  CHECK(bits_equal(back->arrays.at("doubles").data, doubles.data));
+  CHECK(back->arrays.at("empty").data.empty());
+  const std::string bytes = test::cli::slurp(file);
+  CHECK(bytes.find("\"dtype\":\"f4\"") != std::string::npos);
+  CHECK(bytes.find("\"dtype\":\"f8\"") != std::string::npos);
+  CHECK(bytes.substr(bytes.size() - 8) == "ABGOLD01");
+  CHECK(bytes.find("\"offset\":24") != std::string::npos);  // arrays by name: halfs after the 3 float64 doubles
+}
+
+TEST_CASE("stale, torn, corrupted or missing files are never used") {
+  test::cli::TempDir dir;
+  const fs::path file = dir.path / "b.gold";
+  GoldBundle b;
+  HostTensor t({4});
+  t.data = {1, 2, 3, 4};
+  b.arrays["t"] = t;
+  const nlohmann::json key = {{"problem", {{"seed", 1}}}};
+  write_gold_bundle(file, key, b);
+  std::string why;
+  CHECK_FALSE(read_gold_bundle(file, {{"problem", {{"seed", 2}}}}, &why));
+  CHECK(why.find("stale") != std::string::npos);
+  CHECK_FALSE(read_gold_bundle(dir.path / "none.gold", key, &why));
+  CHECK(why == "no file");
+
+  std::string bytes = test::cli::slurp(file);
+  {  // one flipped payload byte: the CRC-32 says so
+    std::string bad = bytes;
+    bad[3] ^= 0x40;
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bad;
+    CHECK_FALSE(read_gold_bundle(file, key, &why));
+    CHECK(why.find("CRC-32") != std::string::npos);
+  }
+  {  // cut short (a writer killed mid-file never renames, but a foreign file may be torn)
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 5);
+    CHECK_FALSE(read_gold_bundle(file, key, &why));
+    CHECK(why.find("trailer") != std::string::npos);
+  }
+  {  // the original reads again
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    CHECK(read_gold_bundle(file, key, &why));
+  }
+}
+
+TEST_CASE("GoldStore: inputs and reference round-trip exactly; keys tell problems, seeds and check modes apart") {
+  test::cli::TempDir dir;
+  const GoldStore store(dir.path / ".gold");
+  const Problem p = small_problem();
+  const ProblemData in = make_inputs(p);
+  REQUIRE(in.offset.size() > 0);
+  CHECK_FALSE(store.load_inputs(p));
+  REQUIRE(store.save_inputs(p, in));
+  auto back = store.load_inputs(p);
+  REQUIRE(back);
+  CHECK(bits_equal(back->q.data, in.q.data));
+  CHECK(bits_equal(back->k.data, in.k.data));
+  CHECK(bits_equal(back->v.data, in.v.data));
+  CHECK(bits_equal(back->d_o.data, in.d_o.data));
+  CHECK(back->q.shape == in.q.shape);
+  CHECK(bits_equal(back->bias, in.bias));
+  CHECK(back->offset == in.offset);
+  // bf16 inputs are float32-exact: stored at 4 bytes an element (plus a small trailer)
+  const auto numel = in.q.data.size() + in.k.data.size() + in.v.data.size() + in.d_o.data.size();
+  CHECK(fs::file_size(store.file_for(GoldStore::inputs_key(p))) < 4 * numel + 4 * 64 + 4096);
+
+  Problem other_seed = p;
+  other_seed.seed = 8;
+  CHECK_FALSE(store.load_inputs(other_seed));
+  CHECK(store.file_for(GoldStore::inputs_key(other_seed)) != store.file_for(GoldStore::inputs_key(p)));
+
+  GoldCache g;
+  g.plan = plan_check(p, CheckMode::sample, true, 2);
+  g.gold = reference::gold(p, in, true, g.plan.slices);
+  g.lp = reference::lp(p, in, true, g.plan.slices);
+  g.ms = 3.25;
+  g.ready = true;
+  REQUIRE(store.save_gold(p, CheckMode::sample, true, g));
+  REQUIRE_FALSE(g.plan.slices.all);  // 2 of the 4 (b, kv-head) slices
+  {  // only the checked slices are stored: about half of the same arrays stored whole
+    GoldCache whole = g;
+    whole.plan.slices.all = true;
+    REQUIRE(store.save_gold(p, CheckMode::full, true, whole));
+    const auto sampled_bytes = fs::file_size(store.file_for(GoldStore::gold_key(p, CheckMode::sample, true)));
+    const auto whole_bytes = fs::file_size(store.file_for(GoldStore::gold_key(p, CheckMode::full, true)));
+    CHECK(sampled_bytes < whole_bytes * 6 / 10);
+    fs::remove(store.file_for(GoldStore::gold_key(p, CheckMode::full, true)));
+  }
+  GoldCache got;
+  CHECK_FALSE(store.load_gold(p, CheckMode::full, true, got));   // another check mode
+  CHECK_FALSE(store.load_gold(p, CheckMode::sample, false, got)); // forward only
+  REQUIRE(store.load_gold(p, CheckMode::sample, true, got));
+  CHECK(got.ready);
+  CHECK(got.ms == 3.25);
+  CHECK(got.plan.description == g.plan.description);
+  CHECK(got.plan.slices.all == g.plan.slices.all);
+  CHECK(got.plan.slices.selected == g.plan.slices.selected);
+  CHECK(same_values(got.gold.o.data, g.gold.o.data));  // unselected slices are NaN
+  CHECK(same_values(got.gold.dk.data, g.gold.dk.data));
+  CHECK(same_values(got.lp.lse.data, g.lp.lse.data));
+  CHECK(got.gold.dq.shape == g.gold.dq.shape);
+  CHECK(same_values(got.gold.dbias, g.gold.dbias));
+
+  store.clear();
+  CHECK_FALSE(fs::exists(store.dir()));
+  CHECK_FALSE(store.load_inputs(p));
+}
+
+TEST_CASE("CaseGold: computed once, then shared in memory; a second process's CaseGold loads it from the store") {
+  test::cli::TempDir dir;
+  const Problem p = small_problem(11);
+  CaseGold first;
+  first.store = GoldStore(dir.path / ".gold");
+  GoldProvenance how;
+  first.get_inputs(p, &how);
+  CHECK(how.source == "computed");
+  const GoldCache& g1 = first.get_gold(p, CheckMode::full, true, &how);
+  CHECK(how.source == "computed");
+  CHECK(how.ms == g1.ms);
+  first.get_gold(p, CheckMode::full, true, &how);
+  CHECK(how.source == "shared");
+  CHECK(how.ms == 0);
+
+  CaseGold second;  // as an isolated child sees it
+  second.store = first.store;
+  const ProblemData& in2 = second.get_inputs(p, &how);
+  CHECK(how.source == "shared");
+  CHECK(bits_equal(in2.q.data, first.inputs->q.data));
+  const GoldCache& g2 = second.get_gold(p, CheckMode::full, true, &how);
+  CHECK(how.source == "shared");
+  CHECK(g2.ms == g1.ms);  // what computing it cost, where it was computed
+  CHECK(bits_equal(g2.gold.o.data, g1.gold.o.data));
+  CHECK(bits_equal(g2.gold.dv.data, g1.gold.dv.data));
+
+  CaseGold unshared;  // no store: every process computes its own
+  unshared.get_inputs(p, &how);
+  CHECK(how.source == "computed");
+}
+
+TEST_CASE("CLI: a sweep with isolated backends computes one reference per case, and the rows say so") {
+  using namespace attnbench::test::cli;
+  TempDir dir;
+  const std::string scenario = dir.write("tiny.json", R"({"name": "tiny",
+      "base": {"batch": 1, "heads_q": 2, "heads_kv": 2, "head_dim": 16, "seq": 32, "dtype": "fp16"},
+      "axes": {"mask": [[], [{"kind": "causal"}]], "seq": [32, 48]}})");
+  const std::string out = (dir.path / "o").string();
+  const Result r = run_in(dir.path,
+                          "run '" + scenario + "' --backends cpu,test-slow,test-planted-window129 --isolate on "
+                          "--no-timing --no-determinism --out '" + out + "'",
+                          "ATTNBENCH_TEST_BACKENDS=1 ATTNBENCH_TEST_SLOW_MS=0");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto report = nlohmann::json::parse(slurp(fs::path(out) / "report.json"));
+  std::map<std::string, int> computed, shared;
+  std::map<std::string, std::set<double>> reference_ms;
+  for (const auto& row : report["results"]) {
+    const std::string c = row["case_id"];
+    REQUIRE(row["status"] == "pass");
+    CHECK(row["extra"].contains("isolation"));  // each unit ran in its own child
+    const std::string src = row["check"]["gold_source"];
+    (src == "computed" ? computed : shared)[c]++;
+    CHECK(row["check"]["gold_ms"].get<double>() >= 0);
+    reference_ms[c].insert(row["check"]["reference_ms"].get<double>());
+    CHECK(row["extra"]["inputs"]["source"] == (src == "computed" ? "computed" : "shared"));
+  }
+  REQUIRE(computed.size() == 4);
+  for (const auto& [c, n] : computed) {
+    CHECK_MESSAGE(n == 1, c);
+    CHECK_MESSAGE(shared[c] == 2, c);
+    CHECK_MESSAGE(reference_ms[c].size() == 1, c);  // one computation, reported by all three
+  }
+  // the first backend of each case computed it
+  CHECK(report["results"][0]["check"]["gold_source"] == "computed");
+  CHECK(report["results"][1]["check"]["gold_source"] == "shared");
+  CHECK_FALSE(fs::exists(fs::path(out) / ".gold"));  // removed as each case finished
+}
