@@ -94,7 +94,7 @@ TEST_CASE("options: the variant syntax splits at top-level commas and checks bra
 TEST_CASE("options: resolution fills defaults; the label lists non-defaults sorted; explicit defaults are the plain name") {
   const OptionSpecs specs = fused::flex_option_specs();
   const OptionValues d = resolve_options("flex", specs, {}, "f", "/p");
-  CHECK(d.all().size() == 4);
+  CHECK(d.all().size() == 5);
   CHECK(d.text("block") == "128");
   CHECK(d.text("dbias") == "deterministic");
   CHECK(variant_label("flex", specs, d) == "flex");
@@ -107,14 +107,15 @@ TEST_CASE("options: resolution fills defaults; the label lists non-defaults sort
   CHECK(variant_label("flex", specs, v) == "flex[bwd_path=sm80,dbias=atomic]");
   CHECK(v.integer("block") == 128);
   const nlohmann::json j = options_json(specs, v);
-  CHECK(j == nlohmann::json({{"fwd_path", "auto"}, {"bwd_path", "sm80"}, {"block", "128"}, {"dbias", "atomic"}}));
+  CHECK(j == nlohmann::json(
+                 {{"fwd_path", "auto"}, {"bwd_path", "sm80"}, {"block", "128"}, {"dbias", "atomic"}, {"schedule", "auto"}}));
   // the typed JSON reads back to the same resolved set
   CHECK(resolve_options("flex", specs, option_pairs_from_json(j), "f", "/p") == v);
 
   const std::string e = error_of([&] { resolve_options("flex", specs, {{"blocks", "64"}}, "f", "/p"); });
   CHECK(has(e, "backend \"flex\" has no option \"blocks\""));
   CHECK(has(e, "value \"64\""));
-  CHECK(has(e, "fwd_path, bwd_path, block, dbias"));
+  CHECK(has(e, "fwd_path, bwd_path, block, dbias, schedule"));
   CHECK(has(error_of([&] { resolve_options("flex", specs, {{"block", "96"}}, "f", "/p"); }), "option block=\"96\""));
 }
 
@@ -132,9 +133,17 @@ TEST_CASE("options: the fused backends' declarations (flash, varlen, flex)") {
     for (const auto& o : s) out.push_back(o.name);
     return out;
   };
-  CHECK(names(fused::flash_option_specs()) == std::vector<std::string>{"fwd_path", "bwd_path", "deterministic"});
+  CHECK(names(fused::flash_option_specs()) ==
+        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic"});
   CHECK(names(fused::varlen_option_specs()) ==
-        std::vector<std::string>{"fwd_path", "bwd_path", "deterministic", "pack"});
+        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "pack"});
+  CHECK(fused::parse_fwd_rows("auto") == 0);
+  CHECK(fused::parse_fwd_rows("64") == 64);
+  CHECK(fused::parse_fwd_rows("128") == 128);
+  CHECK(resolve_options("flex", fused::flex_option_specs(), {{"schedule", "documents"}}, "f", "/p").text("schedule") ==
+        "documents");
+  CHECK(has(error_of([] { resolve_options("flash", fused::flash_option_specs(), {{"fwd_rows", "96"}}, "f", "/p"); }),
+            "option fwd_rows=\"96\""));
   const OptionValues v = resolve_options("varlen", fused::varlen_option_specs(), {{"pack", "2"}, {"deterministic", "1"}},
                                          "f", "/p");
   CHECK(v.integer("pack") == 2);
