@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "harness/model/block_mask.hpp"
 #include "harness/device/environment.hpp"
@@ -199,10 +200,10 @@ void derive_missing(nlohmann::json& doc, const std::string& file) {
 
 }  // namespace
 
-nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
-  using jsonu::child_path;
-  jsonu::require_object(doc, file, "");
-  // The version first: it says which schema applies (and how to upgrade).
+namespace {
+
+/// The version first: it says which schema applies (and how to upgrade).
+int checked_version(const nlohmann::json& doc, const std::string& file) {
   const auto& ver = jsonu::require(doc, "schema_version", file, "");
   if (!ver.is_number_integer() || ver.get<int64_t>() < kOldestReportSchemaVersion ||
       ver.get<int64_t>() > kReportSchemaVersion)
@@ -210,24 +211,66 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
                      "unsupported report schema version " + jsonu::show(ver) + " (this attnbench reads " +
                          std::to_string(kOldestReportSchemaVersion) + " to " + std::to_string(kReportSchemaVersion) +
                          ")");
-  const int version = ver.get<int>();
+  return ver.get<int>();
+}
+
+/// Beyond the schema: one row per (case_id, backend). Remembers each row's
+/// index; throws InputError naming `file`, the second row and the first.
+class RowKeys {
+ public:
+  explicit RowKeys(const std::string& file) : file_(file) {}
+  void add(const nlohmann::json& row, size_t i) {
+    const std::string rp = jsonu::child_path("/results", i);
+    jsonu::require_object(row, file_, rp);
+    const std::string case_id = row.value("case_id", ""), backend = row.value("backend", "");
+    const auto [at, fresh] = first_row_.emplace(case_id + '\0' + backend, i);
+    if (!fresh)
+      throw InputError(file_, rp,
+                       "duplicate row (case_id \"" + case_id + "\", backend \"" + backend + "\"), already at " +
+                           jsonu::child_path("/results", at->second) +
+                           " (a report holds one row per case and backend)");
+  }
+
+ private:
+  const std::string& file_;
+  std::unordered_map<std::string, size_t> first_row_;
+};
+
+}  // namespace
+
+nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
+  jsonu::require_object(doc, file, "");
+  const int version = checked_version(doc, file);
   validate_report_schema(doc, file);
-  // Beyond the schema: one row per (case_id, backend).
   const auto& results = jsonu::require(doc, "results", file, "");
   if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
-  std::map<std::pair<std::string, std::string>, size_t> first_row;  // (case_id, backend) -> index
-  for (size_t i = 0; i < results.size(); ++i) {
-    const std::string rp = child_path("/results", i);
-    const auto& row = results[i];
-    jsonu::require_object(row, file, rp);
-    const std::string case_id = row.value("case_id", ""), backend = row.value("backend", "");
-    const auto [at, fresh] = first_row.emplace(std::make_pair(case_id, backend), i);
-    if (!fresh)
-      throw InputError(file, rp,
-                       "duplicate row (case_id \"" + case_id + "\", backend \"" + backend + "\"), already at " +
-                           child_path("/results", at->second) + " (a report holds one row per case and backend)");
-  }
+  RowKeys keys(file);
+  for (size_t i = 0; i < results.size(); ++i) keys.add(results[i], i);
   derive_missing(doc, file);
+  if (version == 1) {
+    doc["schema_version"] = kReportSchemaVersion;
+    doc["upgraded_from"] = 1;
+  }
+  return doc;
+}
+
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row) {
+  RowKeys keys(file);
+  bool version_checked = false;
+  nlohmann::json doc = jsonu::stream_file(file, "results", [&](nlohmann::json&& row, size_t i, const nlohmann::json& root) {
+    if (!version_checked && root.contains("schema_version")) {  // before any row is read against the schema
+      checked_version(root, file);
+      version_checked = true;
+    }
+    keys.add(row, i);
+    validate_report_row(row, file, jsonu::child_path("/results", i));
+    on_row(std::move(row), i);
+  });
+  jsonu::require_object(doc, file, "");
+  const int version = checked_version(doc, file);
+  validate_report_schema(doc, file);  // the header; "results" is [] here
+  const auto& results = jsonu::require(doc, "results", file, "");
+  if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
   if (version == 1) {
     doc["schema_version"] = kReportSchemaVersion;
     doc["upgraded_from"] = 1;
