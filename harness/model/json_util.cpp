@@ -1,7 +1,9 @@
 #include "harness/model/json_util.hpp"
 
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -248,9 +250,9 @@ nlohmann::json stream_file(const std::string& file, const std::string& array_key
   BlockReader reader(f.get());
   nlohmann::json root;
   SafeDomBuilder b(root, file, array_key, sink);
-  if (!nlohmann::json::sax_parse(BlockIterator(&reader), BlockIterator(), &b))
-    throw InputError(file, "", "malformed JSON: " + b.error());
-  if (std::ferror(f.get())) throw InputError(file, "", "read error");
+  const bool parsed = nlohmann::json::sax_parse(BlockIterator(&reader), BlockIterator(), &b);
+  if (std::ferror(f.get())) throw InputError(file, "", std::string("read error: ") + std::strerror(errno));
+  if (!parsed) throw InputError(file, "", "malformed JSON: " + b.error());
   return root;
 }
 
