@@ -397,11 +397,12 @@ nlohmann::json mask_thumbnail_for(const Problem& p, int max_cells) {
   one.batch = 1;
   for (auto& term : one.mask) {
     if (auto* d = std::get_if<DocumentTerm>(&term)) {
-      if (d->doc_ids.size() > 1) d->doc_ids.resize(1);
-      if (d->doc_lengths.size() > 1) d->doc_lengths.resize(1);
+      // erase(), not resize(1): GCC 12 at -O3 misreads resize's value-initialisation (-Warray-bounds)
+      if (d->doc_ids.size() > 1) d->doc_ids.erase(d->doc_ids.begin() + 1, d->doc_ids.end());
+      if (d->doc_lengths.size() > 1) d->doc_lengths.erase(d->doc_lengths.begin() + 1, d->doc_lengths.end());
     } else if (auto* pad = std::get_if<PaddingTerm>(&term)) {
-      if (pad->seq_lens_q.size() > 1) pad->seq_lens_q.resize(1);
-      if (pad->seq_lens_k.size() > 1) pad->seq_lens_k.resize(1);
+      if (pad->seq_lens_q.size() > 1) pad->seq_lens_q.erase(pad->seq_lens_q.begin() + 1, pad->seq_lens_q.end());
+      if (pad->seq_lens_k.size() > 1) pad->seq_lens_k.erase(pad->seq_lens_k.begin() + 1, pad->seq_lens_k.end());
     }
   }
   return mask_thumbnail(render_block_mask(build_block_mask(one, kTile, kTile), 0, 0), kTile, kTile, max_cells);
