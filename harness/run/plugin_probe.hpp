@@ -17,7 +17,8 @@ namespace attnbench {
 /// asks the plugin's available() in another probe child (`--available`, same
 /// time limit), once per process: a child that crashes, hangs or exits reads
 /// as unavailable with the way it ended as the reason (`list backends`,
-/// `hunt`); a run asks it in each isolated unit instead.
+/// `hunt`, and a CUDA build's run deciding whether to measure the ceilings);
+/// a run's rows ask it in each isolated unit.
 /// Throws InputError naming `path`: not a regular file (FIFOs, folders, devices
 /// are refused before anything opens them), every loading error of
 /// plugin::load_plugin() as the child reports it, a child that crashed, hung or
