@@ -13,7 +13,7 @@
 #           length classes (cudnn[split=true]), timing only
 #   trace   kernel traces (--kernel-trace, CUPTI) of cudnn on the peers file's
 #           packed cases (default and dQ-accumulator backward) and dense rows
-#   variants  ci/flex_variants.py on a kept torch-flex work dir (layout x mask_mod)
+#   variants  tools/flex_variants.py on a kept torch-flex work dir (layout x mask_mod)
 #   forms   cudnn backward forms: on the packed cases the default graphs (checked)
 #           against dQ through the accumulator, the padded full-head dK/dV of
 #           before (both timing only) and length classes; on the dense rows the
@@ -100,7 +100,7 @@ if [[ $what == variants ]]; then
     --out "$OUT/var_flex" >"$OUT/var_flex.log" 2>&1 || status=1
   wd=$(ls -d "$OUT"/flexwd/attnbench-peer-* 2>/dev/null | head -1)
   if [[ -n $wd ]]; then
-    /opt/torch/.venv/bin/python3 ci/flex_variants.py "$wd" 2>"$OUT/flex_variants.err" | tee "$OUT/flex_variants.txt" || status=1
+    /opt/torch/.venv/bin/python3 tools/flex_variants.py "$wd" 2>"$OUT/flex_variants.err" | tee "$OUT/flex_variants.txt" || status=1
     tail -5 "$OUT/flex_variants.err"; rm -rf "$OUT/flexwd"
   else
     echo "no kept torch-flex work dir"; tail -5 "$OUT/var_flex.log"

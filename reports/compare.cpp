@@ -2,6 +2,7 @@
 #include "reports/compare.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
@@ -245,7 +248,18 @@ std::string status_detail(const nlohmann::json& row) {
   return "";
 }
 
-PassComparison compare_pass(const TimingStats& b, const TimingStats& n, const CompareOptions& o) {
+/// What the gate reads of a TimingStats (a BASE row keeps this, not the whole).
+struct TimingDigest {
+  int64_t n = 0;
+  double median_ms = 0, q1_ms = 0, q3_ms = 0;
+  std::vector<double> samples_ms;
+  explicit TimingDigest(TimingStats&& t)
+      : n(t.n), median_ms(t.median_ms), q1_ms(t.q1_ms), q3_ms(t.q3_ms), samples_ms(std::move(t.samples_ms)) {
+    samples_ms.shrink_to_fit();
+  }
+};
+
+PassComparison compare_pass(const TimingDigest& b, const TimingDigest& n, const CompareOptions& o) {
   PassComparison c;
   c.base_median_ms = b.median_ms;
   c.new_median_ms = n.median_ms;
@@ -273,29 +287,138 @@ PassComparison compare_pass(const TimingStats& b, const TimingStats& n, const Co
 
 namespace {
 
-/// Rows of a report by row_key(), in file order into `order` when given. A key
-/// seen twice would let a later row hide an earlier one (a failing row followed
-/// by a passing duplicate would pass the gate): throws InputError naming `file`
-/// and the second row's pointer.
-std::map<std::string, const nlohmann::json*> index_rows(const nlohmann::json& doc, const std::string& file,
-                                                        std::vector<std::string>* order = nullptr) {
-  std::map<std::string, const nlohmann::json*> rows;
-  const auto& results = doc.at("results");
-  for (size_t i = 0; i < results.size(); ++i) {
-    const nlohmann::json& r = results[i];
-    if (!rows.emplace(row_key(r), &r).second)
-      throw InputError(file, jsonu::child_path("/results", i),
-                       "duplicate row (case_id \"" + r.value("case_id", "") + "\", backend variant \"" +
-                           row_variant(r) + "\"): a report holds one row per case and backend variant");
-    if (order) order->push_back(row_key(r));
-  }
-  return rows;
+constexpr std::array<const char*, 3> kPasses = {"fwd", "bwd", "fwd_bwd"};
+
+/// What the gate needs of one row, read once: BASE's rows are kept as these,
+/// never as JSON, and NEW's are compared as they are read.
+struct RowDigest {
+  std::string key, case_id, backend;  ///< backend: the row's variant label (row_variant())
+  std::string status;                 ///< effective_status()
+  std::string detail;                 ///< status_detail() (used of NEW rows)
+  std::optional<bool> deterministic;  ///< deterministic_of()
+  std::optional<int64_t> nonfinite;   ///< nonfinite_count()
+  double setup_ms = NAN;              ///< setup_ms_of()
+  std::array<std::optional<TimingDigest>, 3> timing;  ///< per kPasses entry, when the row has that object
+  bool matched = false;               ///< BASE rows: NEW has a row with this key
+};
+
+/// The digest of row `index` of `file`. Throws InputError for a malformed timing.
+RowDigest digest(const nlohmann::json& row, const std::string& file, size_t index, bool keep_detail) {
+  RowDigest d;
+  d.key = row_key(row);
+  d.case_id = row.value("case_id", "");
+  d.backend = row_variant(row);  // the variant's label (the backend's name at its defaults)
+  d.status = effective_status(row);
+  if (keep_detail) d.detail = status_detail(row);
+  d.deterministic = deterministic_of(row);
+  d.nonfinite = nonfinite_count(row);
+  d.setup_ms = setup_ms_of(row);
+  for (size_t p = 0; p < kPasses.size(); ++p)
+    if (const nlohmann::json* t = timing_of(row, kPasses[p]))
+      d.timing[p].emplace(
+          TimingStats::from_json(*t, file, jsonu::child_path("/results", index) + "/timing/" + kPasses[p]));
+  return d;
 }
 
-}  // namespace
+/// Refuses a second row with one key: a later row would hide an earlier one (a
+/// failing row followed by a passing duplicate would pass the gate).
+[[noreturn]] void duplicate_row(const RowDigest& d, const std::string& file, size_t index) {
+  throw InputError(file, jsonu::child_path("/results", index),
+                   "duplicate row (case_id \"" + d.case_id + "\", backend variant \"" + d.backend +
+                       "\"): a report holds one row per case and backend variant");
+}
 
-Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu, const std::string& base_file,
-                           const std::string& new_file, const CompareOptions& options) {
+/// The comparison built one row at a time: every BASE row first (add_base),
+/// then each NEW row compared as it comes (add_new), then finish().
+class Comparer {
+ public:
+  Comparer(Comparison& cmp, const CompareOptions& options) : cmp_(cmp), o_(options) {}
+
+  void add_base(const nlohmann::json& row, size_t index) {
+    RowDigest d = digest(row, cmp_.base_file, index, false);
+    if (!base_at_.emplace(d.key, base_.size()).second) duplicate_row(d, cmp_.base_file, index);
+    base_.push_back(std::move(d));
+  }
+
+  void add_new(const nlohmann::json& row, size_t index) {
+    const RowDigest n = digest(row, cmp_.new_file, index, true);
+    if (!new_keys_.insert(n.key).second) duplicate_row(n, cmp_.new_file, index);
+    if (n.status == "unchecked") cmp_.unchecked.push_back(n.key);
+    const auto bit = base_at_.find(n.key);
+    if (bit == base_at_.end()) {
+      cmp_.added.push_back(n.key);
+      if (n.status == "fail") cmp_.status_changes.push_back({n.case_id, n.backend, "", n.status, n.detail, true});
+      if (broken_status(n.status))
+        cmp_.status_changes.push_back({n.case_id, n.backend, "", n.status, n.detail, !o_.allow_new_errors, true});
+      return;
+    }
+    RowDigest& b = base_[bit->second];
+    b.matched = true;
+    ++cmp_.rows_compared;
+    compare_status(b, n);
+    compare_guards(b, n);
+    compare_timings(b, n);
+  }
+
+  /// Rows of BASE that NEW lacks, in BASE's order.
+  void finish() {
+    for (const RowDigest& b : base_)
+      if (!b.matched) cmp_.missing.push_back(b.key);
+  }
+
+ private:
+  void compare_status(const RowDigest& b, const RowDigest& n) {
+    if (b.status == n.status && n.status != "fail") return;
+    StatusChange sc{n.case_id, n.backend, b.status, n.status, n.detail, false};
+    // Only "pass" is a pass: pass -> unchecked gates (correctness no longer known).
+    sc.regression = (b.status == "pass" && n.status != "pass") || (n.status == "fail" && b.status != "fail");
+    if (!sc.regression && broken_status(n.status) && !broken_status(b.status)) {
+      sc.regression = !o_.allow_new_errors;
+      sc.new_errors = true;
+    }
+    cmp_.status_changes.push_back(sc);
+  }
+
+  void compare_guards(const RowDigest& b, const RowDigest& n) {
+    if (b.deterministic == true && n.deterministic == false)
+      cmp_.guards.push_back({n.case_id, n.backend, "nondeterministic",
+                             "bitwise deterministic in base, not in new (two runs differ)", !o_.allow_nondeterminism});
+    if (b.nonfinite && *b.nonfinite == 0 && n.nonfinite && *n.nonfinite > 0)
+      cmp_.guards.push_back({n.case_id, n.backend, "nonfinite",
+                             "outputs gained " + std::to_string(*n.nonfinite) +
+                                 " non-finite element(s) (NaN/Inf) where base had none",
+                             !o_.allow_nonfinite});
+  }
+
+  void compare_timings(const RowDigest& b, const RowDigest& n) {
+    bool base_timed = false, new_timed = false;
+    for (size_t p = 0; p < kPasses.size(); ++p) {
+      const auto& bs = b.timing[p];
+      const auto& ns = n.timing[p];
+      base_timed = base_timed || bs;
+      new_timed = new_timed || (bs && ns);
+      if (!bs || !ns || bs->n == 0 || ns->n == 0) continue;
+      PassComparison pc = compare_pass(*bs, *ns, o_);
+      pc.base_setup_ms = b.setup_ms;
+      pc.new_setup_ms = n.setup_ms;
+      pc.case_id = n.case_id;
+      pc.backend = n.backend;
+      pc.pass = kPasses[p];
+      cmp_.timings.push_back(pc);
+    }
+    if (base_timed && !new_timed && (n.status == "pass" || n.status == "unchecked" || n.status == "fail"))
+      cmp_.untimed.push_back(n.key);
+  }
+
+  Comparison& cmp_;
+  const CompareOptions& o_;
+  std::vector<RowDigest> base_;
+  std::unordered_map<std::string, size_t> base_at_;
+  std::unordered_set<std::string> new_keys_;
+};
+
+/// A Comparison with its files and options set, after checking the options.
+Comparison start_comparison(const std::string& base_file, const std::string& new_file, const CompareOptions& options) {
   if (!(options.max_slowdown >= 0))
     throw InputError("<command line>", "--max-slowdown", "must be >= 0, got " + std::to_string(options.max_slowdown));
   if (!(options.alpha > 0 && options.alpha < 1))
@@ -304,84 +427,52 @@ Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu
   cmp.base_file = base_file;
   cmp.new_file = new_file;
   cmp.options = options;
+  return cmp;
+}
+
+/// The headers' part of the comparison: the environments (throws InputError
+/// naming NEW's /environment on a mismatch not allowed) and NEW's finish.
+void compare_headers(Comparison& cmp, const nlohmann::json& base, const nlohmann::json& neu) {
   cmp.base_identity = env::comparable_identity(base.value("environment", nlohmann::json::object()));
   cmp.new_identity = env::comparable_identity(neu.value("environment", nlohmann::json::object()));
   if (cmp.base_identity != cmp.new_identity) {
-    if (!options.allow_env_mismatch) {
+    if (!cmp.options.allow_env_mismatch) {
       std::string diff;
       for (const auto& [k, v] : cmp.base_identity.items())
         if (cmp.new_identity.value(k, nlohmann::json()) != v)
           diff += (diff.empty() ? "" : ", ") + k + " " + v.dump() + " vs " + cmp.new_identity[k].dump();
-      throw InputError(new_file, "/environment",
-                       "runs are from different environments (" + diff + " in " + base_file +
+      throw InputError(cmp.new_file, "/environment",
+                       "runs are from different environments (" + diff + " in " + cmp.base_file +
                            " vs this file); timings are not comparable (pass --allow-env-mismatch to compare anyway)");
     }
     cmp.env_mismatch = true;
   }
-
-  std::map<std::string, const nlohmann::json*> base_rows = index_rows(base, base_file), new_rows;
-  std::vector<std::string> new_order;
-  new_rows = index_rows(neu, new_file, &new_order);
-  for (const auto& r : base.at("results"))
-    if (!new_rows.count(row_key(r))) cmp.missing.push_back(row_key(r));
   cmp.new_unfinished = unfinished_reason(neu);
+}
 
-  for (const std::string& key : new_order) {
-    const nlohmann::json& nr = *new_rows[key];
-    const std::string case_id = nr.value("case_id", ""), backend = row_variant(nr);  // the variant's label
-    const std::string nst = effective_status(nr);
-    if (nst == "unchecked") cmp.unchecked.push_back(key);
-    auto bit = base_rows.find(key);
-    if (bit == base_rows.end()) {
-      cmp.added.push_back(key);
-      if (nst == "fail") cmp.status_changes.push_back({case_id, backend, "", nst, status_detail(nr), true});
-      if (broken_status(nst))
-        cmp.status_changes.push_back({case_id, backend, "", nst, status_detail(nr), !options.allow_new_errors, true});
-      continue;
-    }
-    const nlohmann::json& br = *bit->second;
-    ++cmp.rows_compared;
-    const std::string bst = effective_status(br);
-    if (bst != nst || nst == "fail") {
-      StatusChange sc{case_id, backend, bst, nst, status_detail(nr), false};
-      // Only "pass" is a pass: pass -> unchecked gates (correctness no longer known).
-      sc.regression = (bst == "pass" && nst != "pass") || (nst == "fail" && bst != "fail");
-      if (!sc.regression && broken_status(nst) && !broken_status(bst)) {
-        sc.regression = !options.allow_new_errors;
-        sc.new_errors = true;
-      }
-      cmp.status_changes.push_back(sc);
-    }
-    if (deterministic_of(br) == true && deterministic_of(nr) == false)
-      cmp.guards.push_back({case_id, backend, "nondeterministic",
-                            "bitwise deterministic in base, not in new (two runs differ)",
-                            !options.allow_nondeterminism});
-    const auto bnf = nonfinite_count(br), nnf = nonfinite_count(nr);
-    if (bnf && *bnf == 0 && nnf && *nnf > 0)
-      cmp.guards.push_back({case_id, backend, "nonfinite",
-                            "outputs gained " + std::to_string(*nnf) + " non-finite element(s) (NaN/Inf) where base had none",
-                            !options.allow_nonfinite});
-    bool base_timed = false, new_timed = false;
-    for (const char* pass : {"fwd", "bwd", "fwd_bwd"}) {
-      const nlohmann::json* bt = timing_of(br, pass);
-      const nlohmann::json* nt = timing_of(nr, pass);
-      base_timed = base_timed || bt;
-      new_timed = new_timed || (bt && nt);
-      if (!bt || !nt) continue;
-      const std::string path = "/timing/" + std::string(pass);
-      TimingStats bs = TimingStats::from_json(*bt, base_file, path);
-      TimingStats ns = TimingStats::from_json(*nt, new_file, path);
-      if (bs.n == 0 || ns.n == 0) continue;
-      PassComparison pc = compare_pass(bs, ns, options);
-      pc.base_setup_ms = setup_ms_of(br);
-      pc.new_setup_ms = setup_ms_of(nr);
-      pc.case_id = case_id;
-      pc.backend = backend;
-      pc.pass = pass;
-      cmp.timings.push_back(pc);
-    }
-    if (base_timed && !new_timed && (nst == "pass" || nst == "unchecked" || nst == "fail")) cmp.untimed.push_back(key);
-  }
+}  // namespace
+
+Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu, const std::string& base_file,
+                           const std::string& new_file, const CompareOptions& options) {
+  Comparison cmp = start_comparison(base_file, new_file, options);
+  compare_headers(cmp, base, neu);
+  Comparer c(cmp, cmp.options);
+  const auto& base_rows = base.at("results");
+  for (size_t i = 0; i < base_rows.size(); ++i) c.add_base(base_rows[i], i);
+  const auto& new_rows = neu.at("results");
+  for (size_t i = 0; i < new_rows.size(); ++i) c.add_new(new_rows[i], i);
+  c.finish();
+  return cmp;
+}
+
+Comparison compare_report_files(const std::string& base_file, const std::string& new_file,
+                                const CompareOptions& options) {
+  Comparison cmp = start_comparison(base_file, new_file, options);
+  Comparer c(cmp, cmp.options);
+  const nlohmann::json base = stream_report(base_file, [&](nlohmann::json&& row, size_t i) { c.add_base(row, i); });
+  const nlohmann::json neu = stream_report(new_file, [&](nlohmann::json&& row, size_t i) { c.add_new(row, i); });
+  compare_headers(cmp, base, neu);
+  c.finish();
   return cmp;
 }
 

@@ -165,6 +165,18 @@ struct Comparison {
 Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& neu, const std::string& base_file,
                            const std::string& new_file, const CompareOptions& options = {});
 
+/// compare_reports() on two report files read one row at a time
+/// (stream_report()): BASE's rows are kept as digests (status, guards, timing
+/// statistics), NEW's are compared as they are read and dropped, so memory is
+/// one row of JSON plus a digest per BASE row and the comparison itself, never
+/// a whole report. The same verdicts as load_report() + compare_reports();
+/// differences: rows get no "derived" figures (the gate reads none), and the
+/// environments are compared after the rows are read (a malformed row is
+/// reported before an environment mismatch). Throws InputError as
+/// load_report() and compare_reports() do.
+Comparison compare_report_files(const std::string& base_file, const std::string& new_file,
+                                const CompareOptions& options = {});
+
 /// Non-finite output elements a row records (the nonfinite guard): the sum of
 /// check.tensors[].nan_mismatch + unwritten, else of check.nonfinite's counts
 /// (each capped at 2^40, the sum saturating); nullopt when it records neither.

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "harness/model/block_mask.hpp"
 #include "harness/device/environment.hpp"
@@ -206,10 +207,10 @@ void derive_missing(nlohmann::json& doc, const std::string& file) {
 
 }  // namespace
 
-nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
-  using jsonu::child_path;
-  jsonu::require_object(doc, file, "");
-  // The version first: it says which schema applies (and how to upgrade).
+namespace {
+
+/// The version first: it says which schema applies (and how to upgrade).
+int checked_version(const nlohmann::json& doc, const std::string& file) {
   const auto& ver = jsonu::require(doc, "schema_version", file, "");
   if (!ver.is_number_integer() || ver.get<int64_t>() < kOldestReportSchemaVersion ||
       ver.get<int64_t>() > kReportSchemaVersion)
@@ -217,30 +218,75 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
                      "unsupported report schema version " + jsonu::show(ver) + " (this attnbench reads " +
                          std::to_string(kOldestReportSchemaVersion) + " to " + std::to_string(kReportSchemaVersion) +
                          ")");
-  const int version = ver.get<int>();
-  validate_report_schema(doc, file);
-  // Beyond the schema: one row per (case_id, variant).
-  const auto& results = jsonu::require(doc, "results", file, "");
-  if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
-  std::map<std::pair<std::string, std::string>, size_t> first_row;  // (case_id, variant) -> index
-  for (size_t i = 0; i < results.size(); ++i) {
-    const std::string rp = child_path("/results", i);
-    const auto& row = results[i];
-    jsonu::require_object(row, file, rp);
+  return ver.get<int>();
+}
+
+/// Beyond the schema: one row per (case_id, variant) (row_variant()). Remembers
+/// each row's index; throws InputError naming `file`, the second row and the first.
+class RowKeys {
+ public:
+  explicit RowKeys(const std::string& file) : file_(file) {}
+  void add(const nlohmann::json& row, size_t i) {
+    const std::string rp = jsonu::child_path("/results", i);
+    jsonu::require_object(row, file_, rp);
     const std::string case_id = row.value("case_id", ""), variant = row_variant(row);
-    const auto [at, fresh] = first_row.emplace(std::make_pair(case_id, variant), i);
+    const auto [at, fresh] = first_row_.emplace(case_id + '\0' + variant, i);
     if (!fresh)
-      throw InputError(file, rp,
+      throw InputError(file_, rp,
                        "duplicate row (case_id \"" + case_id + "\", backend variant \"" + variant + "\"), already at " +
-                           child_path("/results", at->second) +
+                           jsonu::child_path("/results", at->second) +
                            " (a report holds one row per case and backend variant)");
   }
+
+ private:
+  const std::string& file_;
+  std::unordered_map<std::string, size_t> first_row_;
+};
+
+}  // namespace
+
+nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
+  jsonu::require_object(doc, file, "");
+  const int version = checked_version(doc, file);
+  validate_report_schema(doc, file);
+  const auto& results = jsonu::require(doc, "results", file, "");
+  if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
+  RowKeys keys(file);
+  for (size_t i = 0; i < results.size(); ++i) keys.add(results[i], i);
   derive_missing(doc, file);
   if (version < 3) {  // rows before variants: the backend at its defaults
     for (auto& row : doc["results"]) {
       if (!row.contains("variant")) row["variant"] = row.value("backend", std::string());
       if (!row.contains("options")) row["options"] = nlohmann::json::object();
     }
+    doc["schema_version"] = kReportSchemaVersion;
+    doc["upgraded_from"] = version;
+  }
+  return doc;
+}
+
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row) {
+  RowKeys keys(file);
+  bool version_checked = false;
+  nlohmann::json doc = jsonu::stream_file(file, "results", [&](nlohmann::json&& row, size_t i, const nlohmann::json& root) {
+    if (!version_checked && root.contains("schema_version")) {  // before any row is read against the schema
+      checked_version(root, file);
+      version_checked = true;
+    }
+    keys.add(row, i);
+    validate_report_row(row, file, jsonu::child_path("/results", i));
+    if (row.is_object() && !row.contains("variant")) {  // a row before variants: the backend at its defaults
+      row["variant"] = row.value("backend", std::string());
+      if (!row.contains("options")) row["options"] = nlohmann::json::object();
+    }
+    on_row(std::move(row), i);
+  });
+  jsonu::require_object(doc, file, "");
+  const int version = checked_version(doc, file);
+  validate_report_schema(doc, file);  // the header; "results" is [] here
+  const auto& results = jsonu::require(doc, "results", file, "");
+  if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
+  if (version < kReportSchemaVersion) {
     doc["schema_version"] = kReportSchemaVersion;
     doc["upgraded_from"] = version;
   }
@@ -366,11 +412,12 @@ nlohmann::json mask_thumbnail_for(const Problem& p, int max_cells) {
   one.batch = 1;
   for (auto& term : one.mask) {
     if (auto* d = std::get_if<DocumentTerm>(&term)) {
-      if (d->doc_ids.size() > 1) d->doc_ids.resize(1);
-      if (d->doc_lengths.size() > 1) d->doc_lengths.resize(1);
+      // erase(), not resize(1): GCC 12 at -O3 misreads resize's value-initialisation (-Warray-bounds)
+      if (d->doc_ids.size() > 1) d->doc_ids.erase(d->doc_ids.begin() + 1, d->doc_ids.end());
+      if (d->doc_lengths.size() > 1) d->doc_lengths.erase(d->doc_lengths.begin() + 1, d->doc_lengths.end());
     } else if (auto* pad = std::get_if<PaddingTerm>(&term)) {
-      if (pad->seq_lens_q.size() > 1) pad->seq_lens_q.resize(1);
-      if (pad->seq_lens_k.size() > 1) pad->seq_lens_k.resize(1);
+      if (pad->seq_lens_q.size() > 1) pad->seq_lens_q.erase(pad->seq_lens_q.begin() + 1, pad->seq_lens_q.end());
+      if (pad->seq_lens_k.size() > 1) pad->seq_lens_k.erase(pad->seq_lens_k.begin() + 1, pad->seq_lens_k.end());
     }
   }
   return mask_thumbnail(render_block_mask(build_block_mask(one, kTile, kTile), 0, 0), kTile, kTile, max_cells);

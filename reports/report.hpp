@@ -155,6 +155,24 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file);
 /// written before variants (schema version 1 or 2) -- defaults, the same variant.
 std::string row_variant(const nlohmann::json& row);
 
+/// What stream_report() hands each row: the row (moved out, not kept) and its
+/// index in "results".
+using RowSink = std::function<void(nlohmann::json&& row, size_t index)>;
+
+/// Read a report one row at a time, for readers that must not hold every row
+/// (compare of 100k-row reports): jsonu::stream_file() parses the file in
+/// blocks and hands each row of "results", checked as load_report() checks it
+/// (an object; the schema's row definition, validate_report_row(); at most one
+/// row per (case_id, variant); schema_version first when the file states it
+/// before "results", as the writer does) and upgraded as load_report() upgrades
+/// it (a row without "variant" gets its backend's name and "options": {}), to
+/// `on_row`. Rows get no "derived" figures (derive_row() is the caller's, if it
+/// needs them). Returns the header: every other field checked against the
+/// schema, "results" an empty array, an older header marked "upgraded_from": its
+/// version. Memory: one row, the header and one (case_id, variant) key per row.
+/// Throws InputError as load_report() does, and whatever `on_row` throws.
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row);
+
 /// "<case_id>|<variant>", the identity of a row across runs (row_variant()).
 std::string row_key(const nlohmann::json& row);
 

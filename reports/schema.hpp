@@ -27,4 +27,10 @@ const std::string& report_schema_text();
 /// unavailable and returns.
 void validate_report_schema(const nlohmann::json& doc, const std::string& file);
 
+/// Validate one row against the schema's row definition ($defs/row), as
+/// validate_report_schema() validates each element of "results"; the
+/// InputError's pointer is `row_path` ("/results/7") + the field's. Without
+/// valijson returns (validate_report_schema() prints the note).
+void validate_report_row(const nlohmann::json& row, const std::string& file, const std::string& row_path);
+
 }  // namespace attnbench

@@ -197,6 +197,63 @@ TEST_CASE("plugin files that are not loadable are exit 2 naming the file, never 
   }
 }
 
+/// Lines "loaded" that test-hostile's entry point appended to `log` (one per process that loaded it).
+int loads_in(const fs::path& log) {
+  std::istringstream in(slurp(log));
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += line == "loaded";
+  return n;
+}
+
+TEST_CASE("an isolated unit loads only the plugin whose backend it runs") {
+  TempDir t;
+  const fs::path log = t.path / "loads.log";
+  SUBCASE("units of an in-tree backend load no plugin: the probe alone loads it") {
+    const std::string scen = t.write("foreign.json", kScenario);
+    const Result r = run("run " + q(scen) + " --backends cpu --no-timing --no-backward --isolate on --plugin " +
+                             q(kHostile) + " --out " + q((t.path / "out").string()),
+                         t, "HOSTILE_MODE=none HOSTILE_LOAD_LOG=" + q(log.string()));
+    INFO(r.err);
+    CHECK(r.code == 0);
+    const auto rows = rows_of(t.path / "out" / "report.json");
+    REQUIRE(rows.size() == 4);
+    for (const auto& [k, row] : rows) CHECK(row["extra"].contains("isolation"));  // four cpu units, in children
+    CHECK(loads_in(log) == 1);  // the load probe; every unit loaded it too before
+  }
+  SUBCASE("units of the plugin load it, once each") {
+    const Result r = run_hostile(t, "none", "--isolate on", "HOSTILE_LOAD_LOG=" + q(log.string()));
+    INFO(r.err);
+    CHECK(r.code == 0);
+    const auto rows = rows_of(t.path / "out" / "report.json");
+    REQUIRE(rows.size() == 8);
+    CHECK(loads_in(log) == 1 + 4);  // the probe, then one unit per (case, test-hostile); none for cpu's four
+  }
+}
+
+TEST_CASE("list backends probes a plugin's available() in a child process") {
+  TempDir t;
+  auto listing = [&](const std::string& mode) {
+    const Result r = run("list backends --plugin " + q(kHostile), t,
+                         "HOSTILE_MODE=" + mode + " HOSTILE_LOAD_LOG=" + q((t.path / (mode + ".log")).string()));
+    INFO(mode, r.err);
+    CHECK(r.code == 0);
+    std::istringstream in(r.out);
+    std::string line, plugin_line, cpu_line;
+    while (std::getline(in, line)) {
+      if (line.rfind("test-hostile ", 0) == 0) plugin_line = line;
+      if (line.rfind("cpu ", 0) == 0) cpu_line = line;
+    }
+    CHECK(contains(cpu_line, "available"));  // the listing goes on past the plugin
+    CHECK(loads_in(t.path / (mode + ".log")) == 2);  // the load probe and the available() probe; never this process
+    return plugin_line;
+  };
+  CHECK(contains(listing("none"), "  available  "));
+  CHECK(contains(listing("unavailable"), "unavailable: test-hostile: HOSTILE_MODE=unavailable"));
+  const std::string crashed = listing("segv_available");
+  CHECK(contains(crashed, "unavailable: its available() probe (an isolated child process) failed"));
+  CHECK(contains(crashed, "SIGSEGV"));
+}
+
 TEST_CASE("a --plugin path holding ':' reaches isolated children and --gpus shards") {
   TempDir t;
   fs::create_directories(t.path / "a:b");

@@ -4,6 +4,8 @@
 // the `attnbench compare` and `merge` exit codes.
 #include <doctest/doctest.h>
 
+#include <malloc.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "reports/compare.hpp"
 #include "harness/model/errors.hpp"
@@ -444,4 +447,96 @@ TEST_CASE("compare: the markdown shows setup time beside the steady-state median
   CHECK(found);
   CHECK(md.find(buf) != std::string::npos);
   CHECK(c.to_json()["timings"][0].contains("base_setup_ms"));
+}
+
+// ------------------------------------------------------------ reading row by row
+
+TEST_CASE("compare_report_files: the verdicts of load_report + compare_reports, read one row at a time") {
+  const fs::path slow = scratch("stream_slow.json"), flip = scratch("stream_flip.json");
+  save(slow, slowed(load_report(kRerun), 1.10, "cudnn"));
+  json f = load_report(kRerun);
+  f["results"][0]["status"] = "fail";
+  f["results"].erase(f["results"].begin() + 2);  // a missing row
+  json added = f["results"][1];
+  added["case_id"] = "only-in-new";
+  f["results"].push_back(added);
+  save(flip, f);
+  for (const std::string& neu : {kRerun, slow.string(), flip.string()}) {
+    CAPTURE(neu);
+    const Comparison whole = compare_reports(load_report(kBaseline), load_report(neu), kBaseline, neu);
+    const Comparison streamed = compare_report_files(kBaseline, neu);
+    CHECK(streamed.to_json() == whole.to_json());
+    CHECK(streamed.markdown() == whole.markdown());
+  }
+  const Comparison c = compare_report_files(kBaseline, flip.string());
+  CHECK(c.missing.size() == 1);
+  CHECK(c.added == std::vector<std::string>{"only-in-new|" + added["backend"].get<std::string>()});
+  CHECK(c.exit_code() == 1);
+
+  json other = load_report(kRerun);
+  other["environment"]["gpu"]["name"] = "NVIDIA A100-SXM4-80GB";
+  save(scratch("stream_other.json"), other);
+  CHECK_THROWS_WITH_AS(compare_report_files(kBaseline, scratch("stream_other.json").string()),
+                       doctest::Contains("stream_other.json: /environment: runs are from different environments"),
+                       InputError);
+}
+
+namespace {
+
+/// Peak resident set size (bytes) of `argv` run as a child process, its output discarded.
+long peak_rss_of(const std::vector<std::string>& argv, int& exit_code) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::FILE* null = std::freopen("/dev/null", "w", stdout);
+    null = std::freopen("/dev/null", "w", stderr);
+    (void)null;
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage ru {};
+  ::wait4(pid, &status, 0, &ru);
+  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return ru.ru_maxrss * 1024L;  // Linux: kilobytes
+}
+
+}  // namespace
+
+TEST_CASE("attnbench compare holds one row at a time: its peak memory stays below the reports' size") {
+  // 1000 rows of ~35 KB each (the baseline's rows, each with a 30 KB extra
+  // field): two files of ~35 MB. Reading them whole (as before this test) held
+  // both documents, twice their size (measured: 168 MB for 54 MB of reports);
+  // row by row holds one row and a digest per BASE row (17 MB).
+  const fs::path base = scratch("big_base.json"), neu = scratch("big_new.json");
+  {
+    json doc = load_report(kBaseline);
+    json rows = json::array();
+    const std::string blob(30000, 'x');
+    for (int n = 0; rows.size() < 1000; ++n)
+      for (json row : doc["results"]) {
+        row["case_id"] = row["case_id"].get<std::string>() + "#" + std::to_string(n);
+        row["extra"]["blob"] = blob;
+        row.erase("derived");
+        rows.push_back(std::move(row));
+      }
+    doc["results"] = std::move(rows);
+    save(base, doc);
+    save(neu, slowed(doc, 1.10, "cudnn"));
+  }
+  ::malloc_trim(0);  // a forked child starts with this process's resident pages in its peak
+  const long bytes = static_cast<long>(fs::file_size(base) + fs::file_size(neu));
+  int code = -1;
+  // The binary's own footprint (a CUDA build maps cuBLAS and cuDNN: about 230 MB
+  // resident before reading anything) is measured apart and taken off.
+  int idle_code = -1;
+  const long idle = peak_rss_of({ATTNBENCH_BINARY, "--version"}, idle_code);
+  CHECK(idle_code == 0);
+  const long rss = peak_rss_of({ATTNBENCH_BINARY, "compare", base.string(), neu.string(), "-q"}, code);
+  CHECK(code == 1);  // the cudnn rows are SLOWER
+  INFO("peak RSS " << rss / 1000000 << " MB (" << idle / 1000000 << " MB for the binary alone) for "
+                   << bytes / 1000000 << " MB of reports");
+  CHECK(rss - idle < bytes / 2);
 }

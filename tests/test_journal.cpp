@@ -1,16 +1,19 @@
 // The run journal (reports/journal.hpp), the amortised report rewrite
 // (ReportWriter), the safe atomic write and the child-process plumbing
-// (harness/run/process.hpp) on their own; the CLI-level behaviour is in
+// (harness/device/process.hpp, shared by the run and the peers' workers) on
+// their own; the CLI-level behaviour is in
 // tests/test_cli_reliability.cpp.
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
 
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
@@ -176,7 +179,52 @@ TEST_CASE("child processes: exit code, signal, time limit, stderr tail") {
     const ChildStatus s = wait_child(c, 0, [] { return true; }, 0.5);
     CHECK(s.stopped);
   }
+  try {
+    ChildProcess c({"attnbench-no-such-program-anywhere"}, {}, out, err);  // looked up in PATH
+    FAIL("started a program that does not exist");
+  } catch (const std::system_error& e) {
+    CHECK(e.code().value() == ENOENT);
+  }
   CHECK_THROWS_AS(ChildProcess({"/nonexistent/program"}, {}, out, err).pid(), std::runtime_error);
   CHECK(signal_name(SIGABRT) == "SIGABRT");
   CHECK(signal_name(63) == "signal 63");
+}
+
+TEST_CASE("child processes: a socket as stdin and stdout, an appended log, the group ended after a normal exit") {
+  const std::string log = scratch("worker.log").string();
+  { std::ofstream(log) << "earlier\n"; }
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  ChildIo io;
+  io.stdio_fd = sv[1];
+  io.stderr_path = log;
+  io.stderr_append = true;
+  const std::string pidfile = scratch("helper.pid").string();
+  // Echo one line back, leave a helper behind in the group, exit.
+  ChildProcess c({"sh", "-c", "read line; echo \"got $line\"; echo logged >&2; sleep 60 & echo $! > " + pidfile},
+                 {}, io);
+  ::close(sv[1]);
+  const std::string req = "ping\n";
+  REQUIRE(::write(sv[0], req.data(), req.size()) == static_cast<ssize_t>(req.size()));
+  char buf[64] = {0};
+  const ssize_t n = ::read(sv[0], buf, sizeof buf - 1);
+  CHECK(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0) == "got ping\n");
+  const ChildStatus s = wait_child(c, 30, nullptr);
+  CHECK(s.exited);
+  CHECK(s.exit_code == 0);
+  CHECK(slurp(log) == "earlier\nlogged\n");
+  const pid_t helper = static_cast<pid_t>(std::stol(slurp(pidfile)));
+  CHECK(::kill(helper, 0) == 0);  // kill_group() leaves an ended child's group alone
+  const ChildStatus e = c.end_group(false, 0.5);
+  CHECK(e.exited);
+  CHECK(e.exit_code == 0);
+  bool gone = false;  // killed; a zombie until init reaps it
+  for (int i = 0; i < 200 && !gone; ++i) {
+    const std::string stat = slurp("/proc/" + std::to_string(helper) + "/stat");
+    const size_t close = stat.rfind(')');
+    gone = stat.empty() || (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z');
+    if (!gone) ::usleep(10000);
+  }
+  CHECK(gone);
+  ::close(sv[0]);
 }

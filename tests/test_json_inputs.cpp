@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +18,7 @@
 #include "reports/compare.hpp"
 #include "reports/report.hpp"
 #include "test_util.hpp"
+#include "tests/schema_skip.hpp"
 
 using namespace attnbench;
 using nlohmann::json;
@@ -146,6 +149,93 @@ TEST_CASE("parse_text / load_file: malformed and missing input") {
   const std::string f = write("dup.json", R"({"x": 1, "x": 2})");
   CHECK(contains(input_error_of([&] { jsonu::load_file(f); }), f + ": /x: duplicate key \"x\""));
   CHECK(jsonu::load_file(write("ok.json", R"({"x": [1.5, null, true, "s"]})"))["x"][0] == 1.5);
+}
+
+TEST_CASE("stream_file hands each element of the root's array once, in order, and keeps the rest") {
+  const std::string f = write("stream.json", R"({"a": 1, "results": [{"x": 1}, 2, [3, {"y": null}]], "z": {"k": true}})");
+  std::vector<std::pair<size_t, json>> got;
+  std::vector<bool> saw_a, saw_z;
+  const json doc = jsonu::stream_file(f, "results", [&](json&& e, size_t i, const json& root) {
+    got.emplace_back(i, std::move(e));
+    saw_a.push_back(root.contains("a"));
+    saw_z.push_back(root.contains("z"));
+    CHECK(root["results"].empty());  // handed elements are not kept
+  });
+  REQUIRE(got.size() == 3);
+  CHECK(got[0] == std::make_pair(size_t{0}, json{{"x", 1}}));
+  CHECK(got[1] == std::make_pair(size_t{1}, json(2)));
+  CHECK(got[2] == std::make_pair(size_t{2}, json::parse(R"([3, {"y": null}])")));
+  CHECK(saw_a == std::vector<bool>{true, true, true});
+  CHECK(saw_z == std::vector<bool>{false, false, false});  // "z" follows the array
+  CHECK(doc == json::parse(R"({"a": 1, "results": [], "z": {"k": true}})"));
+
+  // Only the root's member streams: a nested "results" stays in the document.
+  int calls = 0;
+  const json nested = jsonu::stream_file(write("nested.json", R"({"a": {"results": [1, 2]}})"), "results",
+                                         [&](json&&, size_t, const json&) { ++calls; });
+  CHECK(calls == 0);
+  CHECK(nested["a"]["results"] == json::array({1, 2}));
+}
+
+TEST_CASE("stream_file: parse_text's rules, with pointers that count the handed elements") {
+  auto error_of = [](const std::string& name, const std::string& text) {
+    const std::string f = write(name, text);
+    try {
+      (void)jsonu::stream_file(f, "results", [](json&&, size_t, const json&) {});
+    } catch (const InputError& e) {
+      return std::make_pair(e.json_path(), std::string(e.what()));
+    }
+    FAIL("stream_file accepted " << text);
+    return std::make_pair(std::string(), std::string());
+  };
+  const auto dup = error_of("s_dup.json", R"({"results": [{"x": 1}, {"x": 1, "x": 2}]})");
+  CHECK(dup.first == "/results/1/x");
+  CHECK(contains(dup.second, "s_dup.json: /results/1/x: duplicate key \"x\""));
+  CHECK(error_of("s_inf.json", R"({"results": [0, 0, [1e400]]})").first == "/results/2/0");
+  CHECK(error_of("s_deep.json", "{\"results\": [0, " + deep(300) + "]}").first.rfind("/results/1/0/0", 0) == 0);
+  CHECK(contains(error_of("s_bad.json", R"({"results": [1, 2,)").second, "malformed JSON"));
+  CHECK(contains(error_of("s_root_dup.json", R"({"results": [1], "results": []})").second, "duplicate key \"results\""));
+  CHECK_THROWS_WITH_AS(jsonu::stream_file("/nonexistent/x.json", "results", [](json&&, size_t, const json&) {}),
+                       "/nonexistent/x.json: /: cannot open file", InputError);
+}
+
+TEST_CASE("stream_report checks every row as load_report does") {
+  const json good = load_report(kBaseline);
+  size_t rows = 0;
+  const json header = stream_report(kBaseline, [&](json&& row, size_t i) {
+    CHECK(row["case_id"] == good["results"][i]["case_id"]);
+    CHECK_FALSE(row.contains("derived"));  // as stored: the baseline has none
+    ++rows;
+  });
+  CHECK(rows == good["results"].size());
+  CHECK(header["results"].empty());
+  CHECK(header["environment"] == good["environment"]);
+
+  auto path_of = [](const json& doc) {
+    const std::string f = write("stream_bad.json", doc.dump());
+    try {
+      (void)stream_report(f, [](json&&, size_t) {});
+    } catch (const InputError& e) {
+      return e.json_path();
+    }
+    return std::string("(accepted)");
+  };
+  json bad = jsonu::load_file(kBaseline);
+  bad["schema_version"] = 99;
+  CHECK(path_of(bad) == "/schema_version");
+  bad = jsonu::load_file(kBaseline);
+  bad["results"].push_back(bad["results"][0]);
+  CHECK(path_of(bad) == "/results/" + std::to_string(good["results"].size()));  // the duplicate row
+  if (!test::schema_validation_or_loud_skip("streamed rows against the schema")) return;
+  bad = jsonu::load_file(kBaseline);
+  bad["results"][3]["status"] = "passed";
+  CHECK(path_of(bad) == "/results/3/status");
+  bad = jsonu::load_file(kBaseline);
+  bad["results"][2].erase("backend");
+  CHECK(path_of(bad) == "/results/2/backend");
+  bad = jsonu::load_file(kBaseline);
+  bad["tool"] = "other";
+  CHECK(path_of(bad) == "/tool");  // the header, after the rows
 }
 
 TEST_CASE("load_report and compare_reports refuse two rows for one (case_id, backend variant)") {

@@ -85,7 +85,7 @@ Scenario three_cases() {
     c.problem.heads_q = c.problem.heads_kv = 1;
     c.problem.seq_q = c.problem.seq_k = 8;
     c.problem.head_dim = c.problem.head_dim_v = d;
-    c.problem.mask.push_back(CausalTerm{});
+    c.problem.mask.emplace_back(CausalTerm{});  // in place: GCC 12 misreads a moved variant (-Wmaybe-uninitialized)
     s.cases.push_back(c);
   }
   return s;
@@ -373,7 +373,7 @@ TEST_CASE("fully masked rows explained: the row says convention vs wrong numbers
     c.problem.seq_k = 30;
     c.problem.head_dim = c.problem.head_dim_v = d;
     c.problem.dtype = DType::fp32;
-    c.problem.mask.push_back(CausalTerm{});
+    c.problem.mask.emplace_back(CausalTerm{});  // in place: GCC 12 misreads a moved variant (-Wmaybe-uninitialized)
     s.cases.push_back(c);
   }
   RunOptions o;

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -24,10 +23,13 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
+#include "harness/device/process.hpp"
 #include "harness/model/block_mask.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/model/mask.hpp"
@@ -161,64 +163,10 @@ RunContext default_run_context() {
 
 namespace {
 
-/// posix_spawnp `argv` with our environment plus `env`, the file actions `fa`,
-/// default signal handling and an empty signal mask, in a new process group.
-/// Returns 0 or the errno of the failure.
-int spawn_in_group(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
-                   posix_spawn_file_actions_t* fa, pid_t* pid) {
-  std::map<std::string, std::string> vars;
-  for (char** e = environ; e && *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq) vars[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
-  }
-  for (const auto& [k, v] : env) vars[k] = v;
-  std::vector<std::string> env_strings;
-  env_strings.reserve(vars.size());
-  for (const auto& [k, v] : vars) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);  // own process group: a timeout kills helpers too
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  const int rc = posix_spawnp(pid, args[0], fa, &attr, args.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
-  return rc;
-}
-
-/// Whether process `pid` has exited, without reaping it (WNOWAIT keeps its id, and
-/// with it the process group id, reserved until the group has been cleaned up).
-bool has_exited(pid_t pid) {
-  siginfo_t info{};
-  info.si_pid = 0;
-  for (;;) {
-    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0) return info.si_pid == pid;
-    if (errno != EINTR) return true;  // nothing to wait for: treat as gone
-  }
-}
-
-/// End process group `pid`: SIGTERM first when `terminate`, up to `grace_s` for the
-/// leader to exit, SIGKILL for whatever is left, then reap the leader into `r`.
-void end_group(pid_t pid, bool terminate, double grace_s, ProcessResult& r) {
-  if (terminate) kill(-pid, SIGTERM);
-  const auto t1 = std::chrono::steady_clock::now();
-  while (!has_exited(pid) && seconds_since(t1) < grace_s) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  kill(-pid, SIGKILL);  // whatever is left of the group (the leader may be a zombie: harmless)
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+/// A ProcessResult's exit code and signal from how the child ended.
+void take_status(const ChildStatus& st, ProcessResult& r) {
+  r.exit_code = st.exited ? st.exit_code : -1;
+  r.signal = st.exited ? 0 : st.signal;
 }
 
 }  // namespace
@@ -231,30 +179,19 @@ ProcessResult run_process(const std::vector<std::string>& argv,
     r.error = "empty command";
     return r;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const auto t0 = std::chrono::steady_clock::now();
-  pid_t pid = -1;
-  const int rc = spawn_in_group(argv, env, &fa, &pid);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    r.error = std::strerror(rc);
+  std::optional<ChildProcess> child;
+  try {
+    child.emplace(argv, env, ChildIo{stdout_path, stderr_path});
+  } catch (const std::system_error& e) {
+    r.error = e.code().message();
     return r;
   }
   r.launched = true;
-  auto nap = std::chrono::milliseconds(1);
-  bool done = false;
-  while (!(done = has_exited(pid))) {
-    if (seconds_since(t0) >= timeout_s) break;
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::milliseconds(50));
-  }
-  r.timed_out = !done;
-  end_group(pid, !done, kill_grace_s, r);
-  r.wall_s = seconds_since(t0);
+  ChildStatus st = wait_child(*child, timeout_s, nullptr, kill_grace_s);
+  r.timed_out = st.timed_out;
+  if (!st.timed_out) st = child->end_group(false, kill_grace_s);  // after a normal exit: what is left of the group
+  take_status(st, r);
+  r.wall_s = st.seconds;
   return r;
 }
 
@@ -285,7 +222,7 @@ class ServeWorker {
   ServeWorker(const ServeWorker&) = delete;
   ServeWorker& operator=(const ServeWorker&) = delete;
 
-  bool alive() const { return pid_ > 0; }
+  bool alive() const { return child_ != nullptr; }
 
   /// One request; `timeout_s` and `grace_s` are the caller's (not the starter's).
   ServeOutcome request(const std::string& path, double timeout_s, double grace_s) {
@@ -384,21 +321,19 @@ class ServeWorker {
       r.error = std::string("socketpair: ") + std::strerror(errno);
       return false;
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, sv[1], 0);  // dup2 clears close-on-exec on 0 and 1
-    posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    pid_t pid = -1;
-    const int rc = spawn_in_group({c_.python, c_.worker, "--serve"}, c_.env, &fa, &pid);
-    posix_spawn_file_actions_destroy(&fa);
-    close(sv[1]);
-    if (rc != 0) {
+    ChildIo io;
+    io.stdio_fd = sv[1];
+    io.stderr_path = log_path_;
+    io.stderr_append = true;
+    try {
+      child_ = std::make_unique<ChildProcess>(std::vector<std::string>{c_.python, c_.worker, "--serve"}, c_.env, io);
+    } catch (const std::system_error& e) {
+      close(sv[1]);
       close(sv[0]);
-      r.error = std::strerror(rc);
+      r.error = e.code().message();
       return false;
     }
-    pid_ = pid;
+    close(sv[1]);
     fd_ = sv[0];
     served_ = 0;
     buf_.clear();
@@ -408,16 +343,16 @@ class ServeWorker {
   void kill_worker(bool terminate, ProcessResult& r) {
     if (!alive()) return;
     if (!terminate) shutdown(fd_, SHUT_WR);  // a worker between requests exits on EOF
-    end_group(pid_, terminate, c_.kill_grace_s, r);
+    take_status(child_->end_group(terminate, c_.kill_grace_s), r);
+    child_.reset();
     close(fd_);
     fd_ = -1;
-    pid_ = -1;
   }
 
   LaunchConfig c_;
   std::unique_ptr<WorkDir> dir_;
   std::string log_path_, buf_;
-  pid_t pid_ = -1;
+  std::unique_ptr<ChildProcess> child_;
   int fd_ = -1;
   int served_ = 0;
 };
@@ -837,11 +772,6 @@ class PeerInstance final : public BackendInstance {
   json extra_;
 };
 
-std::string signal_name(int sig) {
-  const char* s = strsignal(sig);
-  return std::to_string(sig) + (s ? std::string(" (") + s + ")" : std::string());
-}
-
 }  // namespace
 
 PeerBackend::PeerBackend(std::string name, std::string peer, std::string description, LaunchConfig cfg)
@@ -884,7 +814,8 @@ std::unique_ptr<BackendInstance> PeerBackend::prepare(const Problem& p, const Pr
     throw PeerTimeout(label + ": the worker ran past the timeout of " + seconds_text(c.timeout_s) +
                       " s and was killed (ATTNBENCH_PEER_TIMEOUT)" + keep_hint + with_tail("stderr", err_tail(2000)));
   if (pr.signal)
-    throw PeerCrashed(label + ": the worker was killed by signal " + signal_name(pr.signal) + keep_hint +
+    throw PeerCrashed(label + ": the worker was killed by " + signal_name(pr.signal) + " (signal " +
+                      std::to_string(pr.signal) + ")" + keep_hint +
                       with_tail("stderr", err_tail(2000)));
   if (so && !pr.error.empty() && !so->answered)
     throw std::runtime_error(label + ": " + pr.error + keep_hint + with_tail("stderr", err_tail(2000)));

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include <stdlib.h>
+
 #include "harness/backend/backend.hpp"
 #include "harness/run/plugin_probe.hpp"
 
@@ -106,8 +108,31 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& paths, boo
   }
   files.insert(files.end(), paths.begin(), paths.end());
   std::vector<std::string> names;
-  for (const auto& f : files) names.push_back(in_process ? BackendRegistry::load_plugin(f) : probe_plugin(f));
+  std::string unit_list;  // ATTNBENCH_UNIT_PLUGINS: which file an isolated unit loads for its backend
+  for (const auto& f : files) {
+    names.push_back(in_process ? BackendRegistry::load_plugin(f) : probe_plugin(f));
+    unit_list += (unit_list.empty() ? "" : ",") + hex_encode(names.back()) + "=" +
+                 hex_encode(std::filesystem::absolute(f).string());
+  }
+  if (unit_list.empty()) ::unsetenv("ATTNBENCH_UNIT_PLUGINS");  // never a list inherited from elsewhere
+  else ::setenv("ATTNBENCH_UNIT_PLUGINS", unit_list.c_str(), 1);
   return names;
+}
+
+void load_unit_plugin(const std::string& backend) {
+  if (BackendRegistry::create(backend)) return;  // in tree
+  const char* env = std::getenv("ATTNBENCH_UNIT_PLUGINS");
+  const std::string list = env ? env : "", want = hex_encode(backend) + "=";
+  size_t pos = 0;
+  while (pos < list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string entry = list.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (entry.rfind(want, 0) == 0) {
+      BackendRegistry::load_plugin(hex_decode(entry.substr(want.size())));
+      return;
+    }
+  }
 }
 
 int main_entry(int argc, char** argv) {

@@ -46,9 +46,16 @@ void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths);
 /// path may hold any byte), then `paths`; returns the backend names registered.
 /// `in_process`: dlopen each here (`--isolate off`, and the isolated children);
 /// otherwise load each through a probe child and register a stand-in whose code
-/// runs only in isolated children (probe_plugin()). Throws InputError naming the
-/// file or folder on any loading error (exit 2).
+/// runs only in isolated children (probe_plugin()). Records each (backend name,
+/// absolute file) in ATTNBENCH_UNIT_PLUGINS (hex-encoded "name=file" entries,
+/// comma-separated) for load_unit_plugin() in the isolated children. Throws
+/// InputError naming the file or folder on any loading error (exit 2).
 std::vector<std::string> load_plugins(const std::vector<std::string>& paths, bool in_process = false);
+/// In an isolated unit (`__unit`): load, in this process, only the plugin whose
+/// backend the unit runs, the file ATTNBENCH_UNIT_PLUGINS names for `backend`;
+/// nothing for an in-tree backend or a name it does not list (the unit then
+/// reports the unknown backend). Throws InputError as load_plugin() does.
+void load_unit_plugin(const std::string& backend);
 /// Hex encoding (lower case, two digits a byte) of the paths in ATTNBENCH_CHILD_PLUGINS.
 std::string hex_encode(const std::string& s);
 /// Inverse of hex_encode(). Throws InputError on a character that is not a hex digit.

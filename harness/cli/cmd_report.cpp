@@ -115,9 +115,7 @@ void add_compare(CLI::App& app, Action& action) {
         return run_history_compare(a->history, o, a->base, a->markdown, a->json_out, a->quiet);
       }
       if (a->neu.empty()) throw InputError("<command line>", "compare", "give BASE.json and NEW.json (or --history DB NEW.json)");
-      nlohmann::json base = load_report(a->base);
-      nlohmann::json neu = load_report(a->neu);
-      Comparison c = compare_reports(base, neu, a->base, a->neu, o);
+      Comparison c = compare_report_files(a->base, a->neu, o);  // row by row: bounded memory
       const std::string md = c.markdown();
       if (!a->quiet) std::fputs(md.c_str(), stdout);
       if (!a->markdown.empty()) write_text(a->markdown, md);

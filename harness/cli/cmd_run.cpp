@@ -7,6 +7,7 @@
 #include "harness/backend/options.hpp"
 #include "harness/cli/cli.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/model/json_util.hpp"
 #include "harness/run/multi_gpu.hpp"
 #include "harness/run/plugin_probe.hpp"
 #include "harness/run/process.hpp"
@@ -79,8 +80,8 @@ void apply_throttle_options(TimingPolicy& p, double threshold_percent, double re
 
 }  // namespace
 
-/// Hand the --plugin files (absolute) to the child processes of --isolate, --gpus
-/// and the plugin probe, which inherit the environment, in ATTNBENCH_CHILD_PLUGINS
+/// Hand the --plugin files (absolute) to the --gpus shards, which inherit the
+/// environment and load every plugin again, in ATTNBENCH_CHILD_PLUGINS
 /// (hex-encoded, comma-separated: a path may hold ':' or any other byte).
 void export_plugin_path(const std::vector<std::string>& plugins) {
   if (plugins.empty()) return;
@@ -99,16 +100,25 @@ void add_unit_command(CLI::App& app, Action& action) {
   cmd->add_option("result", *res)->required();
   cmd->callback([req, res, &action] {
     action = [req, res] {
-      load_plugins({}, /*in_process=*/true);  // the parent passed its --plugin files on in ATTNBENCH_CHILD_PLUGINS
+      std::string backend;  // a malformed request is reported by run_unit_main, naming the field
+      try {
+        backend = jsonu::load_file(*req).at("row").at("backend").get<std::string>();
+      } catch (const std::exception&) {
+      }
+      load_unit_plugin(backend);  // only this unit's plugin, as the parent listed it (ATTNBENCH_UNIT_PLUGINS)
       return run_unit_main(*req, *res);
     };
   });
   auto* probe = app.add_subcommand("__plugin-probe", "");  // hidden: load one plugin for the parent (plugin_probe.hpp)
   probe->group("");
   auto lib = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto ask_available = std::make_shared<bool>(false);
   probe->add_option("library", *lib)->required();
   probe->add_option("result", *out)->required();
-  probe->callback([lib, out, &action] { action = [lib, out] { return plugin_probe_main(*lib, *out); }; });
+  probe->add_flag("--available", *ask_available);
+  probe->callback([lib, out, ask_available, &action] {
+    action = [lib, out, ask_available] { return plugin_probe_main(*lib, *out, *ask_available); };
+  });
 }
 
 void add_run_command(CLI::App& app, Action& action) {

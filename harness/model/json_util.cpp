@@ -1,7 +1,12 @@
 #include "harness/model/json_util.hpp"
 
 #include <cmath>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <sstream>
 
 namespace attnbench::jsonu {
@@ -41,6 +46,10 @@ class SafeDomBuilder {
  public:
   using json = nlohmann::json;
   explicit SafeDomBuilder(json& root, const std::string& source) : root_(root), source_(source) {}
+  /// Hand each completed element of the root object's member `key` (an array)
+  /// to `sink` instead of keeping it (stream_file()).
+  SafeDomBuilder(json& root, const std::string& source, const std::string& key, const ElementSink& sink)
+      : root_(root), source_(source), stream_key_(&key), sink_(&sink) {}
 
   bool null() { return put(json(nullptr)); }
   bool boolean(bool v) { return put(json(v)); }
@@ -82,7 +91,23 @@ class SafeDomBuilder {
     json* node = nullptr;   ///< the open object or array
     json* slot = nullptr;   ///< objects: the member the next value fills
     std::string key;        ///< objects: the key of that member
+    size_t handed = 0;      ///< arrays: elements handed to the sink (no longer in node)
   };
+
+  /// Arrays: the index the next element gets.
+  static size_t next_index(const Frame& f) { return f.node->size() + f.handed; }
+
+  /// After a value completed: when it is an element of the streamed array, hand
+  /// it to the sink and drop it.
+  void emit_if_streamed() {
+    if (sink_ == nullptr || stack_.size() != 2 || !stack_[0].node->is_object() || !stack_[1].node->is_array() ||
+        stack_[0].key != *stream_key_)
+      return;
+    Frame& f = stack_[1];
+    json element = std::move(f.node->back());
+    f.node->erase(f.node->size() - 1);
+    (*sink_)(std::move(element), f.handed++, root_);
+  }
 
   static std::string out_of_range(const std::string& text) {
     return "number " + text + " is out of range (it overflows a double to infinity)";
@@ -101,6 +126,7 @@ class SafeDomBuilder {
 
   bool put(json v) {
     *target() = std::move(v);
+    emit_if_streamed();
     return true;
   }
 
@@ -117,6 +143,7 @@ class SafeDomBuilder {
 
   bool close() {
     stack_.pop_back();
+    emit_if_streamed();
     return true;
   }
 
@@ -127,7 +154,7 @@ class SafeDomBuilder {
     std::string p;
     for (std::size_t i = 0; i + 1 < stack_.size(); ++i) {
       const Frame& f = stack_[i];
-      p = f.node->is_object() ? child_path(p, f.key) : child_path(p, f.node->size() - 1);
+      p = f.node->is_object() ? child_path(p, f.key) : child_path(p, next_index(f) - 1);
     }
     return p;
   }
@@ -135,11 +162,13 @@ class SafeDomBuilder {
   std::string here() const {
     if (stack_.empty()) return "";
     const Frame& f = stack_.back();
-    return f.node->is_object() ? child_path(container_path(), f.key) : child_path(container_path(), f.node->size());
+    return f.node->is_object() ? child_path(container_path(), f.key) : child_path(container_path(), next_index(f));
   }
 
   json& root_;
   const std::string& source_;
+  const std::string* stream_key_ = nullptr;
+  const ElementSink* sink_ = nullptr;
   std::vector<Frame> stack_;
   std::string error_;
 };
@@ -160,6 +189,71 @@ nlohmann::json load_file(const std::string& file) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_text(ss.str(), file);
+}
+
+namespace {
+
+/// Reads a file in 1 MiB blocks: the input iterator of stream_file()'s parser
+/// (nlohmann's iterator input adapter reads it one character at a time).
+class BlockReader {
+ public:
+  explicit BlockReader(std::FILE* f) : f_(f), buf_(1 << 20) {}
+  /// The next byte, or EOF.
+  int get() {
+    if (at_ == end_) {
+      end_ = std::fread(buf_.data(), 1, buf_.size(), f_);
+      at_ = 0;
+      if (end_ == 0) return EOF;
+    }
+    return static_cast<unsigned char>(buf_[at_++]);
+  }
+
+ private:
+  std::FILE* f_;
+  std::vector<char> buf_;
+  size_t at_ = 0, end_ = 0;
+};
+
+/// Input iterator over a BlockReader (end: reader null or exhausted).
+class BlockIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+  BlockIterator() = default;
+  explicit BlockIterator(BlockReader* r) : r_(r) { advance(); }
+  const char& operator*() const { return c_; }
+  BlockIterator& operator++() {
+    advance();
+    return *this;
+  }
+  bool operator==(const BlockIterator& o) const { return r_ == o.r_; }
+  bool operator!=(const BlockIterator& o) const { return r_ != o.r_; }
+
+ private:
+  void advance() {
+    const int c = r_->get();
+    if (c == EOF) r_ = nullptr;
+    else c_ = static_cast<char>(c);
+  }
+  BlockReader* r_ = nullptr;
+  char c_ = 0;
+};
+
+}  // namespace
+
+nlohmann::json stream_file(const std::string& file, const std::string& array_key, const ElementSink& sink) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
+  if (!f) throw InputError(file, "", "cannot open file");
+  BlockReader reader(f.get());
+  nlohmann::json root;
+  SafeDomBuilder b(root, file, array_key, sink);
+  const bool parsed = nlohmann::json::sax_parse(BlockIterator(&reader), BlockIterator(), &b);
+  if (std::ferror(f.get())) throw InputError(file, "", std::string("read error: ") + std::strerror(errno));
+  if (!parsed) throw InputError(file, "", "malformed JSON: " + b.error());
+  return root;
 }
 
 void require_object(const nlohmann::json& j, const std::string& file, const std::string& path) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,21 @@ nlohmann::json parse_text(const std::string& text, const std::string& source);
 /// Read and parse a JSON file with parse_text(). Throws InputError (path "")
 /// when the file cannot be opened, and parse_text()'s InputErrors otherwise.
 nlohmann::json load_file(const std::string& file);
+
+/// What stream_file() hands each element of the streamed array: the element
+/// (moved out, never kept), its index in the array, and the root object as
+/// read so far (the members before the array; the array itself empty).
+using ElementSink = std::function<void(nlohmann::json&& element, size_t index, const nlohmann::json& root)>;
+
+/// Read and parse a JSON file under parse_text()'s rules and errors, but hand
+/// each element of the root object's member `array_key` (when it is an array)
+/// to `sink` as soon as the element is complete, so that one element at a time
+/// is in memory: the returned document holds every other member, and
+/// `array_key` as an empty array. The file is read in 1 MiB blocks, never
+/// whole. Error paths count the handed elements ("/results/7/status"). Throws
+/// InputError (path "") when the file cannot be opened or read, parse_text()'s
+/// InputErrors, and whatever `sink` throws.
+nlohmann::json stream_file(const std::string& file, const std::string& array_key, const ElementSink& sink);
 
 /// Throws InputError unless `j` is an object.
 void require_object(const nlohmann::json& j, const std::string& file, const std::string& path);

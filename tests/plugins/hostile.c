@@ -2,17 +2,21 @@
  * forward-only CPU attention (the tiny example's algorithm, no masks: it declines
  * masked problems) that misbehaves on purpose where HOSTILE_MODE says so:
  *   segv_available, segv_supports, segv_forward   raise SIGSEGV there
+ *   unavailable                                   available() says no, with a reason
  *   hang_supports                                 sleep forever in supports()
  *   exit_supports, exit_forward                   exit(0) there
  *   rename                                        rewrite its own name in supports()
  *   fork_forward                                  fork a child that sleeps 3 s, then go on
  *   flaky                                         claim determinism, yet every second forward()
  *                                                 differs in the last bit of O[0]
- * HOSTILE_AFTER=N lets the first N forward() calls of a process behave. */
+ * HOSTILE_AFTER=N lets the first N forward() calls of a process behave.
+ * HOSTILE_LOAD_LOG=FILE: every process that loads the plugin (calls its entry
+ * point) appends one line "loaded" to FILE. */
 #include <attnbench/plugin.h>
 
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,8 +29,11 @@ static int is_mode(const char* m) {
 static char g_name[32] = "test-hostile";
 
 static int available(attnb_message* why) {
-  (void)why;
   if (is_mode("segv_available")) raise(SIGSEGV);
+  if (is_mode("unavailable")) {
+    attnb_set_message(why, "test-hostile: HOSTILE_MODE=unavailable");
+    return 0;
+  }
   return 1;
 }
 static int supports(const attnb_problem* p, attnb_message* why) {
@@ -89,4 +96,12 @@ static void teardown(void* inst) { (void)inst; }
 
 static attnb_plugin plugin = {ATTNB_PLUGIN_ABI_VERSION, sizeof(attnb_plugin), g_name, "misbehaving test plugin",
                               ATTNB_DEVICE_CPU, 0, available, supports, NULL, prepare, forward, NULL, teardown};
-ATTNB_PLUGIN_EXPORT const attnb_plugin* attnbench_plugin_entry(void) { return &plugin; }
+ATTNB_PLUGIN_EXPORT const attnb_plugin* attnbench_plugin_entry(void) {
+  const char* log = getenv("HOSTILE_LOAD_LOG");
+  FILE* f = log ? fopen(log, "a") : NULL;
+  if (f) {
+    fputs("loaded\n", f);
+    fclose(f);
+  }
+  return &plugin;
+}

@@ -32,7 +32,7 @@ class TorchMask:
         # FlexAttention evaluates mask_mod on whole 128-blocks, so indices reach past
         # the last row only when a length is not a multiple of BLOCK; the clamps cost
         # 10% of the packed Llama-3-8B forward and 13% of forward+backward on an H100
-        # (ci/flex_variants.py), so they are left out where they cannot matter.
+        # (tools/flex_variants.py), so they are left out where they cannot matter.
         clamp = p.seq_q % BLOCK != 0 or p.seq_k % BLOCK != 0
 
         def mask_mod(b, h, q_idx, kv_idx):

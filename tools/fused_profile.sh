@@ -2,7 +2,7 @@
 # Profile one forward and one backward of the `flash` backend with Nsight Compute
 # (speed of light, occupancy, warp stalls, instruction mix) and write the SASS
 # instruction histogram of the forward kernel. Needs build-gpu (ci/fused_gpu.sh).
-#   ci/fused_profile.sh SCENARIO CASE_REGEX
+#   tools/fused_profile.sh SCENARIO CASE_REGEX
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-out-fused}

@@ -1,4 +1,4 @@
-"""Shared by ci/flex_variants.py and ci/do_bench_dense.py: time one pass two ways."""
+"""Shared by tools/flex_variants.py and tools/do_bench_dense.py: time one pass two ways."""
 
 import statistics
 import time

@@ -4,7 +4,7 @@
 # suites (each case on both forward paths), then time the forward on both paths
 # through `attnbench run`. Logs under $OUT (default ./out-sm90).
 #
-#   ci/sm90_check.sh [test] [bench SCENARIO CASES_RE BACKENDS]... [table SCENARIO CASES_RE BACKENDS]...
+#   tools/sm90_check.sh [test] [bench SCENARIO CASES_RE BACKENDS]... [table SCENARIO CASES_RE BACKENDS]...
 #
 # bench times the backends with their option fwd_path=sm90 and =sm80; bwdbench with
 # atomic dQ (deterministic=false) and bwd_path=sm90 and =sm80 (forward on its default path);

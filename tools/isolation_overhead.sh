@@ -4,7 +4,7 @@
 # under a millisecond, so the difference is the child process: posix_spawn, exec,
 # loading the binary and its libraries, reading the request, writing the row),
 # each mode run REPS times, the fastest wall time of each kept.
-#   ci/isolation_overhead.sh [BUILD_DIR] [REPS]
+#   tools/isolation_overhead.sh [BUILD_DIR] [REPS]
 set -eu
 BUILD=${1:-build}
 REPS=${2:-5}

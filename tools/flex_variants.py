@@ -17,10 +17,10 @@ two ways:
                             measured: host enqueue included, L2 flushed by do_bench)
             events          CUDA events around the pass with the stream held by a
                             spin kernel (as the worker's StreamHold): GPU time only
-                            (both in ci/two_ways.py)
+                            (both in tools/two_ways.py)
 
 Prints one JSON line per (variant, pass) and exits 0. Usage (on the GPU machine):
-  python3 ci/flex_variants.py /tmp/attnbench-peer-XXXX [--reps 50]
+  python3 tools/flex_variants.py /tmp/attnbench-peer-XXXX [--reps 50]
 Only document(+causal) masks get the minimal mask_mod; other masks are skipped
 with a note.
 """

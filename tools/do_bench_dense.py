@@ -6,7 +6,7 @@ around a single pass with the stream held (the torch worker's way).
 Answers whether a difference between attnbench's peer rows and the file comes from
 the timing method or from the machine: run on the GPU machine,
 
-    python3 ci/do_bench_dense.py [--seq 1024 --batch 16 --heads 16 --dim 128] [--causal]
+    python3 tools/do_bench_dense.py [--seq 1024 --batch 16 --heads 16 --dim 128] [--causal]
 
 and compare with ci/peers_table.py's rows. Inputs are contiguous [B, H, S, D]
 bf16 tensors from torch.randn (seed 0). Prints one JSON line per (path, pass).
