@@ -244,7 +244,9 @@ OptionValues resolve_options(const std::string& backend, const OptionSpecs& spec
                              const std::string& pointer) {
   std::map<std::string, std::string> values;
   for (const auto& s : specs) values[s.name] = s.default_value;
-  for (const auto& [key, value] : given) {
+  for (const auto& kv : given) {
+    const std::string& key = kv.first;  // not a structured binding: lambdas capture it (clang < 16)
+    const std::string& value = kv.second;
     const auto it = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == key; });
     if (it == specs.end()) {
       std::vector<std::string> names;
@@ -261,7 +263,9 @@ OptionValues resolve_options(const std::string& backend, const OptionSpecs& spec
 
 std::string variant_label(const std::string& backend, const OptionSpecs& specs, const OptionValues& values) {
   std::vector<std::string> parts;  // std::map order: sorted by name
-  for (const auto& [key, value] : values.all()) {
+  for (const auto& kv : values.all()) {
+    const std::string& key = kv.first;  // not a structured binding: lambdas capture it (clang < 16)
+    const std::string& value = kv.second;
     const auto it = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == key; });
     if (it == specs.end() || it->default_value != value) parts.push_back(key + "=" + value);
   }
