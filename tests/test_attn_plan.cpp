@@ -236,7 +236,7 @@ TEST_CASE("flex plan: every block tile listed once, longest first, executed pair
   for (int block : {64, 128}) {
     Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 200}, {300}}));
     const BlockMask bm = build_block_mask(p, block, block);
-    const TilePlan t = plan_block_tiles(bm, p.batch, 4, 64);
+    const TilePlan t = plan_block_tiles(bm, p.batch, 4);
     CHECK(t.tile_rows == block);
     CHECK(t.q_items.size() == static_cast<size_t>(2 * bm.num_q_blocks));
     CHECK(t.dq_items.size() == static_cast<size_t>(2 * ((300 + 63) / 64)));
@@ -260,20 +260,19 @@ TEST_CASE("flex plan: every block tile listed once, longest first, executed pair
     CHECK(first == 1);
     // The Hopper backward: 128-key dK/dV tiles, one per KV block of 128; KV blocks of 64 are refused.
     if (block == 128) {
-      const TilePlan h = plan_block_tiles(bm, p.batch, 4, 64, BwdPath::sm90);
+      const TilePlan h = plan_block_tiles(bm, p.batch, 4, BwdPath::sm90);
       CHECK(h.bwd_tile_keys == 128);
       REQUIRE(h.k_items.size() == static_cast<size_t>(2 * ((300 + 127) / 128)));
       for (const WorkItem& w : h.k_items) CHECK(w.start % 128 == 0);
     } else {
-      CHECK_THROWS_AS(plan_block_tiles(bm, p.batch, 4, 64, BwdPath::sm90), std::invalid_argument);
+      CHECK_THROWS_AS(plan_block_tiles(bm, p.batch, 4, BwdPath::sm90), std::invalid_argument);
     }
   }
   // 64-row halves of 128-row blocks (the Hopper forward of short walks): two items per block, same lists.
   {
     const Problem p = with_causal(with_documents(make_problem(2, 4, 2, 300, 300, 64, DType::bf16), {{100, 200}, {300}}));
     const BlockMask bm = build_block_mask(p, 128, 128);
-    const TilePlan whole = plan_block_tiles(bm, p.batch, 4, 64), halves = plan_block_tiles(bm, p.batch, 4, 64,
-                                                                                          BwdPath::sm80, 64);
+    const TilePlan whole = plan_block_tiles(bm, p.batch, 4), halves = plan_block_tiles(bm, p.batch, 4, BwdPath::sm80, 64);
     CHECK(halves.tile_rows == 64);
     CHECK(halves.q_items.size() == 2 * whole.q_items.size());
     CHECK(halves.fwd_tiles == 2 * whole.fwd_tiles);
@@ -283,7 +282,7 @@ TEST_CASE("flex plan: every block tile listed once, longest first, executed pair
       CHECK(starts.count({w.seq, w.start}) == 1);
       CHECK(starts.count({w.seq, w.start + 64}) == 1);
     }
-    CHECK_THROWS_AS(plan_block_tiles(bm, p.batch, 4, 64, BwdPath::sm80, 32), std::invalid_argument);
+    CHECK_THROWS_AS(plan_block_tiles(bm, p.batch, 4, BwdPath::sm80, 32), std::invalid_argument);
     // The choice: short walks (at most kFlexShortWalkSteps key steps per block on average) on the Hopper forward.
     CHECK(flex_fwd_rows(bm, FwdPath::sm90) == 64);
     CHECK(flex_fwd_rows(bm, FwdPath::sm80) == 128);
@@ -292,10 +291,10 @@ TEST_CASE("flex plan: every block tile listed once, longest first, executed pair
     CHECK(flex_fwd_rows(build_block_mask(p, 64, 64), FwdPath::sm90) == 64);  // blocks of 64 stay whole
   }
   const BlockMask odd = build_block_mask(make_problem(1, 1, 1, 100, 100, 64, DType::bf16), 32, 32);
-  CHECK_THROWS_AS(plan_block_tiles(odd, 1, 1, 64), std::invalid_argument);
+  CHECK_THROWS_AS(plan_block_tiles(odd, 1, 1), std::invalid_argument);
   const BlockMask per_row = build_block_mask(with_padding(make_problem(2, 1, 1, 100, 100, 64, DType::bf16),
                                                           {100, 50}, {100, 50}), 64, 64);
-  CHECK_THROWS_AS(plan_block_tiles(per_row, 3, 1, 64), std::invalid_argument);
+  CHECK_THROWS_AS(plan_block_tiles(per_row, 3, 1), std::invalid_argument);
 }
 
 TEST_CASE("offset_bias dBias CSR: keys grouped by offset entry, ascending") {

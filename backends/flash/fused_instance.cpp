@@ -265,9 +265,11 @@ SequencePlan plan_sequences(const Problem& p, const FusedOptions& opt) {
 
 class FusedInstance final : public BackendInstance {
  public:
-  /// `prebuilt`: the BlockMask of the block_mask placement when the caller built it
-  /// already (moved from), else null.
-  FusedInstance(const Problem& p, const ProblemData& in, const FusedOptions& opt, BlockMask* prebuilt = nullptr);
+  /// `bm`: the BlockMask of the block_mask placement, `sp`: the SequencePlan
+  /// (plan_sequences) of the others, when the caller built them already (moved
+  /// from), else null.
+  FusedInstance(const Problem& p, const ProblemData& in, const FusedOptions& opt, BlockMask* bm = nullptr,
+                SequencePlan* sp = nullptr);
   /// The flex schedule decision, for the report (extra.backend.schedule).
   void set_schedule_note(std::string note) { schedule_note_ = std::move(note); }
   /// Host time spent choosing the schedule before construction, counted as setup.
@@ -342,7 +344,6 @@ class FusedInstance final : public BackendInstance {
   FusedOptions opt_;
   bool packed_ = false;  // tokens packed per sequence (cu_seqlens)
   Sequences seqs_;
-  kernels::SeqLengths lens_;  // valid lengths per sequence (batch row, or packed sequence)
   std::string schedule_note_;  // flex: which schedule ran and why (extra.backend.schedule)
   PhysicalLayout lq_, lk_, lv_, lo_;
   kernels::TilePlan plan_;
@@ -397,7 +398,8 @@ void FusedInstance::set_strides() {
   a.lse_head_stride = p_.seq_q;
 }
 
-FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const FusedOptions& opt, BlockMask* prebuilt)
+FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const FusedOptions& opt, BlockMask* bm,
+                             SequencePlan* sp)
     : p_(p),
       opt_(opt),
       lq_(physical_layout(p, TensorRole::q)),
@@ -416,29 +418,29 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
 
   // Sequences, lengths and the plan.
   MaskDesc md;
+  kernels::SeqLengths lens;
   if (opt.placement == Placement::block_mask) {
     flex_ = std::make_unique<FlexBuffers>();
-    flex_->host = prebuilt ? std::move(*prebuilt) : build_block_mask(p, opt.block_size, opt.block_size);
+    flex_->host = bm ? std::move(*bm) : build_block_mask(p, opt.block_size, opt.block_size);
     MaskArrays arrays;
     md = make_mask_desc(p, arrays);
     md.doc_ids = nullptr;  // the arrays are set by setup_flex (flex_mask_form)
     md.seq_lens_q = md.seq_lens_k = nullptr;
     fwd_path_ = choose_fwd_path(opt, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
     bwd_path_ = choose_flex_bwd_path(p, opt, &why_portable_bwd_);
-    plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), static_cast<int>(p.head_dim),
-                                      bwd_path_, kernels::flex_fwd_rows(flex_->host, fwd_path_));
-    lens_ = padded_lengths(p);
+    plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), bwd_path_,
+                                      kernels::flex_fwd_rows(flex_->host, fwd_path_));
+    lens = padded_lengths(p);
   } else {
-    SequencePlan sp = plan_sequences(p, opt);
-    packed_ = sp.packed;
-    seqs_ = std::move(sp.seqs);
-    lens_ = std::move(sp.lens);
-    md = sp.mask;
-    fwd_path_ = sp.fwd;
-    bwd_path_ = sp.bwd;
-    plan_ = std::move(sp.plan);
+    SequencePlan planned = sp ? std::move(*sp) : plan_sequences(p, opt);
+    packed_ = planned.packed;
+    seqs_ = std::move(planned.seqs);
+    lens = std::move(planned.lens);
+    md = planned.mask;
+    fwd_path_ = planned.fwd;
+    bwd_path_ = planned.bwd;
+    plan_ = std::move(planned.plan);
   }
-  const kernels::SeqLengths& lens = lens_;
 
   // Inputs, outputs, workspaces.
   q_ = device::upload(to_device(in.q, TensorRole::q), p.dtype, st);
@@ -702,7 +704,8 @@ std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemDa
   FusedOptions docs = opt;
   docs.placement = Placement::documents;
   docs.pack = 0;  // the documents placement's GQA packing (choose_pack)
-  const int64_t doc_pairs = plan_sequences(p, docs).plan.executed_pairs;
+  SequencePlan doc_plan = plan_sequences(p, docs);
+  const int64_t doc_pairs = doc_plan.plan.executed_pairs;
   BlockMask bm = build_block_mask(p, opt.block_size, opt.block_size);
   const int64_t bm_pairs = bm.executed_pairs_per_head(p.batch) * p.heads_q;
   const double decide_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -710,7 +713,8 @@ std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemDa
                              std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block) + " " +
                              std::to_string(bm_pairs);
   const bool use_docs = opt.schedule == FlexSchedule::documents || doc_pairs <= bm_pairs;
-  auto inst = use_docs ? std::make_unique<FusedInstance>(p, in, docs) : std::make_unique<FusedInstance>(p, in, opt, &bm);
+  auto inst = use_docs ? std::make_unique<FusedInstance>(p, in, docs, nullptr, &doc_plan)
+                       : std::make_unique<FusedInstance>(p, in, opt, &bm);
   inst->add_setup_ms(decide_ms);
   if (opt.schedule == FlexSchedule::documents)
     inst->set_schedule_note("documents (asked for): one packed sequence per document; " + counts);

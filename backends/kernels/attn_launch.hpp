@@ -20,14 +20,6 @@ constexpr int kMaxSequences = 65535;
 /// Head dimensions with kernels (Dqk = Dv).
 inline bool head_dim_supported(int d) { return d == 64 || d == 128; }
 
-/// Forward: O and LSE. `q_items` (device, n_q_items entries) lists query tiles of
-/// fwd_block_m(pack) / pack positions; `pack` query heads of one KV head share a CTA
-/// (1, 2 or 4, dividing p.group). Asynchronous on `stream`. Throws
-/// std::invalid_argument for a bad pack, a head_dim without kernels or more than
-/// kMaxSequences sequences, DeviceError when a launch fails. `path` picks the
-/// kernel (FwdPath::sm90 only where fwd_sm90_usable(); its key steps are
-/// fwd_block_n(head_dim, pack, path), which the plan of q_items must have used;
-/// FwdPath::sm90 needs `maps`, from make_kv_tensor_maps with that key tile).
 /// TMA descriptors (PTX "tensor map") of K and V for the Hopper forward: 4-D
 /// tensors (head_dim, rows, heads_kv, batch) of 16-bit elements with AttnParams'
 /// strides, boxes of 64 elements x box_rows with the 128-byte swizzle (one
@@ -59,12 +51,16 @@ struct BwdTensorMaps {
 /// Throws DeviceError like make_kv_tensor_maps.
 BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch);
 
-/// The forward over `q_items` (TilePlan::q_items) with `pack` query heads per CTA
-/// on kernel `path` (sm90 needs `maps`, encoded with box_rows = TilePlan::tile_keys)
-/// and `rows` query rows per CTA (TilePlan::tile_rows * pack; 0 = fwd_block_m(pack);
-/// 64 with pack 1 runs on the Hopper kernel only: fwd_cta_rows). Throws
-/// std::invalid_argument for a pack, rows or head_dim without a kernel, DeviceError
-/// on launch failures.
+/// Forward: O and LSE. `q_items` (device, n_q_items entries, TilePlan::q_items) lists
+/// query tiles of `rows` / pack positions; `pack` query heads of one KV head share a
+/// CTA (1, 2 or 4, dividing p.group); `rows` query rows per CTA (TilePlan::tile_rows *
+/// pack; 0 = fwd_block_m(pack); 64 with pack 1 on the Hopper kernel only:
+/// fwd_cta_rows). `path` picks the kernel (FwdPath::sm90 only where fwd_sm90_usable();
+/// its key steps are fwd_block_n(rows, path), which the plan of q_items must have
+/// used; FwdPath::sm90 needs `maps`, from make_kv_tensor_maps with that key tile).
+/// Asynchronous on `stream`. Throws std::invalid_argument for a bad pack or rows, a
+/// head_dim without kernels or more than kMaxSequences sequences, DeviceError when
+/// a launch fails.
 void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
                     FwdPath path = FwdPath::sm80, const KvTensorMaps* maps = nullptr, int rows = 0);
 

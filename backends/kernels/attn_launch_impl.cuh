@@ -51,9 +51,9 @@ template <int D, bool Bf16>
 void forward(const AttnParams& p, const WorkItem* items, int n, int pack, cudaStream_t st) {
   static_assert(16 * 2 * kFwdWarps == kFwdBlockMWide && 16 * kFwdWarps == kFwdBlockM, "tile rows");
   if (pack == 1)
-    forward_tiles<D, Bf16, 2, fwd_block_n(D, 1)>(p, items, n, pack, st);
+    forward_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide)>(p, items, n, pack, st);
   else
-    forward_tiles<D, Bf16, 1, fwd_block_n(D, 2)>(p, items, n, pack, st);
+    forward_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM)>(p, items, n, pack, st);
 }
 
 /// The Hopper forward (attn_fwd_sm90.cuh): two consumer warpgroups x 128 keys on
@@ -77,9 +77,9 @@ void forward_sm90(const AttnParams& p, const WorkItem* items, int n, int pack, c
                   cudaStream_t st, int rows) {
   static_assert(128 == kFwdBlockMWide && 64 == kFwdBlockM, "tile rows: 64 per warpgroup");
   if (rows == kFwdBlockMWide)
-    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(D, 1, FwdPath::sm90)>(p, items, n, pack, maps, st);
+    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide, FwdPath::sm90)>(p, items, n, pack, maps, st);
   else
-    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(D, 2, FwdPath::sm90)>(p, items, n, pack, maps, st);
+    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM, FwdPath::sm90)>(p, items, n, pack, maps, st);
 }
 
 /// Dsum = rowsum(dO * O) over the q_numel / (Hq * D) rows of the Q-shaped buffers.

@@ -159,12 +159,13 @@ constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step
 /// 2 x 16 rows of O and S per warp and spills 68 bytes per thread (to L1) with 64
 /// keys; 32 keys spill nothing but measured slower on the H100 (causal S4096 B4
 /// H16 D128 forward: 236 TFLOP/s with 64 keys, 208 with 32), so 64 it is.
-/// The one definition of the forward tile shape: the launcher instantiates the
+/// The one definition of the forward tile shape, by query rows per CTA
+/// (`cta_rows`: kFwdBlockMWide or kFwdBlockM): the launcher instantiates the
 /// kernel with it and plan_tiles() plans with it.
-constexpr int fwd_block_n(int /*head_dim*/, int pack, FwdPath path = FwdPath::sm80) {
-  // Hopper, dense 128-row tiles: 128 keys per step (m64n128 wgmmas, FlashAttention-3's
-  // tile for head_dim 128); GQA-packed 64-row tiles of short documents keep 64.
-  return path == FwdPath::sm90 && pack == 1 ? 128 : kFwdBlockN;
+constexpr int fwd_block_n(int cta_rows, FwdPath path = FwdPath::sm80) {
+  // Hopper, 128-row tiles: 128 keys per step (m64n128 wgmmas, FlashAttention-3's
+  // tile for head_dim 128); 64-row tiles (GQA-packed, or narrow: fwd_cta_rows) keep 64.
+  return path == FwdPath::sm90 && cta_rows == kFwdBlockMWide ? 128 : kFwdBlockN;
 }
 constexpr int kBwdBlockN = 64;   ///< dK/dV: keys per CTA (4 warps)
 /// dK/dV keys per CTA of a backward path (the Hopper kernel: two warpgroups of 64).

@@ -61,7 +61,7 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
   TilePlan t;
   t.pack = pack;
   t.tile_rows = rows / pack;
-  t.tile_keys = rows == kFwdBlockMWide ? fwd_block_n(head_dim, pack, path) : kFwdBlockN;
+  t.tile_keys = fwd_block_n(rows, path);
   t.dq_tile_rows = kDqBlockM / pack;
   t.bwd_tile_keys = bwd_block_n(bwd);
   const int bwd_rows = bwd_block_m(head_dim, bwd);
@@ -103,7 +103,7 @@ int flex_fwd_rows(const BlockMask& bm, FwdPath path) {
              : static_cast<int>(bm.q_block);
 }
 
-TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim, BwdPath bwd, int fwd_rows) {
+TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPath bwd, int fwd_rows) {
   if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
     throw std::invalid_argument("plan_block_tiles: block sizes " + std::to_string(bm.q_block) + " x " +
                                 std::to_string(bm.kv_block) + " not supported (64 or 128 each)");
@@ -121,7 +121,7 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int h
                                 " rows for query blocks of " + std::to_string(bm.q_block) +
                                 " (64-row halves of 128-row blocks, or whole blocks)");
   t.tile_rows = fwd_rows;
-  t.tile_keys = fwd_block_n(head_dim, 1);
+  t.tile_keys = fwd_block_n(kFwdBlockM);  // 64-key steps of the BlockMask's blocks on either path
   t.dq_tile_rows = kDqBlockM;
   auto row_blocks = [&](int64_t b, int64_t qb) -> int64_t {
     const int64_t r = bm.row(b, 0, qb);

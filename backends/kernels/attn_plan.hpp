@@ -85,8 +85,8 @@ int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path,
 /// bm.executed_pairs_per_head(batch) * heads_q. Throws std::invalid_argument for
 /// other block sizes, a batch that does not match bm, or a dK/dV tile that is
 /// not inside one KV block.
-TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, int head_dim,
-                          BwdPath bwd = BwdPath::sm80, int fwd_rows = 0);
+TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPath bwd = BwdPath::sm80,
+                          int fwd_rows = 0);
 
 /// Key steps (of kFwdBlockN keys) per query block above which the Hopper flex
 /// forward keeps one 128-row CTA per block: below, each block's two 64-row halves
