@@ -487,6 +487,48 @@ std::string regex_escape(const std::string& s) {
   return out;
 }
 
+/// The timing loop of time_pass() as one Google Benchmark run of one iteration
+/// named `name`: policy.warmup calls of `warm`, then sample_until_stable() over
+/// `take_sample` inside it (manual time: the samples' sum). Rethrows what the loop
+/// threw; throws std::logic_error when Google Benchmark did not run it once.
+TimingStats run_benchmark(const std::string& name, const TimingPolicy& policy, const std::function<void()>& warm,
+                          const std::function<Sample()>& take_sample, const TimeSource& now) {
+  // Google Benchmark appends "/iterations:1/repeats:1/manual_time" to the name.
+  TimingStats result;
+  std::exception_ptr failure;
+  RegistryGuard guard;
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [&](benchmark::State& state) {
+                                 for (auto _ : state) {
+                                   try {
+                                     for (int i = 0; i < policy.warmup; ++i) warm();
+                                     result = sample_until_stable(policy, take_sample, now);
+                                   } catch (...) {
+                                     failure = std::current_exception();
+                                     state.SkipWithError("the timed pass threw");
+                                     break;
+                                   }
+                                   double total_ms = 0;
+                                   for (double x : result.samples_ms) total_ms += x;
+                                   state.SetIterationTime(total_ms * 1e-3);
+                                 }
+                                 if (!failure) {
+                                   state.counters["samples"] = static_cast<double>(result.n);
+                                   state.counters["median_ms"] = result.median_ms;
+                                 }
+                               })
+      ->Iterations(1)
+      ->Repetitions(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  SilentReporter reporter;
+  const size_t ran = benchmark::RunSpecifiedBenchmarks(&reporter, "^" + regex_escape(name) + "(/|$)");
+  if (failure) std::rethrow_exception(failure);
+  if (ran != 1 || reporter.runs().size() != 1 || run_failed(reporter.runs()[0], 0))
+    throw std::logic_error("Google Benchmark did not run the timing loop of " + name);
+  return result;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ time_pass
@@ -611,42 +653,9 @@ TimingStats time_pass(const Backend& backend, BackendInstance& inst, Pass pass, 
     };
   }
 
-  // One Google Benchmark run of one iteration; the samples are taken inside it.
-  // Google Benchmark appends "/iterations:1/repeats:1/manual_time" to the name.
   static std::atomic<uint64_t> counter{0};
   const std::string name = "attnbench/" + backend.name() + "/" + to_string(pass) + "/" + std::to_string(++counter);
-  TimingStats result;
-  std::exception_ptr failure;
-  RegistryGuard guard;
-  benchmark::RegisterBenchmark(name.c_str(),
-                               [&](benchmark::State& state) {
-                                 for (auto _ : state) {
-                                   try {
-                                     for (int i = 0; i < policy.warmup; ++i) warm();
-                                     result = sample_until_stable(policy, take_sample, now);
-                                   } catch (...) {
-                                     failure = std::current_exception();
-                                     state.SkipWithError("the timed pass threw");
-                                     break;
-                                   }
-                                   double total_ms = 0;
-                                   for (double x : result.samples_ms) total_ms += x;
-                                   state.SetIterationTime(total_ms * 1e-3);
-                                 }
-                                 if (!failure) {
-                                   state.counters["samples"] = static_cast<double>(result.n);
-                                   state.counters["median_ms"] = result.median_ms;
-                                 }
-                               })
-      ->Iterations(1)
-      ->Repetitions(1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
-  SilentReporter reporter;
-  const size_t ran = benchmark::RunSpecifiedBenchmarks(&reporter, "^" + regex_escape(name) + "(/|$)");
-  if (failure) std::rethrow_exception(failure);
-  if (ran != 1 || reporter.runs().size() != 1 || run_failed(reporter.runs()[0], 0))
-    throw std::logic_error("Google Benchmark did not run the timing loop of " + name);
+  TimingStats result = run_benchmark(name, policy, warm, take_sample, now);
   result.timer = graph_used ? "cuda_graph" : gpu ? "cuda_events" : "steady_clock";
   result.graph_fallback = graph_fallback;
   if (gpu && policy.hold_stream) {
