@@ -22,6 +22,11 @@
 #   ISOLATE       on | off | auto (default auto: every in-process GPU unit in a child)
 #   BUILD         build folder (default build-gpu; configured and built when it has
 #                 no attnbench binary, or with REBUILD=1)
+#   GPU_LIST      GPU indices to hunt on at once, e.g. "0 1 2 3": backend i runs on
+#                 GPU_LIST[i % n] (CUDA_VISIBLE_DEVICES), all backends concurrently
+#                 (default empty: one after another on the default device). On a
+#                 four-GPU host the nine default backends then take about one
+#                 budget instead of nine.
 #
 # Exit status: 0 when no hunt found anything, 1 when some backend failed, 2 when
 # the build failed.
@@ -72,17 +77,33 @@ EXE=$BUILD/attnbench
 # per failure class (a handful), a slow last unit.
 LIMIT=$(( $(seconds_of "$BUDGET") + 4 * $(seconds_of "$SHRINK_TIME") + 2 * CASE_TIMEOUT + 60 ))
 
+read -r -a gpus <<<"${GPU_LIST:-}"
 status=0
-for b in $BACKENDS; do
-  log "hunt $b for $BUDGET (log: $OUT/$b.log)"
+hunt_one() {  # backend, GPU index (empty: the default device)
+  local b=$1 gpu=$2
   rm -rf "${OUT:?}/$b"
-  timeout --signal=INT --kill-after=30 "$LIMIT" "$EXE" hunt --backends "$b" --budget "$BUDGET" --seed "$SEED" \
-    --shrink-time "$SHRINK_TIME" --max-seq "$MAX_SEQ" --max-work "$MAX_WORK" --case-timeout "$CASE_TIMEOUT" \
-    --isolate "$ISOLATE" --out "$OUT/$b" >"$OUT/$b.log" 2>&1
-  rc=$?
-  echo "$rc" >"$OUT/$b.rc"
-  tail -n 4 "$OUT/$b.log" | sed 's/^/  /'
-  if [[ $rc -eq 1 ]]; then status=1; fi
+  if [[ -n "$gpu" ]]; then export CUDA_VISIBLE_DEVICES=$gpu; fi  # in this function's subshell only when backgrounded
+  timeout --signal=INT --kill-after=30 "$LIMIT" "$EXE" hunt \
+    --backends "$b" --budget "$BUDGET" --seed "$SEED" --shrink-time "$SHRINK_TIME" --max-seq "$MAX_SEQ" \
+    --max-work "$MAX_WORK" --case-timeout "$CASE_TIMEOUT" --isolate "$ISOLATE" --out "$OUT/$b" >"$OUT/$b.log" 2>&1
+  echo "$?" >"$OUT/$b.rc"
+}
+i=0
+for b in $BACKENDS; do
+  if [[ ${#gpus[@]} -gt 0 ]]; then
+    g=${gpus[$(( i % ${#gpus[@]} ))]}
+    log "hunt $b for $BUDGET on GPU $g (log: $OUT/$b.log)"
+    hunt_one "$b" "$g" &
+    i=$(( i + 1 ))
+  else
+    log "hunt $b for $BUDGET (log: $OUT/$b.log)"
+    hunt_one "$b" ""
+    tail -n 4 "$OUT/$b.log" | sed 's/^/  /'
+  fi
+done
+wait
+for b in $BACKENDS; do
+  if [[ "$(cat "$OUT/$b.rc" 2>/dev/null)" == 1 ]]; then status=1; fi
 done
 
 log "replay tests/data/hunt on the own backends (log: $OUT/replay.log)"
