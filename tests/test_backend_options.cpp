@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
-#include "backends/flash/fused_options.hpp"
+#include "backends/fused/fused_options.hpp"
 #include "harness/backend/backend.hpp"
 #include "harness/backend/options.hpp"
 #include "harness/model/errors.hpp"

@@ -3,7 +3,8 @@
 #include <memory>
 #include <string>
 
-#include "backends/flash/fused_instance.hpp"
+#include "backends/fused/fused_instance.hpp"
+#include "backends/kernels/can_implement.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
 #include "harness/model/errors.hpp"
@@ -18,7 +19,7 @@ class FlashBackend : public Backend {
     return "attnbench's fused FlashAttention-style kernels (Hopper: TMA + wgmma warp-specialised forward and "
            "backward; portable: mma.sync, cp.async; online softmax, dK/dV per key tile with the GQA group inside, "
            "dQ by float32 atomics or, with deterministic=true, a deterministic kernel); bf16/fp16, "
-           "D 64/128; causal, window, padding, prefix_lm, softcap, alibi";
+           "D " + kernels::instantiated_head_dims() + "; causal, window, padding, prefix_lm, softcap, alibi";
   }
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("flash", why); }

@@ -5,7 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "backends/flash/fused_instance.hpp"
+#include "backends/flex/flex_setup.hpp"
+#include "backends/fused/fused_instance.hpp"
+#include "backends/kernels/can_implement.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
 #include "harness/model/errors.hpp"
@@ -28,16 +30,17 @@ class FlexBackend : public Backend {
            "learnable rel_bias / offset_bias with dBias (" +
            (dbias_ == kernels::DbiasMode::atomic ? "float32 atomics" : "deterministic") +
            ", option dbias); backward on the Hopper kernels where they run (dQ " +
-           (bwd_sm90_ ? "by atomics, bwd_path=sm90" : "deterministic") + "); bf16/fp16, D 64/128, BSHD/BHSD";
+           (bwd_sm90_ ? "by atomics, bwd_path=sm90" : "deterministic") + "); bf16/fp16, D " +
+           kernels::instantiated_head_dims() + ", BSHD/BHSD";
   }
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("flex", why); }
   Support supports(const Problem& p) const override {
     const std::string why = unsupported_reason(p, Placement::block_mask);
     if (!why.empty()) return Support::no(why);
-    if (dbias_ == kernels::DbiasMode::deterministic && dbias_scratch_bytes(p) > kMaxScratchBytes)
+    if (dbias_ == kernels::DbiasMode::deterministic && flex::dbias_scratch_bytes(p) > kMaxScratchBytes)
       return Support::no("flex: the deterministic dBias scratch would take " +
-                         std::to_string(dbias_scratch_bytes(p) >> 20) +
+                         std::to_string(flex::dbias_scratch_bytes(p) >> 20) +
                          " MiB (limit 4096 MiB); dbias=atomic needs none");
     if (bwd_sm90_)
       if (const std::string refusal = flex_bwd_sm90_refusal(p, block_, dbias_); !refusal.empty())

@@ -465,10 +465,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   float* sWarp = sT + kBlockN * (kBlockM + 1);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const WorkItem item = items[blockIdx.x / p.heads_kv];
-  const int kvh = blockIdx.x % p.heads_kv;
-  const int b = item.seq, n0 = item.start;
-  const SeqInfo si = seq_info(p, b);
+  const KeyTile kt = KeyTile::of(p, items);
+  const int kvh = kt.kvh, b = kt.b, n0 = kt.n0;
+  const SeqInfo si = kt.si;
   load_kv_tile<kBlockN, D, kThreads>(sK, sV, static_cast<const uint16_t*>(p.k) + k_off(p, si, b, 0, kvh),
                                      static_cast<const uint16_t*>(p.v) + v_off(p, si, b, 0, kvh), p.k_row_stride,
                                      p.v_row_stride, n0, si.lk, tid);

@@ -229,10 +229,9 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   int2* sRb = sm.rb[0];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
-  const WorkItem item = items[blockIdx.x / p.heads_kv];
-  const int kvh = blockIdx.x % p.heads_kv;
-  const int b = item.seq, n0 = item.start;
-  const SeqInfo si = seq_info(p, b);
+  const KeyTile kt = KeyTile::of(p, items);
+  const int kvh = kt.kvh, b = kt.b, n0 = kt.n0;
+  const SeqInfo si = kt.si;
   const QuerySteps<kFlex> q_steps(p, si, b, n0, kBlockN, kBlockM);
   const int n_qt = q_steps.count;
   const int iters = n_qt * p.group;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backends/kernels/attn_params.hpp"
+#include "backends/kernels/tile_scheduler.cuh"
 #include "backends/kernels/attn_tiles.hpp"
 #include "backends/kernels/score_mod.hpp"
 #include "backends/kernels/mma_sm80.cuh"
@@ -44,23 +45,39 @@ __device__ __forceinline__ SeqInfo seq_info(const AttnParams& p, int b) {
   return s;
 }
 
-/// The query tile a CTA of the forward and dQ kernels owns: work item
-/// blockIdx.x / (Hq / pack) of `items`, query heads h0 .. h0 + pack - 1 (GQA
-/// packing; all of KV head kvh), positions m0 .. m0 + Mq - 1 of sequence b, with
-/// Mq = rows / pack positions per head.
+/// The query tile a CTA of the forward and dQ kernels owns: the TileScheduler's
+/// tile of `items` with Hq / pack head chunks, query heads h0 .. h0 + pack - 1
+/// (GQA packing; all of KV head kvh), positions m0 .. m0 + Mq - 1 of sequence b,
+/// with Mq = rows / pack positions per head.
 struct QueryTile {
   int h0 = 0, kvh = 0, b = 0, m0 = 0, Mq = 0;
   SeqInfo si;
 
   __device__ __forceinline__ static QueryTile of(const AttnParams& p, const WorkItem* items, int pack, int rows) {
+    const WorkTile w = TileScheduler{items, p.heads_q / pack}.initial();
     QueryTile t;
-    const int head_chunks = p.heads_q / pack;
-    const WorkItem item = items[blockIdx.x / head_chunks];
-    t.h0 = (blockIdx.x % head_chunks) * pack;
+    t.h0 = w.head_chunk * pack;
     t.kvh = t.h0 / p.group;
-    t.b = item.seq;
-    t.m0 = item.start;
+    t.b = w.item.seq;
+    t.m0 = w.item.start;
     t.Mq = rows / pack;
+    t.si = seq_info(p, t.b);
+    return t;
+  }
+};
+
+/// The key tile a CTA of the dK/dV kernels owns: the TileScheduler's tile of
+/// `items` with one head chunk per KV head: keys n0 .. of sequence b, KV head kvh.
+struct KeyTile {
+  int kvh = 0, b = 0, n0 = 0;
+  SeqInfo si;
+
+  __device__ __forceinline__ static KeyTile of(const AttnParams& p, const WorkItem* items) {
+    const WorkTile w = TileScheduler{items, p.heads_kv}.initial();
+    KeyTile t;
+    t.kvh = w.head_chunk;
+    t.b = w.item.seq;
+    t.n0 = w.item.start;
     t.si = seq_info(p, t.b);
     return t;
   }

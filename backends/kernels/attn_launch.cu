@@ -1,101 +1,35 @@
-// Head-dimension dispatch of the fused attention kernels.
+// The launch of the fused attention kernels (can_implement, then the generated
+// instance table) and the TMA descriptors of the Hopper kernels.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "backends/kernels/attn_launch.hpp"
+#include "backends/kernels/attn_runners.hpp"
 #include "harness/device/check.hpp"
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 namespace attnbench::kernels {
 
-namespace {
-
-/// The kernels map a CTA's rows to (head, position) assuming these; anything
-/// else would compute silently wrong rows, so it is refused here.
-void check_launch(const AttnParams& p, int pack) {
-  if (pack != 1 && pack != 2 && pack != 4)
-    throw std::invalid_argument("fused attention: pack " + std::to_string(pack) + " is not 1, 2 or 4");
-  if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0 || p.group != p.heads_q / p.heads_kv || p.group % pack != 0)
-    throw std::invalid_argument("fused attention: pack " + std::to_string(pack) + " must divide the GQA group (" +
-                                std::to_string(p.heads_q) + " / " + std::to_string(p.heads_kv) + ")");
-  if (p.num_seqs > kMaxSequences)
-    throw std::invalid_argument("fused attention: " + std::to_string(p.num_seqs) + " sequences exceed " +
-                                std::to_string(kMaxSequences) + " (the Dsum launch grid)");
-}
-
-void check_flex(const AttnParams& p) {
-  check_launch(p, 1);
-  const BlockMaskView& bm = p.bm;
-  if (!bm.kv_num_blocks || !bm.kv_indices || !bm.full_kv_num_blocks || !bm.full_kv_indices || !bm.q_num_blocks ||
-      !bm.q_indices || !bm.full_q_num_blocks || !bm.full_q_indices || bm.batch <= 0)
-    throw std::invalid_argument("flex attention: the BlockMask arrays are not set");
-  if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
-    throw std::invalid_argument("flex attention: block sizes " + std::to_string(bm.q_block) + " x " +
-                                std::to_string(bm.kv_block) + " not supported (64 or 128 each)");
-  if (p.mod == ModKind::rel_bias && (p.max_distance < 0 || p.max_distance > kMaxRelBiasDistance))
-    throw std::invalid_argument("flex attention: rel_bias max_distance " + std::to_string(p.max_distance) +
-                                " outside [0, " + std::to_string(kMaxRelBiasDistance) + "]");
-  if ((p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias) && !p.bias)
-    throw std::invalid_argument("flex attention: learnable bias score mod without a bias tensor");
-}
-
-void no_kernel(int head_dim) {
-  throw std::invalid_argument("fused attention: no kernel for head_dim " + std::to_string(head_dim));
-}
-
-}  // namespace
-
-void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
-                         const KvTensorMaps* maps, int rows) {
-  check_flex(p);
-  if (rows == 0) rows = p.bm.q_block;
-  if (rows != p.bm.q_block && !(maps && rows == kFwdBlockM && p.bm.q_block == kFwdBlockMWide))
-    throw std::invalid_argument("flex attention: forward CTAs of " + std::to_string(rows) + " rows for query blocks of " +
-                                std::to_string(p.bm.q_block) + " (64-row halves run on the Hopper kernel only)");
-  if (p.head_dim == 64) return launch_flex_forward_hdim<64>(p, q_items, n_q_items, stream, maps, rows);
-  if (p.head_dim == 128) return launch_flex_forward_hdim<128>(p, q_items, n_q_items, stream, maps, rows);
-  no_kernel(p.head_dim);
-}
-
-void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
-                          int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
-                          const BwdTensorMaps* maps, bool deterministic_dq) {
-  check_flex(p);
-  if (maps) {
-    if (p.bm.kv_block != bwd_block_n(BwdPath::sm90))
-      throw std::invalid_argument("flex attention: the Hopper backward needs KV_BLOCK " +
-                                  std::to_string(bwd_block_n(BwdPath::sm90)) + " (got " +
-                                  std::to_string(p.bm.kv_block) + ")");
-    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias)
-      throw std::invalid_argument("flex attention: the Hopper backward has no rel_bias dBias");
-    if (!deterministic_dq && !p.dq_accum)
-      throw std::invalid_argument("flex attention: the Hopper backward's atomic dQ needs the dQ accumulator");
-  }
-  if (p.head_dim == 64)
-    return launch_flex_backward_hdim<64>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats, stream,
-                                         maps, deterministic_dq);
-  if (p.head_dim == 128)
-    return launch_flex_backward_hdim<128>(p, dq_items, n_dq_items, k_items, n_k_items, q_numel, scratch_floats,
-                                          stream, maps, deterministic_dq);
-  no_kernel(p.head_dim);
-}
-
 bool fwd_sm90_usable(std::string* why) {
-#if defined(ATTNBENCH_BUILT_SM90A)
+  const auto built = instance_table();
+  const bool has_sm90 = std::any_of(built.begin(), built.end(), [](const Instance& i) {
+    return i.key.path == static_cast<int32_t>(FwdPath::sm90);
+  });
+  if (!has_sm90) {
+    if (why) *why = "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
+    return false;
+  }
   int dev = 0, major = 0, minor = 0;
   ATTNBENCH_CHECK(cudaGetDevice(&dev));
   ATTNBENCH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   ATTNBENCH_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (major == 9 && minor == 0) return true;
   if (why)
-    *why = "the Hopper forward needs compute capability 9.0 (wgmma, sm_90a code); the device has " +
+    *why = "the Hopper kernels need compute capability 9.0 (wgmma, sm_90a code); the device has " +
            std::to_string(major) + "." + std::to_string(minor);
   return false;
-#else
-  if (why) *why = "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
-  return false;
-#endif
 }
 
 namespace {
@@ -165,40 +99,39 @@ BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t 
   return maps;
 }
 
-void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                    FwdPath path, const KvTensorMaps* maps, int rows) {
-  check_launch(p, pack);
-  if (path == FwdPath::sm90 && !maps)
-    throw std::invalid_argument("fused attention: the Hopper forward needs the K / V tensor maps");
-  if (rows == 0) rows = fwd_block_m(pack);
-  if (rows != fwd_block_m(pack) && !(pack == 1 && rows == kFwdBlockM && path == FwdPath::sm90))
-    throw std::invalid_argument("fused attention: forward CTAs of " + std::to_string(rows) + " rows with pack " +
-                                std::to_string(pack) + " (64-row CTAs without packing run on the Hopper kernel only)");
-  switch (p.head_dim) {
-    case 64: return launch_forward_hdim<64>(p, q_items, n_q_items, pack, stream, path, maps, rows);
-    case 128: return launch_forward_hdim<128>(p, q_items, n_q_items, pack, stream, path, maps, rows);
-    default: throw std::invalid_argument("fused attention: no kernel for head_dim " + std::to_string(p.head_dim));
+namespace {
+
+/// Arguments the shape needs that are missing (empty when none): what
+/// can_implement() does not look at.
+std::string missing_argument(const AttnParams& p, const LaunchArgs& a) {
+  const LaunchShape& s = a.shape;
+  const bool fwd = s.direction == Direction::forward;
+  if (fwd && s.fwd_path == FwdPath::sm90 && !a.kv_maps) return "the Hopper forward needs the K / V tensor maps";
+  if (!fwd && s.bwd_path == BwdPath::sm90 && !a.bwd_maps) return "the Hopper backward needs its tensor maps";
+  // A problem without query tokens has no accumulator (a buffer of zero elements) and needs none.
+  const bool atomic_dq = !fwd && !s.deterministic && (!s.flex || s.bwd_path == BwdPath::sm90) && a.q_numel > 0;
+  if (atomic_dq && !p.dq_accum) return "the atomic dQ mode needs the dQ accumulator";
+  if (s.flex) {
+    const BlockMaskView& bm = p.bm;
+    if (!bm.kv_num_blocks || !bm.kv_indices || !bm.full_kv_num_blocks || !bm.full_kv_indices || !bm.q_num_blocks ||
+        !bm.q_indices || !bm.full_q_num_blocks || !bm.full_q_indices || bm.batch <= 0)
+      return "the BlockMask arrays are not set";
+    if ((p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias) && !p.bias)
+      return "learnable bias score mod without a bias tensor";
   }
+  return {};
 }
 
-void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
-                     int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream, BwdPath path,
-                     const BwdTensorMaps* maps) {
-  check_launch(p, pack);
-  if (path == BwdPath::sm90 && !maps)
-    throw std::invalid_argument("fused attention: the Hopper backward needs its tensor maps");
-  if (!deterministic && !p.dq_accum)
-    throw std::invalid_argument("fused attention: the atomic dQ mode needs the dQ accumulator");
-  const BwdTensorMaps* m = path == BwdPath::sm90 ? maps : nullptr;
-  switch (p.head_dim) {
-    case 64:
-      return launch_backward_hdim<64>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel, stream,
-                                      m);
-    case 128:
-      return launch_backward_hdim<128>(p, q_items, n_q_items, k_items, n_k_items, pack, deterministic, q_numel,
-                                       stream, m);
-    default: throw std::invalid_argument("fused attention: no kernel for head_dim " + std::to_string(p.head_dim));
-  }
+}  // namespace
+
+void launch(const AttnParams& p, const LaunchArgs& a) {
+  const char* who = a.shape.flex ? "flex attention: " : "fused attention: ";
+  if (std::string why = can_implement(p, a.shape); !why.empty()) throw std::invalid_argument(who + why);
+  if (std::string why = missing_argument(p, a); !why.empty()) throw std::invalid_argument(who + why);
+  const InstanceKey key = instance_key(p, a.shape);
+  for (const Instance& i : instance_table())
+    if (i.key == key) return i.run(p, a);
+  throw std::logic_error("fused attention: can_implement accepted an instance the table lacks");
 }
 
 }  // namespace attnbench::kernels

@@ -1,6 +1,9 @@
-// Host entry points of the fused attention kernel family (the `flash` and
-// `varlen` backends call these; the kernels are in attn_fwd.cuh / attn_bwd.cuh).
-// Every launch is checked (ATTNBENCH_CHECK): a failure throws
+// Host entry points of the fused attention kernel family (the `flash`, `varlen`
+// and `flex` backends call these): one LaunchArgs per direction, one launch(),
+// which asks can_implement() and dispatches to the instance of (direction,
+// path, head_dim, dtype) in the generated table (cmake/attn_instances.cmake;
+// the launch code of each path is launch_sm80.cuh / launch_sm90.cuh). Every
+// launch is checked (ATTNBENCH_CHECK): a failure throws
 // attnbench::device::DeviceError naming the call.
 #pragma once
 
@@ -11,14 +14,9 @@
 #include <string>
 
 #include "backends/kernels/attn_params.hpp"
+#include "backends/kernels/can_implement.hpp"
 
 namespace attnbench::kernels {
-
-/// Most sequences one launch takes (the Dsum kernel's grid.z).
-constexpr int kMaxSequences = 65535;
-
-/// Head dimensions with kernels (Dqk = Dv).
-inline bool head_dim_supported(int d) { return d == 64 || d == 128; }
 
 /// TMA descriptors (PTX "tensor map") of K and V for the Hopper forward: 4-D
 /// tensors (head_dim, rows, heads_kv, batch) of 16-bit elements with AttnParams'
@@ -51,78 +49,51 @@ struct BwdTensorMaps {
 /// Throws DeviceError like make_kv_tensor_maps.
 BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch);
 
-/// Forward: O and LSE. `q_items` (device, n_q_items entries, TilePlan::q_items) lists
-/// query tiles of `rows` / pack positions; `pack` query heads of one KV head share a
-/// CTA (1, 2 or 4, dividing p.group); `rows` query rows per CTA (TilePlan::tile_rows *
-/// pack; 0 = fwd_block_m(pack); 64 with pack 1 on the Hopper kernel only:
-/// fwd_cta_rows). `path` picks the kernel (FwdPath::sm90 only where fwd_sm90_usable();
-/// its key steps are fwd_block_n(rows, path), which the plan of q_items must have
-/// used; FwdPath::sm90 needs `maps`, from make_kv_tensor_maps with that key tile).
-/// Asynchronous on `stream`. Throws std::invalid_argument for a bad pack or rows, a
-/// head_dim without kernels or more than kMaxSequences sequences, DeviceError when
-/// a launch fails.
-void launch_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                    FwdPath path = FwdPath::sm80, const KvTensorMaps* maps = nullptr, int rows = 0);
-
-/// Whether the Hopper forward can run on the current device: this build has
-/// sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a) and the device has compute
-/// capability 9.0. `why` (if given) says what is missing. Throws DeviceError when
-/// the device query fails.
+/// Whether the Hopper kernels can run on the current device: this build has
+/// sm_90a instances (compiled_instances() with path 1: CMAKE_CUDA_ARCHITECTURES
+/// with 90a) and the device has compute capability 9.0. `why` (if given) says
+/// what is missing. Throws DeviceError when the device query fails.
 bool fwd_sm90_usable(std::string* why = nullptr);
 
-/// Backward: dQ, dK, dV from O, LSE, dO. `k_items` lists key tiles of
-/// bwd_block_n(path) positions (the plan's bwd_tile_keys); `q_items` lists query tiles of kDqBlockM / pack positions for the
-/// deterministic dQ kernel (TilePlan::dq_items). `deterministic` = false accumulates dQ with float32 atomics into
-/// p.dq_accum (q_numel floats, Q's strides) and converts; true runs the
-/// deterministic dQ kernel (bitwise reproducible). Asynchronous on `stream`.
-/// `path` BwdPath::sm90 (where fwd_sm90_usable()) runs the Hopper kernels and
-/// needs `maps` (make_bwd_tensor_maps): dK/dV with atomic dQ, or, deterministic,
-/// dK/dV alone and the Hopper dQ kernel over `q_items`; throws
-/// std::invalid_argument when the maps are missing.
-void launch_backward(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
-                     int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream,
-                     BwdPath path = BwdPath::sm80, const BwdTensorMaps* maps = nullptr);
+/// Everything one launch of the family needs besides AttnParams (FlashAttention
+/// fills one params struct per call, `set_params_fprop`; this is ours): the
+/// shape that can_implement() decides on, the plan's work lists, the scratch
+/// sizes, the Hopper kernels' tensor maps and the stream. Filled once per
+/// prepared problem (backends/fused/fused_instance.cpp), read by launch().
+struct LaunchArgs {
+  LaunchShape shape;
+  /// Forward: query tiles of fwd_rows_resolved() / pack positions (TilePlan::q_items;
+  /// flex: one item per query block, or per 64-row half).
+  const WorkItem* q_items = nullptr;
+  int n_q_items = 0;
+  /// Backward: deterministic-dQ query tiles of kDqBlockM / pack positions (TilePlan::dq_items).
+  const WorkItem* dq_items = nullptr;
+  int n_dq_items = 0;
+  /// Backward: dK/dV key tiles of bwd_block_n(bwd_path) keys (TilePlan::k_items).
+  const WorkItem* k_items = nullptr;
+  int n_k_items = 0;
+  /// Backward: elements of Q (the Dsum rows and the float32 dQ accumulator p.dq_accum).
+  int64_t q_numel = 0;
+  /// Flex backward: floats of p.dbias_scratch (deterministic dBias).
+  int64_t scratch_floats = 0;
+  /// Hopper forward (fwd_path sm90): K / V maps with boxes of the forward's key
+  /// step (make_kv_tensor_maps with fwd_block_n(rows, sm90); flex: kFwdBlockN).
+  const KvTensorMaps* kv_maps = nullptr;
+  /// Hopper backward (bwd_path sm90): make_bwd_tensor_maps.
+  const BwdTensorMaps* bwd_maps = nullptr;
+  cudaStream_t stream = nullptr;
+};
 
-/// Flex forward: O and LSE under the BlockMask p.bm (q_block 64 or 128, kv_block
-/// 64 or 128): `q_items` lists one item per query block (start = qb * q_block).
-/// Throws std::invalid_argument for block sizes other than 64 / 128, a missing
-/// BlockMask or a head_dim without kernels; DeviceError when a launch fails.
-/// `maps` (from make_kv_tensor_maps with box_rows kFwdBlockN) selects the Hopper
-/// kernel (only where fwd_sm90_usable()); nullptr the portable one. `rows`: query
-/// rows per item and CTA (0 = q_block; 64 with q_block 128 on the Hopper kernel
-/// only: the items are the blocks' 64-row halves, TilePlan::tile_rows);
-/// std::invalid_argument otherwise.
-void launch_flex_forward(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
-                         const KvTensorMaps* maps = nullptr, int rows = 0);
-
-/// Flex backward: dQ, dK, dV and, per p.dbias_mode, dBias of p.bias. `dq_items`
-/// lists query tiles of kDqBlockM rows, `k_items` key tiles of kBwdBlockN keys;
-/// `q_numel` elements of Q (Dsum rows), `scratch_floats` the size of
-/// p.dbias_scratch (deterministic mode). Throws like launch_flex_forward, and
-/// for a rel_bias max_distance above kMaxRelBiasDistance. `maps` (from
-/// make_bwd_tensor_maps; only where fwd_sm90_usable()) selects the Hopper
-/// kernels: k_items of bwd_block_n(BwdPath::sm90) keys, kv_block 128, no
-/// rel_bias dBias (std::invalid_argument otherwise); dQ by the deterministic
-/// Hopper dQ kernel when `deterministic_dq`, else by float32 atomics into
-/// p.dq_accum (q_numel floats; std::invalid_argument when it is not set).
-void launch_flex_backward(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
-                          int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
-                          const BwdTensorMaps* maps = nullptr, bool deterministic_dq = true);
-
-/// Per-head-dimension implementations (attn_launch_impl.cuh, one file each).
-template <int D>
-void launch_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, int pack, cudaStream_t stream,
-                         FwdPath path, const KvTensorMaps* maps, int rows);
-template <int D>
-void launch_backward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, const WorkItem* k_items,
-                          int n_k_items, int pack, bool deterministic, int64_t q_numel, cudaStream_t stream,
-                          const BwdTensorMaps* maps);
-template <int D>
-void launch_flex_forward_hdim(const AttnParams& p, const WorkItem* q_items, int n_q_items, cudaStream_t stream,
-                              const KvTensorMaps* maps, int rows);
-template <int D>
-void launch_flex_backward_hdim(const AttnParams& p, const WorkItem* dq_items, int n_dq_items, const WorkItem* k_items,
-                               int n_k_items, int64_t q_numel, int64_t scratch_floats, cudaStream_t stream,
-                               const BwdTensorMaps* maps, bool deterministic_dq);
+/// Run one forward (O, LSE) or backward (Dsum, dK, dV, dQ and, on the flex path
+/// per p.dbias_mode, dBias) of the family, asynchronously on args.stream.
+/// Forward: the portable kernel (attn_fwd.cuh) or the Hopper one
+/// (attn_fwd_sm90.cuh) over args.q_items. Backward: Dsum, then dK/dV over
+/// args.k_items with dQ by float32 atomics into p.dq_accum (converted after) or,
+/// deterministic, the dQ kernel over args.dq_items; flex adds the dBias
+/// reduction. Throws std::invalid_argument naming the reason when
+/// can_implement(p, args.shape) refuses or an argument the shape needs is
+/// missing (tensor maps of a Hopper path, the dQ accumulator of atomic dQ, the
+/// BlockMask arrays or bias of the flex path); DeviceError when a launch fails.
+void launch(const AttnParams& p, const LaunchArgs& args);
 
 }  // namespace attnbench::kernels

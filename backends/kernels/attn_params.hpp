@@ -39,8 +39,10 @@
 
 namespace attnbench::kernels {
 
-/// Element type of Q, K, V, O and the gradients.
-enum class ElemType : int32_t { fp16 = 0, bf16 = 1 };
+/// Element type of Q, K, V, O and the gradients. The kernels are instantiated
+/// for fp16 and bf16; fp32 exists so that can_implement() can name it in its
+/// refusal.
+enum class ElemType : int32_t { fp16 = 0, bf16 = 1, fp32 = 2 };
 /// Score mods the fused kernels implement: ScoreModKind of mask_desc.hpp itself (the
 /// learnable biases rel_bias and offset_bias run on the flex path only).
 using ModKind = ScoreModKind;
@@ -104,7 +106,8 @@ struct AttnParams {
   // ---- heads
   int32_t heads_q = 1, heads_kv = 1;
   int32_t group = 1;      ///< heads_q / heads_kv
-  int32_t head_dim = 0;   ///< Dqk = Dv
+  int32_t head_dim = 0;   ///< Dqk
+  int32_t head_dim_v = 0; ///< Dv (the kernels run Dv = Dqk only: can_implement)
 
   // ---- softmax, mask, score mod
   float scale = 1.f;        ///< softmax scale
@@ -136,6 +139,9 @@ struct AttnParams {
   const int32_t* offset_keys_ptr = nullptr;  ///< offset_bias: [bias_size + 1] CSR row starts into offset_keys
   const int32_t* offset_keys = nullptr;      ///< offset_bias: keys j grouped by offset[j], ascending
 };
+
+/// Most sequences one launch takes (the Dsum kernel's grid.z).
+constexpr int kMaxSequences = 65535;
 
 /// Largest rel_bias max_distance the flex backward reduces in shared memory
 /// (2m + 1 floats per CTA).

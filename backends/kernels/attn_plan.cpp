@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "backends/kernels/attn_tiles.hpp"
+#include "backends/kernels/can_implement.hpp"
 #include "harness/model/mask.hpp"
 
 namespace attnbench::kernels {
@@ -27,18 +28,11 @@ std::vector<WorkItem> longest_first(std::vector<WorkItem> items, const std::vect
 }  // namespace
 
 int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path, int fwd_rows) {
-  if (pack != 1 || path != FwdPath::sm90) {
-    if (fwd_rows != 0 && fwd_rows != fwd_block_m(pack))
-      throw std::invalid_argument("plan_tiles: forward CTAs of " + std::to_string(fwd_rows) + " rows need pack 1 on "
-                                  "the Hopper forward (pack " + std::to_string(pack) + " runs " +
-                                  std::to_string(fwd_block_m(pack)) + ")");
-    return fwd_block_m(pack);
-  }
-  if (fwd_rows != 0) {
-    if (fwd_rows != kFwdBlockM && fwd_rows != kFwdBlockMWide)
-      throw std::invalid_argument("plan_tiles: forward CTAs of " + std::to_string(fwd_rows) + " rows (64 or 128)");
-    return fwd_rows;
-  }
+  if (fwd_rows != 0)
+    if (const std::string why = fwd_rows_reason(pack, fwd_rows, path, false, 0); !why.empty())
+      throw std::invalid_argument("plan_tiles: " + why);
+  if (pack != 1 || path != FwdPath::sm90) return fwd_block_m(pack);
+  if (fwd_rows != 0) return fwd_rows;
   // Pairs the 128-row tiles (128-key steps) and the 64-row tiles (64-key steps) execute.
   int64_t wide = 0, narrow = 0;
   for (size_t b = 0; b < s.lq.size(); ++b) {
@@ -54,9 +48,7 @@ int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path,
 
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim,
                     FwdPath path, BwdPath bwd, int fwd_rows) {
-  if (pack < 1 || kFwdWarps % pack != 0 || group % pack != 0)
-    throw std::invalid_argument("plan_tiles: pack " + std::to_string(pack) + " must divide " +
-                                std::to_string(kFwdWarps) + " and the GQA group " + std::to_string(group));
+  if (const std::string why = pack_reason(pack, group); !why.empty()) throw std::invalid_argument("plan_tiles: " + why);
   const int rows = fwd_cta_rows(m, s, pack, path, fwd_rows);
   TilePlan t;
   t.pack = pack;
@@ -116,10 +108,10 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPa
     throw std::invalid_argument("plan_block_tiles: dK/dV tiles of " + std::to_string(t.bwd_tile_keys) +
                                 " keys do not fit KV blocks of " + std::to_string(bm.kv_block));
   if (fwd_rows == 0) fwd_rows = static_cast<int>(bm.q_block);
-  if (fwd_rows != bm.q_block && !(fwd_rows == kFwdBlockM && bm.q_block == kFwdBlockMWide))
-    throw std::invalid_argument("plan_block_tiles: forward tiles of " + std::to_string(fwd_rows) +
-                                " rows for query blocks of " + std::to_string(bm.q_block) +
-                                " (64-row halves of 128-row blocks, or whole blocks)");
+  // The plan does not know the path: 64-row halves are planned for either (the launch asks can_implement).
+  if (const std::string why = fwd_rows_reason(1, fwd_rows, FwdPath::sm90, true, static_cast<int>(bm.q_block));
+      !why.empty())
+    throw std::invalid_argument("plan_block_tiles: " + why);
   t.tile_rows = fwd_rows;
   t.tile_keys = fwd_block_n(kFwdBlockM);  // 64-key steps of the BlockMask's blocks on either path
   t.dq_tile_rows = kDqBlockM;

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/flash/fused_instance.hpp"
+#include "backends/fused/fused_instance.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
 #include "harness/model/errors.hpp"

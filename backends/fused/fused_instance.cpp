@@ -1,4 +1,4 @@
-#include "backends/flash/fused_instance.hpp"
+#include "backends/fused/fused_instance.hpp"
 
 #include <cuda_runtime.h>
 
@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "backends/flex/flex_setup.hpp"
 #include "backends/kernels/attn_launch.hpp"
 #include "backends/kernels/attn_plan.hpp"
 #include "harness/device/buffer.hpp"
@@ -30,12 +32,34 @@ using device::DeviceBuffer;
 using kernels::AttnParams;
 using kernels::WorkItem;
 
+kernels::AttnParams shape_params(const Problem& p, int64_t num_seqs, int block) {
+  kernels::AttnParams a;
+  a.num_seqs = static_cast<int32_t>(std::min<int64_t>(num_seqs, std::numeric_limits<int32_t>::max()));
+  a.heads_q = static_cast<int32_t>(p.heads_q);
+  a.heads_kv = static_cast<int32_t>(p.heads_kv);
+  a.group = p.heads_kv > 0 ? static_cast<int32_t>(p.heads_q / p.heads_kv) : 0;
+  a.head_dim = static_cast<int32_t>(p.head_dim);
+  a.head_dim_v = static_cast<int32_t>(p.head_dim_v);
+  a.dtype = p.dtype == DType::bf16 ? kernels::ElemType::bf16
+            : p.dtype == DType::fp16 ? kernels::ElemType::fp16
+                                     : kernels::ElemType::fp32;
+  a.scale = static_cast<float>(p.softmax_scale());
+  a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
+  a.mod = make_score_mod_desc(p, nullptr, nullptr).kind;
+  a.softcap = static_cast<float>(p.score_mod.cap);
+  a.max_distance = static_cast<int32_t>(std::clamp<int64_t>(p.score_mod.max_distance, -1, std::numeric_limits<int32_t>::max()));
+  a.bm.q_block = a.bm.kv_block = block;
+  return a;
+}
+
 std::string flex_bwd_sm90_refusal(const Problem& p, int block, kernels::DbiasMode dbias) {
-  if (block != kernels::bwd_block_n(kernels::BwdPath::sm90))
-    return "the Hopper backward needs block=128 (its 128-key tiles are one KV block)";
-  if (p.score_mod.kind == ScoreMod::Kind::rel_bias && dbias != kernels::DbiasMode::none)
-    return "the Hopper backward has no rel_bias dBias (the portable backward computes it: bwd_path=auto or sm80)";
-  return {};
+  kernels::AttnParams a = shape_params(p, p.batch, block);
+  a.dbias_mode = dbias;
+  kernels::LaunchShape s;
+  s.direction = kernels::Direction::backward;
+  s.flex = true;
+  s.bwd_path = kernels::BwdPath::sm90;
+  return kernels::can_implement(a, s);
 }
 
 namespace {
@@ -100,95 +124,6 @@ kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt,
     return kernels::BwdPath::sm80;
   }
   return kernels::BwdPath::sm90;
-}
-
-/// Device copies of what the flex path reads besides the tensors: the BlockMask
-/// lists, the arrays mask_allowed() reads (document ids, padding lengths), the
-/// learnable bias with its offset table, dBias and its deterministic scratch.
-struct FlexBuffers {
-  BlockMask host;
-  DeviceBuffer kv_num, kv_idx, full_kv_num, full_kv_idx, q_num, q_idx, full_q_num, full_q_idx;
-  DeviceBuffer doc_ids, doc_first, doc_last, lens_q, lens_k, bias, offset, dbias, scratch, csr_ptr, csr_keys;
-  int64_t scratch_floats = 0;
-  size_t bytes() const {
-    size_t n = 0;
-    for (const DeviceBuffer* b : {&kv_num, &kv_idx, &full_kv_num, &full_kv_idx, &q_num, &q_idx, &full_q_num,
-                                  &full_q_idx, &doc_ids, &doc_first, &doc_last, &lens_q, &lens_k, &bias, &offset,
-                                  &dbias, &scratch, &csr_ptr, &csr_keys})
-      n += b->allocated_bytes();
-    return n;
-  }
-};
-
-/// Upload the flex path's buffers of `p` and point `a` (mask arrays, BlockMask
-/// view, bias, dBias) at them. `f->host` holds the BlockMask already.
-void setup_flex(const Problem& p, const ProblemData& in, const FusedOptions& opt, FlexBuffers* f, AttnParams* a,
-                cudaStream_t st) {
-  const BlockMask& bm = f->host;
-  f->kv_num = device::upload_i32(bm.kv_num_blocks, st);
-  f->kv_idx = device::upload_i32(bm.kv_indices, st);
-  f->full_kv_num = device::upload_i32(bm.full_kv_num_blocks, st);
-  f->full_kv_idx = device::upload_i32(bm.full_kv_indices, st);
-  f->q_num = device::upload_i32(bm.q_num_blocks, st);
-  f->q_idx = device::upload_i32(bm.q_indices, st);
-  f->full_q_num = device::upload_i32(bm.full_q_num_blocks, st);
-  f->full_q_idx = device::upload_i32(bm.full_q_indices, st);
-  kernels::BlockMaskView& v = a->bm;
-  v.kv_num_blocks = f->kv_num.as<const int32_t>();
-  v.kv_indices = f->kv_idx.as<const int32_t>();
-  v.full_kv_num_blocks = f->full_kv_num.as<const int32_t>();
-  v.full_kv_indices = f->full_kv_idx.as<const int32_t>();
-  v.q_num_blocks = f->q_num.as<const int32_t>();
-  v.q_indices = f->q_idx.as<const int32_t>();
-  v.full_q_num_blocks = f->full_q_num.as<const int32_t>();
-  v.full_q_indices = f->full_q_idx.as<const int32_t>();
-  v.q_block = static_cast<int32_t>(bm.q_block);
-  v.kv_block = static_cast<int32_t>(bm.kv_block);
-  v.batch = static_cast<int32_t>(bm.B);
-  v.num_q_blocks = static_cast<int32_t>(bm.num_q_blocks);
-  v.num_kv_blocks = static_cast<int32_t>(bm.num_kv_blocks);
-  // Mask terms at the granularity they vary (kernels::flex_mask_form): contiguous
-  // documents as one key interval per row, block_sparse left to the BlockMask.
-  MaskArrays arrays;
-  const kernels::FlexMaskForm form = kernels::flex_mask_form(p, arrays, bm);
-  f->doc_first = device::upload_i32(form.doc_first, st);
-  f->doc_last = device::upload_i32(form.doc_last, st);
-  a->doc_first = f->doc_first.as<const int32_t>();
-  a->doc_last = f->doc_last.as<const int32_t>();
-  f->doc_ids = device::upload_i32(form.mask.doc_ids ? arrays.doc_ids : std::vector<int32_t>{}, st);
-  a->mask.doc_ids = f->doc_ids.as<const int32_t>();
-  a->mask.block_density = form.mask.block_density;
-  f->lens_q = device::upload_i32(arrays.seq_lens_q, st);
-  f->lens_k = device::upload_i32(arrays.seq_lens_k, st);
-  a->mask.seq_lens_q = f->lens_q.as<const int32_t>();
-  a->mask.seq_lens_k = f->lens_k.as<const int32_t>();
-  if (!p.has_learnable_bias()) return;
-  a->mod = p.score_mod.kind == ScoreMod::Kind::rel_bias ? kernels::ModKind::rel_bias : kernels::ModKind::offset_bias;
-  f->bias = device::upload_f32(in.bias, st);
-  a->bias = f->bias.as<const float>();
-  a->bias_size = static_cast<int32_t>(p.bias_numel());
-  a->max_distance = static_cast<int32_t>(p.score_mod.max_distance);
-  if (a->mod == kernels::ModKind::offset_bias) {
-    f->offset = device::upload_i32(in.offset, st);
-    a->bias_offset = f->offset.as<const int32_t>();
-  }
-  a->dbias_mode = opt.dbias;
-  if (opt.dbias == kernels::DbiasMode::none) return;
-  f->dbias = DeviceBuffer(static_cast<size_t>(p.bias_numel()), sizeof(float));
-  a->dbias = f->dbias.as<float>();
-  if (opt.dbias != kernels::DbiasMode::deterministic) return;
-  f->scratch_floats = dbias_scratch_bytes(p) / static_cast<int64_t>(sizeof(float));
-  f->scratch = DeviceBuffer(static_cast<size_t>(f->scratch_floats), sizeof(float));
-  a->dbias_scratch = f->scratch.as<float>();
-  a->dbias_tiles = static_cast<int32_t>((p.seq_k + kernels::kBwdBlockN - 1) / kernels::kBwdBlockN);
-  if (a->mod == kernels::ModKind::offset_bias) {
-    std::vector<int32_t> ptr, keys;
-    kernels::offset_keys_csr(in.offset, p.bias_numel(), &ptr, &keys);
-    f->csr_ptr = device::upload_i32(ptr, st);
-    f->csr_keys = device::upload_i32(keys, st);
-    a->offset_keys_ptr = f->csr_ptr.as<const int32_t>();
-    a->offset_keys = f->csr_keys.as<const int32_t>();
-  }
 }
 
 DeviceBuffer upload_items(const std::vector<WorkItem>& items, cudaStream_t st) {
@@ -280,28 +215,8 @@ class FusedInstance final : public BackendInstance {
   FusedInstance(const FusedInstance&) = delete;
   FusedInstance& operator=(const FusedInstance&) = delete;
 
-  void forward() override {
-    if (flex_) {
-      kernels::launch_flex_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()),
-                                   stream_.s, fwd_path_ == kernels::FwdPath::sm90 ? &kv_maps_ : nullptr,
-                                   plan_.tile_rows);
-      return;
-    }
-    kernels::launch_forward(params_, q_items_.as<const WorkItem>(), static_cast<int>(plan_.q_items.size()), plan_.pack,
-                            stream_.s, fwd_path_, &kv_maps_, plan_.tile_rows * plan_.pack);
-  }
-  void backward() override {
-    if (flex_) {
-      kernels::launch_flex_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
-                                    k_items_.as<const WorkItem>(), static_cast<int>(plan_.k_items.size()),
-                                    static_cast<int64_t>(dq_.count()), flex_->scratch_floats, stream_.s,
-                                    bwd_path_ == kernels::BwdPath::sm90 ? &bwd_maps_ : nullptr, opt_.deterministic);
-      return;
-    }
-    kernels::launch_backward(params_, dq_items_.as<const WorkItem>(), static_cast<int>(plan_.dq_items.size()),
-                             k_items_.as<const WorkItem>(), static_cast<int>(plan_.k_items.size()), plan_.pack,
-                             opt_.deterministic, static_cast<int64_t>(dq_.count()), stream_.s, bwd_path_, &bwd_maps_);
-  }
+  void forward() override { kernels::launch(params_, fwd_args_); }
+  void backward() override { kernels::launch(params_, bwd_args_); }
   void poison_outputs() override {
     device::poison_nan(o_, p_.dtype, stream_.s);
     device::poison_nan(lse_, DType::fp32, stream_.s);
@@ -335,6 +250,8 @@ class FusedInstance final : public BackendInstance {
   std::vector<double> to_device(const HostTensor& t, TensorRole role) const;
   HostTensor from_device(const std::vector<double>& phys, TensorRole role, std::vector<int64_t> shape) const;
   void set_strides();
+  /// The forward and backward LaunchArgs of the plan, paths, tensor maps and stream.
+  void set_launch_args();
   /// The padded placement's physical layout of `role`.
   const PhysicalLayout& layout_of(TensorRole role) const {
     return role == TensorRole::q ? lq_ : role == TensorRole::k ? lk_ : role == TensorRole::v ? lv_ : lo_;
@@ -352,10 +269,11 @@ class FusedInstance final : public BackendInstance {
   kernels::BwdTensorMaps bwd_maps_{};
   kernels::KvTensorMaps kv_maps_{};  // the Hopper forward's TMA descriptors
   AttnParams params_;
+  kernels::LaunchArgs fwd_args_, bwd_args_;
   double setup_ms_ = 0.0;
   std::string why_portable_bwd_;  // flex: why the backward runs on the portable kernels
 
-  std::unique_ptr<FlexBuffers> flex_;  // block_mask placement only
+  std::unique_ptr<flex::FlexBuffers> flex_;  // block_mask placement only
   device::OwnedStream stream_;
   DeviceBuffer q_, k_, v_, do_, o_, lse_, dq_, dk_, dv_, dq_accum_, dsum_;
   DeviceBuffer cu_q_, cu_k_, lens_q_, lens_k_, q_items_, dq_items_, k_items_;
@@ -420,7 +338,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   MaskDesc md;
   kernels::SeqLengths lens;
   if (opt.placement == Placement::block_mask) {
-    flex_ = std::make_unique<FlexBuffers>();
+    flex_ = std::make_unique<flex::FlexBuffers>();
     flex_->host = bm ? std::move(*bm) : build_block_mask(p, opt.block_size, opt.block_size);
     MaskArrays arrays;
     md = make_mask_desc(p, arrays);
@@ -468,6 +386,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   k_items_ = upload_items(plan_.k_items, st);
 
   AttnParams& a = params_;
+  a = shape_params(p, static_cast<int64_t>(lens.lq.size()), opt.block_size);
   a.q = q_.data();
   a.k = k_.data();
   a.v = v_.data();
@@ -489,19 +408,8 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   a.cu_seqlens_k = cu_k_.as<const int32_t>();
   a.seqlens_q = lens_q_.as<const int32_t>();
   a.seqlens_k = lens_k_.as<const int32_t>();
-  a.heads_q = static_cast<int32_t>(p.heads_q);
-  a.heads_kv = static_cast<int32_t>(p.heads_kv);
-  a.group = static_cast<int32_t>(p.group_size());
-  a.head_dim = static_cast<int32_t>(p.head_dim);
-  a.scale = static_cast<float>(p.softmax_scale());
-  a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
   a.mask = md;
-  a.mod = p.score_mod.kind == ScoreMod::Kind::softcap ? kernels::ModKind::softcap
-          : p.score_mod.kind == ScoreMod::Kind::alibi ? kernels::ModKind::alibi
-                                                      : kernels::ModKind::none;
-  a.softcap = static_cast<float>(p.score_mod.cap);
-  a.dtype = p.dtype == DType::bf16 ? kernels::ElemType::bf16 : kernels::ElemType::fp16;
-  if (flex_) setup_flex(p, in, opt, flex_.get(), &a, st);
+  if (flex_) flex::setup_flex(p, in, opt.dbias, flex_.get(), &a, st);
   // TMA descriptors of the Hopper kernels. A problem without tokens (every document id -1: no
   // sequence) launches no tile, and the driver refuses a tensor map of zero rows
   // (found by `attnbench hunt`), so none is encoded then.
@@ -510,8 +418,36 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     kv_maps_ = kernels::make_kv_tensor_maps(a, k_rows, packed_ ? 1 : p.batch, plan_.tile_keys);
   if (bwd_path_ == kernels::BwdPath::sm90 && q_rows > 0 && k_rows > 0)
     bwd_maps_ = kernels::make_bwd_tensor_maps(a, q_rows, k_rows, packed_ ? 1 : p.batch);
+  set_launch_args();
   ATTNBENCH_CHECK(cudaStreamSynchronize(st));
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void FusedInstance::set_launch_args() {
+  kernels::LaunchArgs& f = fwd_args_;
+  f.shape.direction = kernels::Direction::forward;
+  f.shape.flex = flex_ != nullptr;
+  f.shape.fwd_path = fwd_path_;
+  f.shape.pack = plan_.pack;
+  f.shape.rows = plan_.tile_rows * plan_.pack;
+  f.q_items = q_items_.as<const WorkItem>();
+  f.n_q_items = static_cast<int>(plan_.q_items.size());
+  f.kv_maps = &kv_maps_;
+  f.stream = stream_.s;
+  kernels::LaunchArgs& b = bwd_args_;
+  b.shape = f.shape;
+  b.shape.direction = kernels::Direction::backward;
+  b.shape.bwd_path = bwd_path_;
+  b.shape.rows = 0;
+  b.shape.deterministic = opt_.deterministic;
+  b.dq_items = dq_items_.as<const WorkItem>();
+  b.n_dq_items = static_cast<int>(plan_.dq_items.size());
+  b.k_items = k_items_.as<const WorkItem>();
+  b.n_k_items = static_cast<int>(plan_.k_items.size());
+  b.q_numel = static_cast<int64_t>(dq_.count());
+  b.scratch_floats = flex_ ? flex_->scratch_floats : 0;
+  b.bwd_maps = &bwd_maps_;
+  b.stream = stream_.s;
 }
 
 AttentionOutputs FusedInstance::read_outputs(bool with_grads) {
@@ -600,24 +536,12 @@ nlohmann::json FusedInstance::extra() const {
 
 }  // namespace
 
-int64_t dbias_scratch_bytes(const Problem& p) {
-  const int64_t f = static_cast<int64_t>(sizeof(float));
-  if (p.score_mod.kind == ScoreMod::Kind::rel_bias)
-    return p.batch * ((p.seq_k + kernels::kBwdBlockN - 1) / kernels::kBwdBlockN) * p.heads_q *
-           (2 * p.score_mod.max_distance + 1) * f;
-  if (p.score_mod.kind == ScoreMod::Kind::offset_bias) return p.batch * p.heads_kv * p.seq_k * f;
-  return 0;
-}
-
 namespace {
 
 /// The block_mask placement's limits (the flex backend).
 std::string block_mask_reason(const Problem& p) {
   if (p.layout == Layout::thd)
     return "flex: THD layout not supported (the BlockMask walks a padded batch; packed documents run on varlen)";
-  if (p.score_mod.kind == ScoreMod::Kind::rel_bias && p.score_mod.max_distance > kernels::kMaxRelBiasDistance)
-    return "flex: rel_bias max_distance " + std::to_string(p.score_mod.max_distance) + " above " +
-           std::to_string(kernels::kMaxRelBiasDistance) + " (the dBias row of 2m + 1 floats lives in shared memory)";
   return {};
 }
 
@@ -627,24 +551,20 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
   const std::string who = placement == Placement::documents ? "varlen: "
                           : placement == Placement::block_mask ? "flex: "
                                                                : "flash: ";
-  if (p.dtype != DType::bf16 && p.dtype != DType::fp16)
-    return who + "dtype " + to_string(p.dtype) + " not supported (bf16 and fp16 only)";
-  if (p.head_dim != p.head_dim_v)
-    return who + "head_dim " + std::to_string(p.head_dim) + " != head_dim_v " + std::to_string(p.head_dim_v) +
-           " not supported (Dqk = Dv only)";
-  if (!kernels::head_dim_supported(static_cast<int>(p.head_dim)))
-    return who + "head_dim " + std::to_string(p.head_dim) + " not supported (64 and 128 are instantiated)";
+  // What the kernels themselves can run: the family's one capability check, on
+  // the portable path (every CUDA build instantiates it; the Hopper path is chosen
+  // per instance where it can run, fused_instance.cpp).
+  const kernels::AttnParams shape = shape_params(p, p.batch, kernels::kFwdBlockMWide);
+  for (const kernels::Direction d : {kernels::Direction::forward, kernels::Direction::backward}) {
+    kernels::LaunchShape s;
+    s.direction = d;
+    s.flex = placement == Placement::block_mask;
+    if (const std::string why = kernels::can_implement(shape, s); !why.empty()) return who + why;
+  }
   if (p.seq_q >= kMaxPositions || p.seq_k >= kMaxPositions || p.batch * p.seq_q >= kMaxPositions ||
       p.batch * p.seq_k >= kMaxPositions)
     return who + "sequences beyond 2^30 positions not supported (32-bit positions)";
-  if (p.batch > kernels::kMaxSequences)
-    return who + "batch " + std::to_string(p.batch) + " exceeds " + std::to_string(kernels::kMaxSequences) +
-           " sequences per launch";
   if (placement == Placement::block_mask) return block_mask_reason(p);
-  if (p.score_mod.kind != ScoreMod::Kind::none && p.score_mod.kind != ScoreMod::Kind::softcap &&
-      p.score_mod.kind != ScoreMod::Kind::alibi)
-    return who + "score_mod " + to_string(p.score_mod.kind) +
-           " not supported (learnable biases need the flex backend; none, softcap and alibi run here)";
   const bool docs = p.find_mask<DocumentTerm>() != nullptr;
   if (placement == Placement::padded) {
     if (docs) return who + "document masks run on the varlen backend (packed sequences); flash runs causal, "

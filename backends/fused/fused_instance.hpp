@@ -27,7 +27,7 @@
 #include <memory>
 #include <string>
 
-#include "backends/flash/fused_options.hpp"
+#include "backends/fused/fused_options.hpp"
 #include "backends/kernels/attn_params.hpp"
 #include "harness/backend/backend.hpp"
 #include "harness/model/problem.hpp"
@@ -85,18 +85,22 @@ struct FusedOptions {
   int fwd_rows = 0;
 };
 
+/// The pointer-free part of the kernels' AttnParams for problem `p`: heads, GQA
+/// group, head dims, element type (fp32 kept, for can_implement to refuse),
+/// softmax scale, score mod and its constants, `num_seqs` sequences and BlockMask
+/// blocks of `block` (the flex shape). What kernels::can_implement() decides on;
+/// the instance fills the tensors, strides and lengths on top of it.
+kernels::AttnParams shape_params(const Problem& p, int64_t num_seqs, int block);
+
 /// Why flex's documents schedule cannot run `p` (empty when it can): the limits
 /// of the documents placement (unsupported_reason(p, Placement::documents)),
 /// worded for flex.
 std::string flex_documents_refusal(const Problem& p);
 
-/// Bytes of the deterministic dBias scratch buffer of `p` with BlockMask tiles
-/// (rel_bias: B * ceil(Sk / 64) * Hq * (2m + 1) floats; offset_bias: B * Hkv * Sk
-/// floats; 0 otherwise).
-int64_t dbias_scratch_bytes(const Problem& p);
-
 /// Why the fused kernels cannot run `p` with `placement` (empty when they can):
-/// dtype (bf16 / fp16), head dims (Dqk = Dv in {64, 128}), mask terms (padded:
+/// kernels::can_implement() of its forward and backward on the portable path
+/// (dtype bf16 / fp16, Dqk = Dv with an instance in this build, heads, score
+/// mods, sequences per launch), then what the placement expresses: mask terms (padded:
 /// causal, sliding_window, padding, prefix_lm; documents: causal, sliding_window
 /// and either a document mask whose ids form one contiguous run per document or
 /// padding (or none: one sequence per batch row);
@@ -106,8 +110,9 @@ int64_t dbias_scratch_bytes(const Problem& p);
 std::string unsupported_reason(const Problem& p, Placement placement);
 
 /// Why the flex path's Hopper backward cannot run `p` with BlockMask blocks of
-/// `block` and dBias mode `dbias` (empty when it can): its 128-key tiles are one KV
-/// block, and it has no rel_bias dBias. By default (option bwd_path=auto) the
+/// `block` and dBias mode `dbias` (empty when it can): kernels::can_implement()
+/// of that launch (its 128-key tiles are one KV block, it has no rel_bias dBias,
+/// and this build must have its instance). By default (option bwd_path=auto) the
 /// instance then runs the portable backward and reports the reason
 /// (extra.backend.bwd_path_reason); with bwd_path=sm90 the flex backend reports it
 /// as an unsupported row and make_instance throws it.

@@ -1,0 +1,127 @@
+#include "backends/kernels/can_implement.hpp"
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+namespace attnbench::kernels {
+
+namespace {
+
+const char* path_name(int32_t path) { return path == 1 ? "Hopper (sm90)" : "portable (sm80)"; }
+
+const char* direction_name(Direction d) { return d == Direction::forward ? "forward" : "backward"; }
+
+/// Why no instance of (direction, path, head_dim, dtype) is in `built`.
+std::string instance_reason(const AttnParams& p, const InstanceKey& want, std::span<const InstanceKey> built) {
+  const Direction dir = want.direction;
+  const int32_t path = want.path;
+  if (std::find(built.begin(), built.end(), want) != built.end()) return {};
+  const bool any_dim = std::any_of(built.begin(), built.end(), [&](const InstanceKey& k) {
+    return k.head_dim == p.head_dim;
+  });
+  if (!any_dim) {
+    const std::string dims = instantiated_head_dims(built);
+    return "head_dim " + std::to_string(p.head_dim) + " not supported (" +
+           (dims.empty() ? std::string("this build has no kernels") : "this build instantiates " + dims) + ")";
+  }
+  return std::string("no ") + path_name(path) + " " + direction_name(dir) + " kernel for head_dim " +
+         std::to_string(p.head_dim) + " " + to_string(p.dtype) + " in this build";
+}
+
+/// The flex path's limits: block sizes, and those of its Hopper backward.
+std::string flex_reason(const AttnParams& p, const LaunchShape& s) {
+  const BlockMaskView& bm = p.bm;
+  if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
+    return "BlockMask block sizes " + std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block) +
+           " not supported (64 or 128 each)";
+  if (s.pack != 1) return "the BlockMask walk runs without GQA packing (pack " + std::to_string(s.pack) + ")";
+  if (s.direction != Direction::backward || s.bwd_path != BwdPath::sm90) return {};
+  if (bm.kv_block != bwd_block_n(BwdPath::sm90))
+    return "the Hopper backward needs block=" + std::to_string(bwd_block_n(BwdPath::sm90)) +
+           " (its 128-key tiles are one KV block)";
+  if (p.mod == ModKind::rel_bias && p.dbias_mode != DbiasMode::none)
+    return "the Hopper backward has no rel_bias dBias (the portable backward computes it: bwd_path=auto or sm80)";
+  return {};
+}
+
+}  // namespace
+
+const char* to_string(ElemType t) {
+  switch (t) {
+    case ElemType::fp16: return "fp16";
+    case ElemType::bf16: return "bf16";
+    case ElemType::fp32: return "fp32";
+  }
+  return "?";
+}
+
+std::string instantiated_head_dims(std::span<const InstanceKey> built) {
+  std::set<int32_t> dims;
+  for (const InstanceKey& k : built) dims.insert(k.head_dim);
+  std::string out;
+  for (int32_t d : dims) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return out;
+}
+
+InstanceKey instance_key(const AttnParams& p, const LaunchShape& s) {
+  const bool fwd = s.direction == Direction::forward;
+  return {s.direction, fwd ? static_cast<int32_t>(s.fwd_path) : static_cast<int32_t>(s.bwd_path), p.head_dim, p.dtype};
+}
+
+int fwd_rows_resolved(const AttnParams& p, const LaunchShape& shape) {
+  if (shape.rows != 0) return shape.rows;
+  return shape.flex ? p.bm.q_block : fwd_block_m(shape.pack);
+}
+
+std::string pack_reason(int pack, int group) {
+  if (pack < 1 || kFwdWarps % pack != 0 || pack > 4)
+    return "GQA pack " + std::to_string(pack) + " is not 1, 2 or 4";
+  if (group < 1 || group % pack != 0)
+    return "GQA pack " + std::to_string(pack) + " must divide the GQA group " + std::to_string(group);
+  return {};
+}
+
+std::string fwd_rows_reason(int pack, int rows, FwdPath path, bool flex, int q_block) {
+  if (flex) {
+    if (rows == q_block || (rows == kFwdBlockM && q_block == kFwdBlockMWide && path == FwdPath::sm90)) return {};
+    return "forward CTAs of " + std::to_string(rows) + " rows for query blocks of " + std::to_string(q_block) +
+           " (whole blocks, or 64-row halves of 128-row blocks on the Hopper forward)";
+  }
+  if (rows == fwd_block_m(pack)) return {};
+  if (pack == 1 && rows == kFwdBlockM && path == FwdPath::sm90) return {};
+  if (pack == 1 && rows == kFwdBlockM)
+    return "forward CTAs of 64 rows without GQA packing run on the Hopper forward only";
+  return "forward CTAs of " + std::to_string(rows) + " rows with GQA pack " + std::to_string(pack) + " (it runs " +
+         std::to_string(fwd_block_m(pack)) + (pack == 1 ? ", or 64 on the Hopper forward)" : ")");
+}
+
+std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<const InstanceKey> built) {
+  if (p.dtype != ElemType::bf16 && p.dtype != ElemType::fp16)
+    return std::string("dtype ") + to_string(p.dtype) + " not supported (bf16 and fp16 only)";
+  if (p.head_dim != p.head_dim_v)
+    return "head_dim " + std::to_string(p.head_dim) + " != head_dim_v " + std::to_string(p.head_dim_v) +
+           " not supported (Dqk = Dv only)";
+  if (std::string why = instance_reason(p, instance_key(p, s), built); !why.empty()) return why;
+  if (p.heads_kv <= 0 || p.heads_q <= 0 || p.heads_q % p.heads_kv != 0 || p.group != p.heads_q / p.heads_kv)
+    return "heads " + std::to_string(p.heads_q) + " / " + std::to_string(p.heads_kv) + " with group " +
+           std::to_string(p.group) + " (heads_q must be a multiple of heads_kv, group their ratio)";
+  if (std::string why = pack_reason(s.pack, p.group); !why.empty()) return why;
+  if (p.num_seqs > kMaxSequences)
+    return std::to_string(p.num_seqs) + " sequences exceed " + std::to_string(kMaxSequences) +
+           " per launch (the Dsum launch grid)";
+  const bool learnable = p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias;
+  if (learnable && !s.flex)
+    return "score_mod " + std::string(p.mod == ModKind::rel_bias ? "rel_bias" : "offset_bias") +
+           " not supported (learnable biases need the flex backend; none, softcap and alibi run here)";
+  if (p.mod == ModKind::rel_bias && (p.max_distance < 0 || p.max_distance > kMaxRelBiasDistance))
+    return "rel_bias max_distance " + std::to_string(p.max_distance) + " outside [0, " +
+           std::to_string(kMaxRelBiasDistance) + "] (the dBias row of 2m + 1 floats lives in shared memory)";
+  if (s.flex)
+    if (std::string why = flex_reason(p, s); !why.empty()) return why;
+  if (s.direction == Direction::forward)
+    return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.fwd_path, s.flex, p.bm.q_block);
+  return {};
+}
+
+}  // namespace attnbench::kernels

@@ -1,0 +1,79 @@
+// Launch helpers shared by both paths' runners (launch_sm80.cuh,
+// launch_sm90.cuh): the shared-memory limit, and the portable kernels every
+// backward runs (Dsum, dQ conversion, the ordered dBias reduction).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+
+#include "backends/kernels/attn_bwd.cuh"
+#include "backends/kernels/attn_runners.hpp"
+#include "harness/device/check.hpp"
+
+namespace attnbench::kernels::detail {
+
+/// Raise the dynamic shared-memory limit of kernel `Kernel` (needed above 48 KB),
+/// once per kernel and device, checked. The kernel is a template argument so
+/// that each kernel gets its own flag: kernels of one signature share a
+/// function-pointer type, and a flag keyed by that type would skip all but the
+/// first of them (found on the H100: cudaErrorInvalidValue at launch).
+/// The limit only grows: a launch that needs more (the flex dK/dV kernel's
+/// rel_bias row depends on the problem) raises it again.
+template <auto Kernel>
+void allow_smem(size_t bytes) {
+  constexpr int kDevices = 64;
+  static std::atomic<size_t> set_bytes[kDevices];  // per device: the limit set so far (0: none)
+  int dev = 0;
+  ATTNBENCH_CHECK(cudaGetDevice(&dev));
+  if (dev < kDevices && set_bytes[dev].load() >= bytes) return;
+  ATTNBENCH_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  if (dev < kDevices) set_bytes[dev].store(bytes);
+}
+
+/// Dsum = rowsum(dO * O) over the q_numel / (Hq * D) rows of the Q-shaped buffers.
+template <int D, bool Bf16>
+void dsum(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
+  const int64_t rows = q_numel / (static_cast<int64_t>(p.heads_q) * D);
+  if (rows == 0) return;
+  constexpr int kThreads = 256, kRowsPerBlock = kThreads / (D / 8);
+  const dim3 grid(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(p.heads_q));
+  attn_bwd_dsum_kernel<D, Bf16><<<grid, kThreads, 0, st>>>(p, rows);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+/// Zero the float32 dQ accumulator (atomic dQ mode) before dK/dV adds into it.
+static inline void dq_accum_zero(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
+  if (q_numel > 0)
+    ATTNBENCH_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(q_numel) * sizeof(float), st));
+}
+
+/// dQ = scale * accumulator in the element type (atomic dQ mode).
+template <bool Bf16>
+void dq_convert(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
+  if (q_numel <= 0) return;
+  const int64_t vec = (q_numel + 3) / 4;  // grid-stride kernel: any grid covers every element
+  const unsigned blocks = static_cast<unsigned>(vec < 4096 * 256 ? (vec + 255) / 256 : 4096);
+  attn_bwd_dq_convert_kernel<Bf16><<<blocks, 256, 0, st>>>(p.dq_accum, static_cast<uint16_t*>(p.dq), q_numel, p.scale);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+/// Clear dBias (atomic mode) or its scratch (deterministic mode) before a flex backward.
+static inline void flex_dbias_clear(const AttnParams& p, int64_t scratch_floats, cudaStream_t st) {
+  if (p.dbias_mode == DbiasMode::atomic)
+    ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias, 0, static_cast<size_t>(p.bias_size) * sizeof(float), st));
+  if (p.dbias_mode == DbiasMode::deterministic && scratch_floats > 0)
+    ATTNBENCH_CHECK(cudaMemsetAsync(p.dbias_scratch, 0, static_cast<size_t>(scratch_floats) * sizeof(float), st));
+}
+
+/// The ordered dBias reduction of the flex path's deterministic mode.
+static inline void flex_dbias_reduce(const AttnParams& p, cudaStream_t st) {
+  if (p.dbias_mode != DbiasMode::deterministic || p.bias_size <= 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((p.bias_size + 255) / 256, 4096));
+  if (p.mod == ModKind::rel_bias)
+    attn_dbias_rel_reduce_kernel<<<blocks, 256, 0, st>>>(p);
+  else
+    attn_dbias_offset_reduce_kernel<<<blocks, 256, 0, st>>>(p);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+}  // namespace attnbench::kernels::detail

@@ -1,0 +1,112 @@
+// Runners of the Hopper path (wgmma, TMA, producer / consumer warpgroups;
+// sm_90a only): the forward (attn_fwd_sm90.cuh) and the backward (Dsum, the
+// dK/dV kernel of attn_bwd_sm90.cuh with atomic dQ, or dK/dV and the
+// deterministic dQ kernel of attn_dq_sm90.cuh), dense and flex. Included once
+// per generated instance file, which is compiled for sm_90a alone
+// (cmake/attn_instances.cmake): no stub of these kernels exists for other
+// architectures.
+#pragma once
+
+#include "backends/kernels/attn_bwd_sm90.cuh"
+#include "backends/kernels/attn_dq_sm90.cuh"
+#include "backends/kernels/attn_fwd_sm90.cuh"
+#include "backends/kernels/launch_common.cuh"
+
+namespace attnbench::kernels {
+namespace detail {
+
+/// The Hopper forward: kWG consumer warpgroups (64 rows each) x kBlockN-key
+/// steps, plus a producer warp.
+template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
+void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, const KvTensorMaps& maps,
+                        cudaStream_t st) {
+  constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN, kFlex>;
+  constexpr size_t smem = fwd_sm90_smem_bytes<D, kWG, kBlockN>();
+  allow_smem<kernel>(smem);
+  const int64_t blocks = TileScheduler::ctas(n, p.heads_q / pack);
+  if (blocks == 0) return;
+  kernel<<<static_cast<unsigned>(blocks), fwd_sm90_threads<kWG>(), smem, st>>>(p, items, pack, maps);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+/// The Hopper dK/dV kernel over key tiles of kBwdSm90BlockN (kDq: with dQ by
+/// atomics, the accumulator zeroed first and converted after; without, dQ is
+/// left to dq_sm90).
+template <int D, bool Bf16, bool kFlex, bool kDq>
+void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_numel, const BwdTensorMaps& maps,
+               cudaStream_t st) {
+  if constexpr (kDq) dq_accum_zero(p, q_numel, st);
+  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex, kDq>;
+  constexpr size_t smem = bwd_sm90_smem_bytes<D>();
+  allow_smem<kernel>(smem);
+  const int64_t blocks = TileScheduler::ctas(n_k, p.heads_kv);
+  if (blocks > 0) {
+    kernel<<<static_cast<unsigned>(blocks), kBwdSm90Threads, smem, st>>>(p, k_items, maps);
+    ATTNBENCH_CHECK(cudaGetLastError());
+  }
+  if constexpr (kDq) dq_convert<Bf16>(p, q_numel, st);
+}
+
+/// The deterministic Hopper dQ kernel over query tiles of kDqBlockM / pack
+/// positions (`pack` heads each).
+template <int D, bool Bf16, bool kFlex>
+void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, const KvTensorMaps& maps,
+             cudaStream_t st) {
+  constexpr auto kernel = attn_dq_sm90_kernel<D, Bf16, kFlex>;
+  constexpr size_t smem = dq_sm90_smem_bytes<D>();
+  allow_smem<kernel>(smem);
+  const int64_t blocks = TileScheduler::ctas(n_q, p.heads_q / pack);
+  if (blocks == 0) return;
+  kernel<<<static_cast<unsigned>(blocks), kDqSm90Threads, smem, st>>>(p, q_items, pack, maps);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+/// dK/dV with atomic dQ, or (deterministic) dK/dV alone and then the Hopper dQ kernel.
+template <int D, bool Bf16, bool kFlex>
+void backward_sm90(const AttnParams& p, const LaunchArgs& a, int pack, bool deterministic) {
+  const BwdTensorMaps& maps = *a.bwd_maps;
+  if (!deterministic) return dkdv_sm90<D, Bf16, kFlex, true>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
+  dkdv_sm90<D, Bf16, kFlex, false>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
+  dq_sm90<D, Bf16, kFlex>(p, a.dq_items, a.n_dq_items, pack, maps.dq_kv, a.stream);
+}
+
+}  // namespace detail
+
+/// Forward: 128-row CTAs (two consumer warpgroups x 128-key steps) or 64-row
+/// ones (GQA-packed, or short walks without packing: one warpgroup x 64-key
+/// steps, two CTAs per SM); flex: 64-key steps of the BlockMask's blocks, whole
+/// 128-row blocks or 64-row CTAs.
+template <int D, bool Bf16>
+void run_forward_sm90(const AttnParams& p, const LaunchArgs& a) {
+  static_assert(128 == kFwdBlockMWide && 64 == kFwdBlockM, "tile rows: 64 per warpgroup");
+  using namespace detail;
+  const int rows = fwd_rows_resolved(p, a.shape);
+  const KvTensorMaps& maps = *a.kv_maps;
+  if (a.shape.flex) {
+    if (rows == kFwdBlockMWide)
+      forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, maps, a.stream);
+    else
+      forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, maps, a.stream);
+    return;
+  }
+  if (rows == kFwdBlockMWide)
+    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide, FwdPath::sm90)>(p, a.q_items, a.n_q_items,
+                                                                               a.shape.pack, maps, a.stream);
+  else
+    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM, FwdPath::sm90)>(p, a.q_items, a.n_q_items, a.shape.pack,
+                                                                           maps, a.stream);
+}
+
+/// Backward: Dsum, then backward_sm90 (flex: pack 1, dBias cleared before and
+/// reduced after; the Hopper kernels compute no rel_bias dBias: can_implement).
+template <int D, bool Bf16>
+void run_backward_sm90(const AttnParams& p, const LaunchArgs& a) {
+  using namespace detail;
+  dsum<D, Bf16>(p, a.q_numel, a.stream);
+  if (!a.shape.flex) return backward_sm90<D, Bf16, false>(p, a, a.shape.pack, a.shape.deterministic);
+  flex_dbias_clear(p, a.scratch_floats, a.stream);
+  backward_sm90<D, Bf16, true>(p, a, 1, a.shape.deterministic);
+  flex_dbias_reduce(p, a.stream);
+}
+
+}  // namespace attnbench::kernels

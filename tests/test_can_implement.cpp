@@ -1,0 +1,146 @@
+// The kernel family's one capability check (backends/kernels/can_implement.hpp):
+// every rule refuses what it must and accepts the shapes the backends launch,
+// against an explicit instance list (the build's own list is empty on the CPU).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backends/kernels/can_implement.hpp"
+
+using namespace attnbench::kernels;
+
+namespace {
+
+/// Both directions and paths of head dims 64 and 128 in both dtypes (a Hopper build).
+std::vector<InstanceKey> hopper_build() {
+  std::vector<InstanceKey> keys;
+  for (Direction d : {Direction::forward, Direction::backward})
+    for (int32_t path : {0, 1})
+      for (int32_t hd : {64, 128})
+        for (ElemType t : {ElemType::bf16, ElemType::fp16}) keys.push_back({d, path, hd, t});
+  return keys;
+}
+
+AttnParams dense(int hq = 8, int hkv = 2, int d = 128) {
+  AttnParams p;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.group = hq / hkv;
+  p.head_dim = p.head_dim_v = d;
+  p.num_seqs = 4;
+  p.dtype = ElemType::bf16;
+  return p;
+}
+
+LaunchShape fwd(int pack = 1, int rows = 0, FwdPath path = FwdPath::sm80) {
+  LaunchShape s;
+  s.pack = pack;
+  s.rows = rows;
+  s.fwd_path = path;
+  return s;
+}
+
+LaunchShape bwd(BwdPath path, bool flex = false) {
+  LaunchShape s;
+  s.direction = Direction::backward;
+  s.bwd_path = path;
+  s.flex = flex;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("can_implement accepts the shapes the backends launch") {
+  const auto built = hopper_build();
+  CHECK(can_implement(dense(), fwd(), built).empty());
+  CHECK(can_implement(dense(), fwd(4), built).empty());                       // GQA pack 4, 64-row CTAs
+  CHECK(can_implement(dense(), fwd(1, 64, FwdPath::sm90), built).empty());    // narrow Hopper tiles
+  CHECK(can_implement(dense(), fwd(1, 128, FwdPath::sm90), built).empty());
+  CHECK(can_implement(dense(16, 16, 64), bwd(BwdPath::sm90), built).empty());
+  AttnParams flex = dense();
+  flex.mod = ModKind::rel_bias;
+  flex.max_distance = 16;
+  flex.dbias_mode = DbiasMode::deterministic;
+  LaunchShape f = fwd(1, 64, FwdPath::sm90);
+  f.flex = true;
+  CHECK(can_implement(flex, f, built).empty());  // 64-row halves of 128-row blocks
+  CHECK(can_implement(flex, bwd(BwdPath::sm80, true), built).empty());
+}
+
+TEST_CASE("can_implement names the element type, head dims and the missing instance") {
+  const auto built = hopper_build();
+  AttnParams p = dense();
+  p.dtype = ElemType::fp32;
+  CHECK(can_implement(p, fwd(), built) == "dtype fp32 not supported (bf16 and fp16 only)");
+  p = dense(8, 2, 96);
+  CHECK(can_implement(p, fwd(), built) == "head_dim 96 not supported (this build instantiates 64, 128)");
+  CHECK(can_implement(p, fwd(), {}) == "head_dim 96 not supported (this build has no kernels)");
+  p = dense();
+  p.head_dim_v = 64;
+  CHECK(can_implement(p, fwd(), built) == "head_dim 128 != head_dim_v 64 not supported (Dqk = Dv only)");
+  // A build without sm_90a: the portable path runs, the Hopper one is named as missing.
+  std::vector<InstanceKey> portable;
+  std::copy_if(built.begin(), built.end(), std::back_inserter(portable), [](const InstanceKey& k) { return k.path == 0; });
+  CHECK(can_implement(dense(), fwd(), portable).empty());
+  CHECK(can_implement(dense(), bwd(BwdPath::sm90), portable) ==
+        "no Hopper (sm90) backward kernel for head_dim 128 bf16 in this build");
+  CHECK(instantiated_head_dims(built) == "64, 128");
+}
+
+TEST_CASE("can_implement: heads, GQA pack, CTA rows, sequences") {
+  const auto built = hopper_build();
+  CHECK(can_implement(dense(8, 3), fwd(), built).find("heads 8 / 3") == 0);
+  CHECK(can_implement(dense(), fwd(3), built) == "GQA pack 3 is not 1, 2 or 4");
+  CHECK(can_implement(dense(6, 2), fwd(2), built) == "GQA pack 2 must divide the GQA group 3");
+  CHECK(can_implement(dense(), fwd(1, 64), built) ==
+        "forward CTAs of 64 rows without GQA packing run on the Hopper forward only");
+  CHECK(can_implement(dense(), fwd(2, 128), built) == "forward CTAs of 128 rows with GQA pack 2 (it runs 64)");
+  CHECK(fwd_rows_resolved(dense(), fwd(2)) == 64);
+  CHECK(fwd_rows_resolved(dense(), fwd(1)) == 128);
+  AttnParams p = dense();
+  p.num_seqs = kMaxSequences + 1;
+  CHECK(can_implement(p, fwd(), built) == "65536 sequences exceed 65535 per launch (the Dsum launch grid)");
+  p.num_seqs = kMaxSequences;
+  CHECK(can_implement(p, fwd(), built).empty());
+}
+
+TEST_CASE("can_implement: score mods and the flex path's limits") {
+  const auto built = hopper_build();
+  AttnParams p = dense();
+  p.mod = ModKind::offset_bias;
+  CHECK(can_implement(p, fwd(), built) ==
+        "score_mod offset_bias not supported (learnable biases need the flex backend; none, softcap and alibi run "
+        "here)");
+  LaunchShape f = fwd();
+  f.flex = true;
+  CHECK(can_implement(p, f, built).empty());
+  p.mod = ModKind::rel_bias;
+  p.max_distance = kMaxRelBiasDistance + 1;
+  CHECK(can_implement(p, f, built).find("rel_bias max_distance 8192 outside [0, 8191]") == 0);
+  p.max_distance = 4;
+  p.bm.q_block = 32;
+  CHECK(can_implement(p, f, built) == "BlockMask block sizes 32 x 128 not supported (64 or 128 each)");
+  p.bm.q_block = 128;
+  f.rows = 64;  // halves on the portable forward: refused
+  CHECK(can_implement(p, f, built).find("forward CTAs of 64 rows for query blocks of 128") == 0);
+  // The Hopper backward: 128-key KV blocks, no rel_bias dBias.
+  p.dbias_mode = DbiasMode::atomic;
+  CHECK(can_implement(p, bwd(BwdPath::sm90, true), built).find("the Hopper backward has no rel_bias dBias") == 0);
+  p.dbias_mode = DbiasMode::none;
+  CHECK(can_implement(p, bwd(BwdPath::sm90, true), built).empty());
+  p.bm.kv_block = 64;
+  CHECK(can_implement(p, bwd(BwdPath::sm90, true), built).find("the Hopper backward needs block=128") == 0);
+  CHECK(can_implement(p, bwd(BwdPath::sm80, true), built).empty());
+  LaunchShape packed = bwd(BwdPath::sm80, true);
+  packed.pack = 2;
+  CHECK(can_implement(p, packed, built).find("the BlockMask walk runs without GQA packing") == 0);
+}
+
+TEST_CASE("instance_key takes the path of the launch's direction") {
+  LaunchShape s = fwd(1, 0, FwdPath::sm90);
+  s.bwd_path = BwdPath::sm80;
+  CHECK(instance_key(dense(), s) == InstanceKey{Direction::forward, 1, 128, ElemType::bf16});
+  s.direction = Direction::backward;
+  CHECK(instance_key(dense(), s) == InstanceKey{Direction::backward, 0, 128, ElemType::bf16});
+}
