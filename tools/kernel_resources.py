@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Per-kernel resources of two attnbench builds side by side: registers, stack,
+local memory (spills), shared memory and SASS instruction count of every kernel
+of the fused family (`cuobjdump --dump-resource-usage` and `cuobjdump -sass` of
+each binary, per architecture). Shows that a refactor changed no kernel, or which
+ones it changed:
+
+    tools/kernel_resources.py BEFORE_BINARY AFTER_BINARY [--filter attn_] [--all]
+
+Prints a markdown table of the kernels whose numbers differ (every kernel with
+--all) and a summary line; exit 0 always (a report, not a gate). Needs cuobjdump
+(the CUDA toolkit's bin/), which the CPU machine may lack: run it on the GPU host.
+"""
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+
+
+def cuobjdump():
+    for cand in (shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
+        if cand and shutil.which(cand):
+            return cand
+    sys.exit("kernel_resources.py: cuobjdump not found (CUDA toolkit bin/ on PATH?)")
+
+
+def resources(binary, tool, pattern):
+    """{(arch, kernel): {REG, STACK, SHARED, LOCAL}} from --dump-resource-usage."""
+    out = subprocess.run([tool, "--dump-resource-usage", binary], capture_output=True, text=True, check=True).stdout
+    res, arch, fn = {}, "?", None
+    for line in out.splitlines():
+        m = re.search(r"arch = (sm_\w+)", line)
+        if m:
+            arch = m.group(1)
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            fn = m.group(1)
+            continue
+        if fn and "REG:" in line:
+            vals = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", line))
+            if re.search(pattern, fn):
+                res[(arch, fn)] = {k: int(v) for k, v in vals.items()}
+            fn = None
+    return res
+
+
+def sass_counts(binary, tool, pattern):
+    """{(arch, kernel): instruction count} from -sass."""
+    out = subprocess.run([tool, "-sass", binary], capture_output=True, text=True, check=True).stdout
+    counts, arch, fn = collections.Counter(), "?", None
+    for line in out.splitlines():
+        m = re.search(r"arch = (sm_\w+)", line)
+        if m:
+            arch = m.group(1)
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            fn = m.group(1) if re.search(pattern, m.group(1)) else None
+            continue
+        if fn and re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line):
+            counts[(arch, fn)] += 1
+    return counts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("before")
+    ap.add_argument("after")
+    ap.add_argument("--filter", default="attn_", help="regex on the mangled kernel name (default attn_)")
+    ap.add_argument("--all", action="store_true", help="list unchanged kernels too")
+    a = ap.parse_args()
+    tool = cuobjdump()
+    rb, ra = resources(a.before, tool, a.filter), resources(a.after, tool, a.filter)
+    sb, sa = sass_counts(a.before, tool, a.filter), sass_counts(a.after, tool, a.filter)
+    keys = sorted(set(rb) | set(ra))
+    print("| arch | kernel | REG | LOCAL (spill) | STACK | SASS instructions |")
+    print("|---|---|---|---|---|---|")
+    changed = 0
+    for k in keys:
+        b, f = rb.get(k), ra.get(k)
+        row = []
+        for field in ("REG", "LOCAL", "STACK"):
+            vb = b[field] if b else None
+            vf = f[field] if f else None
+            row.append(f"{vb}" if vb == vf else f"{vb} -> {vf}")
+        ib, ia = sb.get(k), sa.get(k)
+        row.append(f"{ib}" if ib == ia else f"{ib} -> {ia}")
+        differs = any("->" in c for c in row)
+        changed += differs
+        if differs or a.all:
+            print(f"| {k[0]} | {k[1]} | " + " | ".join(row) + " |")
+    print(f"\n{len(keys)} kernels matching /{a.filter}/; {changed} differ "
+          f"(before: {len(rb)} kernels, after: {len(ra)} kernels)")
+
+
+if __name__ == "__main__":
+    main()
