@@ -23,6 +23,11 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/peers/peer_backend.hpp"
+#include "backends/peers/peer_probe.hpp"
+#include "backends/peers/peer_process.hpp"
+#include "backends/peers/peer_protocol.hpp"
+#include "backends/peers/peer_serve.hpp"
+#include "backends/peers/torch_peer_rules.hpp"
 #include "harness/backend/backend.hpp"
 #include "harness/model/block_mask.hpp"
 #include "harness/check/check.hpp"

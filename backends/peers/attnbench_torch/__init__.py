@@ -1,6 +1,6 @@
 """attnbench_torch: PyTorch's attention backends behind attnbench's peer protocol.
 
-attnbench (backends/peers/peer_backend.cpp) writes a work directory with
+attnbench (backends/peers/peer_protocol.cpp) writes a work directory with
 problem.json, q/k/v/do.npy (float32, or float64 when a value is not a float32;
 logical [B, H, S, D] layout, values already rounded to the problem dtype), bias/offset.npy for learnable score mods and
 request.json, then runs

@@ -1,5 +1,5 @@
 """Entry point of the worker: `python3 backends/peers/attnbench_torch ARGS` (the
-path attnbench runs, peer_backend.cpp) or `python3 -m attnbench_torch ARGS` with
+path attnbench runs, resolve_launch_config in peer_config.cpp) or `python3 -m attnbench_torch ARGS` with
 backends/peers on the path."""
 
 import os

@@ -1,7 +1,7 @@
 """The peers' static support rules: what is known without running PyTorch.
 
 Standard library only. The C++ side (torch_peer_supports in
-backends/peers/peer_backend.cpp) applies the same rules; tests/test_peers.cpp runs
+backends/peers/torch_peer_rules.cpp) applies the same rules; tests/test_peers.cpp runs
 the worker's --support mode and requires the same verdict and reason.
 """
 
@@ -10,7 +10,7 @@ from .protocol import PEERS
 
 def static_support(peer, p):
     """(ok, reason) of the rules known without running PyTorch. The C++ side
-    (torch_peer_supports in peer_backend.cpp) applies the same rules; PyTorch may
+    (torch_peer_supports in torch_peer_rules.cpp) applies the same rules; PyTorch may
     still reject a problem at run time (then the status is unsupported too)."""
     if peer not in PEERS:
         return False, f"unknown peer {peer!r} (known: {', '.join(PEERS)})"

@@ -24,7 +24,7 @@ def is_compile_resource_error(exc):
     """A compile-time resource limit (Triton's OutOfResources: "out of resource:
     shared memory" / registers; CUDA's "too many resources requested for launch"):
     the kernel cannot be built for this problem (unsupported), unlike device memory
-    exhaustion (oom). Mirrors classify_peer_error() in peer_backend.cpp."""
+    exhaustion (oom). Mirrors classify_peer_error() in peer_errors.cpp."""
     text = f"{type(exc).__name__}: {exc}"
     return any(k in text for k in ("out of resource", "OutOfResources", "too many resources requested for launch",
                                    "cudaErrorLaunchOutOfResources"))
