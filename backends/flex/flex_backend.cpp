@@ -24,8 +24,9 @@ class FlexBackend : public Backend {
   std::string description() const override {
     return "FlexAttention-style block-sparse attention on attnbench's fused kernels: the problem's BlockMask "
            "(Q_BLOCK = KV_BLOCK = " + std::to_string(block_) + ", option block) drives the tiles, partial "
-           "tiles evaluate mask_mod (contiguous documents as row intervals), or, for document masks of contiguous "
-           "runs where their tiles execute fewer pairs, one packed sequence per document (option schedule); "
+           "tiles evaluate mask_mod (contiguous documents as row intervals), or, where their tiles execute fewer "
+           "pairs, one packed sequence per document (document masks of contiguous runs) or the flash tiles (masks "
+           "of interval terms) (option schedule); "
            "every mask kind and score mod incl. "
            "learnable rel_bias / offset_bias with dBias (" +
            (dbias_ == kernels::DbiasMode::atomic ? "float32 atomics" : "deterministic") +
@@ -48,6 +49,9 @@ class FlexBackend : public Backend {
     if (schedule_ == FlexSchedule::documents)
       if (const std::string refusal = flex_documents_refusal(p); !refusal.empty())
         return Support::no("flex: schedule=documents: " + refusal);
+    if (schedule_ == FlexSchedule::intervals)
+      if (const std::string refusal = flex_intervals_refusal(p); !refusal.empty())
+        return Support::no("flex: schedule=intervals: " + refusal);
     return Support::yes();
   }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
@@ -84,6 +88,7 @@ class FlexBackend : public Backend {
     const std::string& sc = v.text("schedule");
     schedule_ = sc == "block_mask" ? FlexSchedule::block_mask
                 : sc == "documents" ? FlexSchedule::documents
+                : sc == "intervals" ? FlexSchedule::intervals
                                     : FlexSchedule::automatic;
   }
 

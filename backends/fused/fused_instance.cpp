@@ -597,13 +597,31 @@ std::string unsupported_reason(const Problem& p, Placement placement) {
   return {};
 }
 
-std::string flex_documents_refusal(const Problem& p) {
-  if (!p.find_mask<DocumentTerm>()) return "no document mask";
-  std::string why = unsupported_reason(p, Placement::documents);
-  const std::string prefix = "varlen: ";
-  if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+namespace {
+
+/// unsupported_reason(p, placement) without its backend prefix ("varlen: ", "flash: ").
+std::string placement_refusal(const Problem& p, Placement placement) {
+  std::string why = unsupported_reason(p, placement);
+  if (const size_t colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
   return why;
 }
+
+/// A schedule of flex other than the BlockMask walk: its placement and why it cannot run p.
+struct FlexCandidate {
+  FlexSchedule schedule;
+  const char* name;
+  Placement placement;
+  std::string refusal;
+};
+
+}  // namespace
+
+std::string flex_documents_refusal(const Problem& p) {
+  if (!p.find_mask<DocumentTerm>()) return "no document mask";
+  return placement_refusal(p, Placement::documents);
+}
+
+std::string flex_intervals_refusal(const Problem& p) { return placement_refusal(p, Placement::padded); }
 
 std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemData& in, const FusedOptions& opt) {
   if (opt.placement != Placement::block_mask || opt.schedule == FlexSchedule::block_mask) {
@@ -612,35 +630,53 @@ std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemDa
     return inst;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string refusal = flex_documents_refusal(p);
-  if (!refusal.empty()) {
-    if (opt.schedule == FlexSchedule::documents)
-      throw std::invalid_argument(opt.name + ": the documents schedule cannot run this problem: " + refusal);
-    auto inst = std::make_unique<FusedInstance>(p, in, opt);
-    inst->set_schedule_note("block_mask: the documents schedule cannot run this problem (" + refusal + ")");
+  const bool automatic = opt.schedule == FlexSchedule::automatic;
+  std::vector<FlexCandidate> candidates = {
+      {FlexSchedule::documents, "documents", Placement::documents, flex_documents_refusal(p)},
+      {FlexSchedule::intervals, "intervals", Placement::padded, flex_intervals_refusal(p)}};
+  // The possible candidates' plans (the one asked for, or all in automatic), the fewest pairs first on ties in order.
+  std::optional<SequencePlan> best;
+  FusedOptions best_opt = opt;
+  const FlexCandidate* best_c = nullptr;
+  std::string counts = "executed pairs:", refusals;
+  for (const FlexCandidate& c : candidates) {
+    if (!automatic && c.schedule != opt.schedule) continue;
+    if (!c.refusal.empty()) {
+      if (!automatic)
+        throw std::invalid_argument(opt.name + ": the " + c.name + " schedule cannot run this problem: " + c.refusal);
+      refusals += std::string(refusals.empty() ? "" : "; ") + c.name + ": " + c.refusal;
+      continue;
+    }
+    FusedOptions o = opt;
+    o.placement = c.placement;
+    o.pack = 0;  // the placement's own GQA packing (choose_pack for documents)
+    SequencePlan sp = plan_sequences(p, o);
+    counts += std::string(" ") + c.name + " " + std::to_string(sp.plan.executed_pairs) + ",";
+    if (!best || sp.plan.executed_pairs < best->plan.executed_pairs) {
+      best = std::move(sp);
+      best_opt = o;
+      best_c = &c;
+    }
+  }
+  if (!automatic) {
+    auto inst = std::make_unique<FusedInstance>(p, in, best_opt, nullptr, &*best);
+    inst->add_setup_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    inst->set_schedule_note(std::string(best_c->name) + " (asked for); " + counts.substr(0, counts.size() - 1));
     return inst;
   }
-  // Both schedules are possible: compare the pairs their tiles execute.
-  FusedOptions docs = opt;
-  docs.placement = Placement::documents;
-  docs.pack = 0;  // the documents placement's GQA packing (choose_pack)
-  SequencePlan doc_plan = plan_sequences(p, docs);
-  const int64_t doc_pairs = doc_plan.plan.executed_pairs;
   BlockMask bm = build_block_mask(p, opt.block_size, opt.block_size);
   const int64_t bm_pairs = bm.executed_pairs_per_head(p.batch) * p.heads_q;
+  counts += " BlockMask " + std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block) + " " +
+            std::to_string(bm_pairs);
   const double decide_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const std::string counts = "executed pairs: documents " + std::to_string(doc_pairs) + ", BlockMask " +
-                             std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block) + " " +
-                             std::to_string(bm_pairs);
-  const bool use_docs = opt.schedule == FlexSchedule::documents || doc_pairs <= bm_pairs;
-  auto inst = use_docs ? std::make_unique<FusedInstance>(p, in, docs, nullptr, &doc_plan)
+  const bool use_best = best && best->plan.executed_pairs <= bm_pairs;
+  auto inst = use_best ? std::make_unique<FusedInstance>(p, in, best_opt, nullptr, &*best)
                        : std::make_unique<FusedInstance>(p, in, opt, &bm);
   inst->add_setup_ms(decide_ms);
-  if (opt.schedule == FlexSchedule::documents)
-    inst->set_schedule_note("documents (asked for): one packed sequence per document; " + counts);
-  else
-    inst->set_schedule_note(std::string(use_docs ? "documents" : "block_mask") +
-                            " (automatic: the fewer executed pairs; " + counts + ")");
+  std::string note = std::string(use_best ? best_c->name : "block_mask") + " (automatic: the fewest executed pairs; " +
+                     counts + ")";
+  if (!refusals.empty()) note += "; cannot run this problem: " + refusals;
+  inst->set_schedule_note(note);
   return inst;
 }
 

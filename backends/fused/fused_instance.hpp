@@ -39,23 +39,28 @@ namespace attnbench::fused {
 enum class Placement { padded, documents, block_mask };
 
 /// The `flex` backend's tile schedule (FusedOptions::schedule, read with the
-/// block_mask placement only):
+/// block_mask placement only). The same pairs are allowed under each (one mask
+/// definition: docs/semantics.md); only the tiles differ:
 ///   block_mask  walk the problem's BlockMask (every mask kind, every score mod);
 ///   documents   every document of a document mask (contiguous runs) becomes a
 ///               packed sequence whose tiles start at the document's first token,
 ///               as in the documents placement (the varlen tiles), with the
 ///               remaining terms (causal, sliding_window) as per-row intervals
-///               inside each document. The same pairs are allowed (one mask
-///               definition: docs/semantics.md); only the tiles differ. Possible
-///               where unsupported_reason(p, Placement::documents) is empty
-///               (document + causal / sliding_window, score mods none / softcap /
-///               alibi);
-///   automatic   documents where possible and its tiles execute at most as many
-///               pairs as the BlockMask's (kernels::TilePlan::executed_pairs: on
-///               packed CodeAlpaca, 128 x 128 blocks across short documents run at
-///               tile efficiency 0.33 against the per-document tiles' 0.70,
-///               docs/results/2026-11-27-h100-session11.md), else block_mask.
-enum class FlexSchedule { automatic, block_mask, documents };
+///               inside each document. Possible where flex_documents_refusal(p) is
+///               empty (document + causal / sliding_window, score mods none /
+///               softcap / alibi);
+///   intervals   a mask of interval terms only (causal in both alignments,
+///               sliding_window, padding, prefix_lm; or none) runs the flash tiles
+///               (the padded placement: each row's keys an interval, 128-key steps
+///               on the Hopper forward, narrow 64-row CTAs where they cut work)
+///               instead of the BlockMask's 64-key steps. Possible where
+///               flex_intervals_refusal(p) is empty (score mods none / softcap / alibi);
+///   automatic   of documents, intervals and block_mask, the one whose tiles
+///               execute the fewest pairs (kernels::TilePlan::executed_pairs; ties
+///               in that order): on packed CodeAlpaca, 128 x 128 blocks across
+///               short documents run at tile efficiency 0.33 against the
+///               per-document tiles' 0.70 (docs/results/2026-11-27-h100-session11.md).
+enum class FlexSchedule { automatic, block_mask, documents, intervals };
 
 /// Options of one fused instance.
 struct FusedOptions {
@@ -96,6 +101,10 @@ kernels::AttnParams shape_params(const Problem& p, int64_t num_seqs, int block);
 /// of the documents placement (unsupported_reason(p, Placement::documents)),
 /// worded for flex.
 std::string flex_documents_refusal(const Problem& p);
+
+/// Why flex's intervals schedule cannot run `p` (empty when it can): the limits
+/// of the padded placement (unsupported_reason(p, Placement::padded)), worded for flex.
+std::string flex_intervals_refusal(const Problem& p);
 
 /// Why the fused kernels cannot run `p` with `placement` (empty when they can):
 /// kernels::can_implement() of its forward and backward on the portable path

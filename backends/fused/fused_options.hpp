@@ -14,7 +14,7 @@
 //   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
 //   block          flex                 128|64                   Q_BLOCK = KV_BLOCK of the BlockMask
 //   dbias          flex                 deterministic|atomic|none  how dBias of a learnable bias is made
-//   schedule       flex                 auto|block_mask|documents  the tiles (FlexSchedule, fused_instance.hpp)
+//   schedule       flex                 auto|block_mask|documents|intervals  the tiles (FlexSchedule, fused_instance.hpp)
 #pragma once
 
 #include <stdexcept>
@@ -101,9 +101,11 @@ inline OptionSpecs flex_option_specs() {
           OptionSpec::choice("dbias", "deterministic", {"deterministic", "atomic", "none"},
                              "dBias of a learnable bias: deterministic scratch + ordered reduction, float32 "
                              "atomics, or none (skipped: measures its cost; the check then fails dBias)"),
-          OptionSpec::choice("schedule", "auto", {"auto", "block_mask", "documents"},
+          OptionSpec::choice("schedule", "auto", {"auto", "block_mask", "documents", "intervals"},
                              "tiles: block_mask = walk the BlockMask; documents = one packed sequence per document "
-                             "(contiguous document masks, the varlen tiles); auto = whichever executes fewer pairs")};
+                             "(contiguous document masks, the varlen tiles); intervals = the flash tiles, each row's "
+                             "keys an interval (causal, sliding_window, padding, prefix_lm); auto = whichever "
+                             "executes the fewest pairs")};
 }
 
 }  // namespace attnbench::fused

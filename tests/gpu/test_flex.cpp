@@ -53,8 +53,8 @@ bool hopper() {
 /// not bitwise).
 void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
   check_gpu_case(*flex(block, "deterministic"), p, true);
-  if (p.find_mask<DocumentTerm>())  // auto may have taken the documents schedule: the BlockMask walk too
-    check_gpu_case(*flex(block, "deterministic", "auto", "auto", "block_mask"), p, true);
+  // auto may have taken the documents or the intervals schedule: the BlockMask walk too
+  check_gpu_case(*flex(block, "deterministic", "auto", "auto", "block_mask"), p, true);
   if (atomic_too)
     check_gpu_case(*flex(block, "atomic", "sm80", "sm80", "block_mask"), p, false);
   else
@@ -94,7 +94,8 @@ TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   }
   const Problem p = with_causal(make_problem(1, 2, 1, 256, 256, 64, DType::bf16));
   const ProblemData in = make_inputs(p);
-  const nlohmann::json x = flex(128, "deterministic", "auto", "sm90")->prepare(p, in)->extra();
+  // The BlockMask walk's backward paths (auto would take the intervals schedule here: the flash tiles).
+  const nlohmann::json x = flex(128, "deterministic", "auto", "sm90", "block_mask")->prepare(p, in)->extra();
   CHECK(x["bwd_path"] == "sm90");
   CHECK(x["dq_mode"] == "float32 atomics (added by the dK/dV kernel)");
   CHECK_FALSE(flex(128, "deterministic", "auto", "sm90")->deterministic());  // dQ by atomics
@@ -108,10 +109,10 @@ TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
         std::string::npos);
   CHECK(flex(128, "deterministic")->deterministic());
   // auto: the deterministic Hopper backward where it can run, else the portable one with the reason.
-  const nlohmann::json def = flex(128, "deterministic")->prepare(p, in)->extra();
+  const nlohmann::json def = flex(128, "deterministic", "auto", "auto", "block_mask")->prepare(p, in)->extra();
   CHECK(def["bwd_path"] == "sm90");
   CHECK(def["dq_mode"] == "deterministic (Hopper dQ kernel, no atomics)");
-  const nlohmann::json b64 = flex(64, "deterministic")->prepare(p, in)->extra();
+  const nlohmann::json b64 = flex(64, "deterministic", "auto", "auto", "block_mask")->prepare(p, in)->extra();
   CHECK(b64["bwd_path"] == "sm80");
   CHECK(b64["bwd_path_reason"].get<std::string>().find("128") != std::string::npos);
   const nlohmann::json relx = flex(128, "deterministic")->prepare(rel, make_inputs(rel))->extra();
@@ -171,6 +172,29 @@ TEST_CASE("flex: the documents schedule (one packed sequence per document) and t
   check_gpu_case(*flex(128, "deterministic", "auto", "auto", "documents"), one, true);
   CHECK_THROWS_WITH(BackendRegistry::create_variant("flex[schedule=sometimes]"),
                     doctest::Contains("option schedule=\"sometimes\""));
+}
+
+TEST_CASE("flex: the intervals schedule (the flash tiles) for masks of interval terms") {
+  // Causal with a window of 100 at S 600: the flash tiles (per-row key intervals, 128-key
+  // steps) execute fewer pairs than 128 x 128 blocks, so auto takes them.
+  const Problem win = with_window(with_causal(make_problem(2, 4, 2, 600, 600, 64, DType::bf16)), 100, 0);
+  const nlohmann::json x = flex(128, "deterministic")->prepare(win, make_inputs(win))->extra();
+  INFO(x.dump());
+  CHECK(x["schedule"].get<std::string>().rfind("intervals (automatic", 0) == 0);
+  CHECK(x["placement"] == "bshd padded batch");
+  CHECK(x["dq_mode"].get<std::string>().find("deterministic") != std::string::npos);
+  run_case(win);
+  // prefix_lm and padding with softcap, fp16 (the flash tiles' mask terms and mods).
+  Problem pre = with_mod(make_problem(2, 2, 2, 300, 300, 128, DType::fp16), ScoreMod::Kind::softcap, 30);
+  pre.mask.push_back(PrefixLmTerm{70});
+  pre.mask.push_back(PaddingTerm{{300, 211}, {300, 187}});
+  check_gpu_case(*flex(128, "deterministic", "auto", "auto", "intervals"), pre, true);
+  // Asked for where it cannot run: documents and learnable biases are refused with the reason.
+  const Problem docs = with_causal(with_documents(make_problem(1, 2, 2, 256, 256, 64, DType::bf16), {{100, 156}}));
+  CHECK(flex(128, "deterministic", "auto", "auto", "intervals")->supports(docs).reason.find("schedule=intervals") !=
+        std::string::npos);
+  const nlohmann::json dx = flex(128, "deterministic")->prepare(docs, make_inputs(docs))->extra();
+  CHECK(dx["schedule"].get<std::string>().find("intervals: ") != std::string::npos);  // listed as refused
 }
 
 TEST_CASE("flex: unsupported combinations name what is missing") {
