@@ -1,6 +1,7 @@
 // The compiled schema check: see schema_fast.hpp.
 #include "reports/schema_fast.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 
@@ -104,8 +105,17 @@ struct CompiledSchema::Node {
   unsigned types = 0;         ///< 0 = any type
   bool has_enum = false;
   std::vector<nlohmann::json> enum_values;
-  std::vector<std::string> required;
-  std::map<std::string, int, std::less<>> properties;
+  /// "properties", sorted by name as nlohmann sorts an object's keys, so that an
+  /// object and its schema are walked side by side; `required`: also named in
+  /// "required".
+  struct Property {
+    std::string name;
+    int schema = -1;
+    bool required = false;
+  };
+  std::vector<Property> properties;
+  size_t required_properties = 0;      ///< how many of `properties` are required
+  std::vector<std::string> required_others;  ///< required names without a "properties" entry
   bool additional_false = false;
   int additional = -1, property_names = -1, items = -1, ref = -1;
   int if_ = -1, then_ = -1, else_ = -1;
@@ -168,16 +178,14 @@ void CompiledSchema::compile_keywords(Node& n, const nlohmann::json& s, const st
       if (key == "enum") n.enum_values.assign(value.begin(), value.end());
       else n.enum_values.push_back(value);
     } else if (key == "required") {
-      for (const auto& r : value) {
+      for (const auto& r : value)
         if (!r.is_string()) throw std::invalid_argument(at + ": expected property names");
-        n.required.push_back(r.get<std::string>());
-      }
     } else if (key == "properties") {
       if (!value.is_object()) throw std::invalid_argument(at + ": expected an object");
-      for (const auto& [name, unused] : value.items()) {
+      for (const auto& [name, unused] : value.items()) {  // sorted: nlohmann's object is a std::map
         std::string token;  // the name as a JSON pointer token
         for (char c : name) token += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
-        n.properties[name] = compile(at + "/" + token);
+        n.properties.push_back({name, compile(at + "/" + token), false});
       }
     } else if (key == "additionalProperties") {
       if (value.is_boolean() && !value.get<bool>()) n.additional_false = true;
@@ -220,6 +228,14 @@ void CompiledSchema::compile_keywords(Node& n, const nlohmann::json& s, const st
       n.else_ = sub(key);
     } else {
       throw std::invalid_argument(at + ": keyword \"" + key + "\" is not supported by the compiled check");
+    }
+  }
+  if (const auto r = s.find("required"); r != s.end()) {
+    for (const auto& name : *r) {
+      const std::string req = name.get<std::string>();
+      auto p = std::find_if(n.properties.begin(), n.properties.end(), [&](const Node::Property& q) { return q.name == req; });
+      if (p == n.properties.end()) n.required_others.push_back(req);
+      else if (!p->required) p->required = true, ++n.required_properties;
     }
   }
   if (n.ref >= 0)
@@ -313,13 +329,17 @@ SchemaAnswer CompiledSchema::run(int index, const nlohmann::json& v) const {
 }
 
 SchemaAnswer CompiledSchema::run_object(const Node& n, const nlohmann::json& v) const {
-  for (const auto& r : n.required)
+  for (const auto& r : n.required_others)
     if (!v.contains(r)) return SchemaAnswer::invalid;
+  // The object's members and the schema's properties, both sorted by name, side by side.
   All all;
-  for (const auto& [key, value] : v.items()) {
-    const auto p = n.properties.find(key);
-    if (p != n.properties.end()) {
-      if (!all.add(run(p->second, value))) return all.answer();
+  size_t required_seen = 0;
+  auto p = n.properties.begin();
+  for (const auto& [key, value] : v.get_ref<const nlohmann::json::object_t&>()) {
+    while (p != n.properties.end() && p->name < key) ++p;
+    if (p != n.properties.end() && p->name == key) {
+      required_seen += p->required;
+      if (!all.add(run(p->schema, value))) return all.answer();
     } else if (n.additional_false) {
       return SchemaAnswer::invalid;
     } else if (n.additional >= 0 && !all.add(run(n.additional, value))) {
@@ -327,6 +347,7 @@ SchemaAnswer CompiledSchema::run_object(const Node& n, const nlohmann::json& v) 
     }
     if (n.property_names >= 0 && !all.add(run(n.property_names, nlohmann::json(key)))) return all.answer();
   }
+  if (required_seen < n.required_properties) return SchemaAnswer::invalid;
   return all.answer();
 }
 
