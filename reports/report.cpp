@@ -191,24 +191,34 @@ nlohmann::json load_report(const std::string& file) { return report_from_json(js
 
 namespace {
 
-/// Derive the figures of every row that lacks "derived" (all rows of a version 1
-/// report; rows a resumed run took from an older journal), against the report's ceilings.
+/// Derive the figures of `row` (row `index` of `file`) when it lacks "derived"
+/// (every row of a version 1 report; rows a resumed run took from an older
+/// journal), against the report's ceilings.
+void derive_if_missing(nlohmann::json& row, const CeilingRates& ceilings, const std::string& file, size_t index) {
+  if (row.contains("derived")) return;
+  try {
+    const auto work = row.value("work", std::optional<WorkFigures>());
+    const auto timing = row.value("timing", PassTimings());
+    row["derived"] = derive_row(work, timing, row.value("problem", nlohmann::json()), ceilings);
+  } catch (const InputError& e) {
+    throw InputError(file, jsonu::child_path("/results", index) + e.json_path(), e.what());
+  } catch (const std::exception& e) {  // only without schema validation (a malformed field)
+    throw InputError(file, jsonu::child_path("/results", index), std::string("malformed row: ") + e.what());
+  }
+}
+
+/// A row of a version 1 or 2 report (before variants): the backend at its
+/// defaults, as its variant and "options": {} when absent.
+void upgrade_row(nlohmann::json& row) {
+  if (!row.contains("variant")) row["variant"] = row.value("backend", std::string());
+  if (!row.contains("options")) row["options"] = nlohmann::json::object();
+}
+
+/// derive_if_missing() for every row of `doc`.
 void derive_missing(nlohmann::json& doc, const std::string& file) {
   const CeilingRates ceilings = ceiling_rates(doc.value("ceilings", nlohmann::json()));
   auto& rows = doc["results"];
-  for (size_t i = 0; i < rows.size(); ++i) {
-    auto& row = rows[i];
-    if (row.contains("derived")) continue;
-    try {
-      const auto work = row.value("work", std::optional<WorkFigures>());
-      const auto timing = row.value("timing", PassTimings());
-      row["derived"] = derive_row(work, timing, row.value("problem", nlohmann::json()), ceilings);
-    } catch (const InputError& e) {
-      throw InputError(file, jsonu::child_path("/results", i) + e.json_path(), e.what());
-    } catch (const std::exception& e) {  // only without schema validation (a malformed field)
-      throw InputError(file, jsonu::child_path("/results", i), std::string("malformed row: ") + e.what());
-    }
-  }
+  for (size_t i = 0; i < rows.size(); ++i) derive_if_missing(rows[i], ceilings, file, i);
 }
 
 }  // namespace
@@ -261,10 +271,7 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
   for (size_t i = 0; i < results.size(); ++i) keys.add(results[i], i);
   derive_missing(doc, file);
   if (version < 3) {  // rows before variants: the backend at its defaults
-    for (auto& row : doc["results"]) {
-      if (!row.contains("variant")) row["variant"] = row.value("backend", std::string());
-      if (!row.contains("options")) row["options"] = nlohmann::json::object();
-    }
+    for (auto& row : doc["results"]) upgrade_row(row);
     doc["schema_version"] = kReportSchemaVersion;
     doc["upgraded_from"] = version;
   }
@@ -279,10 +286,7 @@ nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int
       row_version = checked_version(root, file);
     keys.add(row, i);
     validate_report_row(row, file, jsonu::child_path("/results", i));
-    if (row_version > 0 && row_version < 3) {  // a row before variants: the backend at its defaults
-      if (!row.contains("variant")) row["variant"] = row.value("backend", std::string());
-      if (!row.contains("options")) row["options"] = nlohmann::json::object();
-    }
+    if (row_version > 0 && row_version < 3) upgrade_row(row);  // a row before variants
     on_row(std::move(row), i);
   });
   jsonu::require_object(doc, file, "");
@@ -484,22 +488,8 @@ class RowSpill {
 /// load_report() does for a row whose figures cannot be derived.
 void normalise_row(nlohmann::json& row, const nlohmann::json& header, int version, const std::string& file,
                    size_t index) {
-  if (!row.contains("derived")) {
-    try {
-      const CeilingRates ceilings = ceiling_rates(header.value("ceilings", nlohmann::json()));
-      const auto work = row.value("work", std::optional<WorkFigures>());
-      const auto timing = row.value("timing", PassTimings());
-      row["derived"] = derive_row(work, timing, row.value("problem", nlohmann::json()), ceilings);
-    } catch (const InputError& e) {
-      throw InputError(file, jsonu::child_path("/results", index) + e.json_path(), e.what());
-    } catch (const std::exception& e) {  // only without schema validation (a malformed field)
-      throw InputError(file, jsonu::child_path("/results", index), std::string("malformed row: ") + e.what());
-    }
-  }
-  if (version < 3) {  // rows before variants: the backend at its defaults
-    if (!row.contains("variant")) row["variant"] = row.value("backend", std::string());
-    if (!row.contains("options")) row["options"] = nlohmann::json::object();
-  }
+  if (!row.contains("derived")) derive_if_missing(row, ceiling_rates(header.value("ceilings", nlohmann::json())), file, index);
+  if (version < 3) upgrade_row(row);
 }
 
 }  // namespace

@@ -64,12 +64,19 @@ SchemaAnswer equal3(const nlohmann::json& candidate, const nlohmann::json& v) {
   return candidate == v ? SchemaAnswer::valid : SchemaAnswer::invalid;
 }
 
-/// Folds answers that must all hold (allOf, the keywords of one schema).
-class All {
+/// Folds the answers of sub-checks: all must hold (kAll: allOf, the keywords
+/// of one schema; stops at the first invalid) or one must (kAny: anyOf, enum
+/// candidates; stops at the first valid). An unknown answer makes the result
+/// unknown unless a stopping answer comes.
+class Fold {
  public:
-  /// False once the result is invalid (stop).
+  enum Kind { kAll, kAny };
+  explicit Fold(Kind kind = kAll)
+      : stop_(kind == kAll ? SchemaAnswer::invalid : SchemaAnswer::valid),
+        answer_(kind == kAll ? SchemaAnswer::valid : SchemaAnswer::invalid) {}
+  /// False once the result is decided (stop).
   bool add(SchemaAnswer a) {
-    if (a == SchemaAnswer::invalid) {
+    if (a == stop_) {
       answer_ = a;
       return false;
     }
@@ -79,7 +86,7 @@ class All {
   SchemaAnswer answer() const { return answer_; }
 
  private:
-  SchemaAnswer answer_ = SchemaAnswer::valid;
+  SchemaAnswer stop_, answer_;
 };
 
 double number_of(const nlohmann::json& j, const std::string& where) {
@@ -253,18 +260,12 @@ SchemaAnswer CompiledSchema::run(int index, const nlohmann::json& v) const {
   if (n.ref >= 0) return run(n.ref, v);
   const unsigned bits = bits_of(v);
   if (n.types != 0 && (n.types & bits) == 0) return SchemaAnswer::invalid;
-  All all;
+  Fold all;
   if (n.has_enum) {
-    SchemaAnswer any = SchemaAnswer::invalid;
-    for (const auto& c : n.enum_values) {
-      const SchemaAnswer e = equal3(c, v);
-      if (e == SchemaAnswer::valid) {
-        any = e;
-        break;
-      }
-      if (e == SchemaAnswer::unknown) any = e;
-    }
-    if (!all.add(any)) return all.answer();
+    Fold any(Fold::kAny);
+    for (const auto& c : n.enum_values)
+      if (!any.add(equal3(c, v))) break;
+    if (!all.add(any.answer())) return all.answer();
   }
   if (bits & (kInteger | kNumber)) {
     const bool bounded = n.minimum || n.maximum || n.exclusive_minimum || n.exclusive_maximum;
@@ -296,16 +297,10 @@ SchemaAnswer CompiledSchema::run(int index, const nlohmann::json& v) const {
   for (int s : n.all_of)
     if (!all.add(run(s, v))) return all.answer();
   if (!n.any_of.empty()) {
-    SchemaAnswer any = SchemaAnswer::invalid;
-    for (int s : n.any_of) {
-      const SchemaAnswer a = run(s, v);
-      if (a == SchemaAnswer::valid) {
-        any = a;
-        break;
-      }
-      if (a == SchemaAnswer::unknown) any = a;
-    }
-    if (!all.add(any)) return all.answer();
+    Fold any(Fold::kAny);
+    for (int s : n.any_of)
+      if (!any.add(run(s, v))) break;
+    if (!all.add(any.answer())) return all.answer();
   }
   if (!n.one_of.empty()) {
     int valid = 0;
@@ -332,7 +327,7 @@ SchemaAnswer CompiledSchema::run_object(const Node& n, const nlohmann::json& v) 
   for (const auto& r : n.required_others)
     if (!v.contains(r)) return SchemaAnswer::invalid;
   // The object's members and the schema's properties, both sorted by name, side by side.
-  All all;
+  Fold all;
   size_t required_seen = 0;
   auto p = n.properties.begin();
   for (const auto& [key, value] : v.get_ref<const nlohmann::json::object_t&>()) {
