@@ -120,10 +120,24 @@ TEST_CASE("the quick check never calls valid a row valijson refuses, and decides
   CHECK(decided_valid > accepted * 95 / 100);  // it is a fast path for valid rows
   CHECK(decided_invalid > refused * 95 / 100);
 
-  // Whole reports: the header's keywords (patterns, if/then/else on ceilings) too.
+  // Whole reports: the header's keywords (patterns, if/then/else on ceilings) too,
+  // on headers mutated the same way (rows left out: they are checked above).
   const CompiledSchema whole(schema);
   json doc = jsonu::load_file(kSource + "/ci/baselines/example-h100.json");
   CHECK(whole.check(doc) == SchemaAnswer::valid);
+  json header = doc;
+  header["results"] = json::array();
+  header["ceilings"] = jsonu::load_file(kSource + "/docs/results/raw/2026-11-27-session12-fwd_rows.json")["ceilings"];
+  REQUIRE(valijson_accepts(header, false));
+  int header_refused = 0;
+  for (int i = 0; i < 600; ++i) {
+    json m = mutated(header, rng);
+    m["results"] = json::array();  // the mutation may have hit it: keep it an empty row list
+    const bool vj = valijson_accepts(m, false);
+    if (!vj && whole.check(m) == SchemaAnswer::valid) FAIL_CHECK("quick check calls valid a header valijson refuses: " << m.dump());
+    header_refused += !vj;
+  }
+  CHECK(header_refused > 100);
   doc["started"] = "yesterday";  // fails the time pattern
   CHECK_FALSE(valijson_accepts(doc, false));
   CHECK(whole.check(doc) == SchemaAnswer::invalid);
