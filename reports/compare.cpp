@@ -608,7 +608,68 @@ std::string Comparison::markdown() const {
   return os.str();
 }
 
-nlohmann::json Comparison::to_json() const {
+namespace {
+
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json timing_json(const PassComparison& t) {
+  return {{"case_id", t.case_id},
+          {"backend", t.backend},
+          {"pass", t.pass},
+          {"verdict", to_string(t.verdict)},
+          {"base_median_ms", t.base_median_ms},
+          {"new_median_ms", t.new_median_ms},
+          {"ratio", finite_or_null(t.ratio)},
+          {"intervals_overlap", t.intervals_overlap},
+          {"u", t.test.u},
+          {"z", t.test.z},
+          {"p", t.test.valid ? nlohmann::json(t.test.p) : nlohmann::json(nullptr)},
+          {"base_n", t.base_n},
+          {"new_n", t.new_n},
+          {"base_setup_ms", finite_or_null(t.base_setup_ms)},
+          {"new_setup_ms", finite_or_null(t.new_setup_ms)},
+          {"regression", t.regression},
+          {"note", t.note}};
+}
+
+nlohmann::json status_json(const StatusChange& s) {
+  return {{"case_id", s.case_id},
+          {"backend", s.backend},
+          {"base_status", s.base_status.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.base_status)},
+          {"new_status", s.new_status},
+          {"detail", s.detail},
+          {"regression", s.regression}};
+}
+
+nlohmann::json guard_json(const GuardFailure& g) {
+  return {{"case_id", g.case_id}, {"backend", g.backend}, {"kind", g.kind}, {"detail", g.detail},
+          {"regression", g.regression}};
+}
+
+/// Producers of the comparison's arrays, one element at a time (to_json(), write_json()).
+std::map<std::string, jsonu::ArrayProducer> comparison_arrays(const Comparison& c) {
+  auto each = [](const auto& items, auto to_json) {
+    return [&items, to_json](const jsonu::ElementWriter& emit) {
+      for (const auto& item : items) emit(to_json(item));
+    };
+  };
+  auto strings = [](const std::vector<std::string>& items) {
+    return [&items](const jsonu::ElementWriter& emit) {
+      for (const auto& item : items) emit(nlohmann::json(item));
+    };
+  };
+  return {{"timings", each(c.timings, timing_json)},
+          {"status_changes", each(c.status_changes, status_json)},
+          {"guards", each(c.guards, guard_json)},
+          {"unchecked", strings(c.unchecked)},
+          {"added", strings(c.added)},
+          {"missing", strings(c.missing)},
+          {"untimed", strings(c.untimed)}};
+}
+
+}  // namespace
+
+nlohmann::json Comparison::json_head() const {
   nlohmann::json j;
   j["base_file"] = base_file;
   j["new_file"] = new_file;
@@ -627,43 +688,22 @@ nlohmann::json Comparison::to_json() const {
   j["new_identity"] = new_identity;
   j["env_mismatch"] = env_mismatch;
   j["regressions"] = regressions();
-  j["timings"] = nlohmann::json::array();
-  for (const auto& t : timings)
-    j["timings"].push_back({{"case_id", t.case_id},
-                            {"backend", t.backend},
-                            {"pass", t.pass},
-                            {"verdict", to_string(t.verdict)},
-                            {"base_median_ms", t.base_median_ms},
-                            {"new_median_ms", t.new_median_ms},
-                            {"ratio", std::isfinite(t.ratio) ? nlohmann::json(t.ratio) : nlohmann::json(nullptr)},
-                            {"intervals_overlap", t.intervals_overlap},
-                            {"u", t.test.u},
-                            {"z", t.test.z},
-                            {"p", t.test.valid ? nlohmann::json(t.test.p) : nlohmann::json(nullptr)},
-                            {"base_n", t.base_n},
-                            {"new_n", t.new_n},
-                            {"base_setup_ms", std::isfinite(t.base_setup_ms) ? nlohmann::json(t.base_setup_ms) : nlohmann::json(nullptr)},
-                            {"new_setup_ms", std::isfinite(t.new_setup_ms) ? nlohmann::json(t.new_setup_ms) : nlohmann::json(nullptr)},
-                            {"regression", t.regression},
-                            {"note", t.note}});
-  j["status_changes"] = nlohmann::json::array();
-  for (const auto& s : status_changes)
-    j["status_changes"].push_back({{"case_id", s.case_id},
-                                   {"backend", s.backend},
-                                   {"base_status", s.base_status.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.base_status)},
-                                   {"new_status", s.new_status},
-                                   {"detail", s.detail},
-                                   {"regression", s.regression}});
-  j["guards"] = nlohmann::json::array();
-  for (const auto& g : guards)
-    j["guards"].push_back({{"case_id", g.case_id}, {"backend", g.backend}, {"kind", g.kind}, {"detail", g.detail},
-                           {"regression", g.regression}});
-  j["unchecked"] = unchecked;
-  j["added"] = added;
-  j["missing"] = missing;
-  j["untimed"] = untimed;
   j["new_unfinished"] = new_unfinished.empty() ? nlohmann::json(nullptr) : nlohmann::json(new_unfinished);
   return j;
+}
+
+nlohmann::json Comparison::to_json() const {
+  nlohmann::json j = json_head();
+  for (const auto& [key, produce] : comparison_arrays(*this)) {
+    nlohmann::json& array = j[key] = nlohmann::json::array();
+    produce([&](const nlohmann::json& e) { array.push_back(e); });
+  }
+  return j;
+}
+
+void Comparison::write_json(const std::function<void(std::string_view)>& write) const {
+  jsonu::dump_streamed(json_head(), comparison_arrays(*this), write);
+  write("\n");
 }
 
 }  // namespace attnbench

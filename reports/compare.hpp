@@ -46,8 +46,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -154,7 +156,16 @@ struct Comparison {
   /// Markdown summary for CI logs: verdict line, counts, regressions first, then
   /// improvements, ambiguous timings, status changes, added and missing rows.
   std::string markdown() const;
+  /// The comparison as JSON: options, identities, the regression count and
+  /// every timing, status change, guard and row list (docs/report-format.md).
   nlohmann::json to_json() const;
+  /// to_json()'s members other than its arrays (timings, status_changes,
+  /// guards, unchecked, added, missing, untimed).
+  nlohmann::json json_head() const;
+  /// Write exactly `to_json().dump(1, ' ', false, replace) + "\n"` through
+  /// `write`, piece by piece (jsonu::dump_streamed): one timing's JSON in
+  /// memory at a time, never the whole document (`compare --json`).
+  void write_json(const std::function<void(std::string_view)>& write) const;
 };
 
 /// Compare two loaded reports (load_report()). `base_file` and `new_file` label

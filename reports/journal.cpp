@@ -44,27 +44,65 @@ std::string dump_line(const nlohmann::json& j) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& text, bool sync) {
+AtomicFileWriter::AtomicFileWriter(std::string path, bool sync) : path_(std::move(path)), sync_(sync) {
   static std::atomic<unsigned> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = ::open(tmp.c_str(), flags, 0644);
-  if (fd < 0 && errno == EEXIST) {  // left by a crashed writer of the same pid: remove the entry, never follow it
-    ::unlink(tmp.c_str());
-    fd = ::open(tmp.c_str(), flags, 0644);
+  fd_ = ::open(tmp_.c_str(), flags, 0644);
+  if (fd_ < 0 && errno == EEXIST) {  // left by a crashed writer of the same pid: remove the entry, never follow it
+    ::unlink(tmp_.c_str());
+    fd_ = ::open(tmp_.c_str(), flags, 0644);
   }
-  if (fd < 0) throw std::runtime_error("cannot create " + tmp + ": " + errno_text());
-  const bool ok = write_all(fd, text.data(), text.size()) && (!sync || ::fsync(fd) == 0);
-  const std::string why = ok ? "" : errno_text();
-  if (::close(fd) != 0 || !ok) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("write failed: " + tmp + ": " + (why.empty() ? errno_text() : why));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (fd_ < 0) throw std::runtime_error("cannot create " + tmp_ + ": " + errno_text());
+  buf_.reserve(kBuffer);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;  // committed (or failed and cleaned up)
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(std::string_view text) {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter::write after commit: " + path_);
+  buf_.append(text);
+  if (buf_.size() >= kBuffer) drain();
+}
+
+void AtomicFileWriter::drain() {
+  if (!write_all(fd_, buf_.data(), buf_.size())) fail("write failed: " + tmp_ + ": " + errno_text());
+  buf_.clear();
+}
+
+void AtomicFileWriter::fail(const std::string& what) {
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  throw std::runtime_error(what);
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter::commit twice: " + path_);
+  drain();
+  if (sync_ && ::fsync(fd_) != 0) fail("write failed: " + tmp_ + ": " + errno_text());
+  const int closed = ::close(fd_);
+  fd_ = -1;
+  if (closed != 0) {
     const std::string e = errno_text();
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + e);
+    ::unlink(tmp_.c_str());
+    throw std::runtime_error("write failed: " + tmp_ + ": " + e);
   }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string e = errno_text();
+    ::unlink(tmp_.c_str());
+    throw std::runtime_error("cannot rename " + tmp_ + " to " + path_ + ": " + e);
+  }
+}
+
+void write_file_atomic(const std::string& path, const std::string& text, bool sync) {
+  AtomicFileWriter w(path, sync);
+  w.write(text);
+  w.commit();
 }
 
 JournalWriter::JournalWriter(std::string path, bool fresh, const nlohmann::json& identity,

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -81,5 +82,32 @@ class JournalWriter {
 /// such as an isolated unit's request and row), then renamed over `path`. Throws
 /// std::runtime_error naming the file on failure (the temporary is removed).
 void write_file_atomic(const std::string& path, const std::string& text, bool sync = true);
+
+/// write_file_atomic() for text written piece by piece (a merged report, a
+/// comparison's JSON: never whole in memory): the temporary file is created
+/// by the constructor, write() appends through a 1 MiB buffer, commit() flushes,
+/// fsyncs (unless `sync` is false) and renames it over `path`. Destroyed
+/// without commit() (an exception on the way), the temporary is removed and
+/// `path` is untouched. Every method throws std::runtime_error naming the file
+/// on an I/O failure (the temporary is removed then).
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path, bool sync = true);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void write(std::string_view text);
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  static constexpr size_t kBuffer = 1 << 20;
+  void drain();
+  [[noreturn]] void fail(const std::string& what);
+  std::string path_, tmp_;
+  bool sync_ = true;
+  int fd_ = -1;
+  std::string buf_;
+};
 
 }  // namespace attnbench

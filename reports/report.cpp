@@ -3,9 +3,15 @@
 #include "reports/report.hpp"
 #include "harness/model/version.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -185,24 +191,34 @@ nlohmann::json load_report(const std::string& file) { return report_from_json(js
 
 namespace {
 
-/// Derive the figures of every row that lacks "derived" (all rows of a version 1
-/// report; rows a resumed run took from an older journal), against the report's ceilings.
+/// Derive the figures of `row` (row `index` of `file`) when it lacks "derived"
+/// (every row of a version 1 report; rows a resumed run took from an older
+/// journal), against the report's ceilings.
+void derive_if_missing(nlohmann::json& row, const CeilingRates& ceilings, const std::string& file, size_t index) {
+  if (row.contains("derived")) return;
+  try {
+    const auto work = row.value("work", std::optional<WorkFigures>());
+    const auto timing = row.value("timing", PassTimings());
+    row["derived"] = derive_row(work, timing, row.value("problem", nlohmann::json()), ceilings);
+  } catch (const InputError& e) {
+    throw InputError(file, jsonu::child_path("/results", index) + e.json_path(), e.what());
+  } catch (const std::exception& e) {  // only without schema validation (a malformed field)
+    throw InputError(file, jsonu::child_path("/results", index), std::string("malformed row: ") + e.what());
+  }
+}
+
+/// A row of a version 1 or 2 report (before variants): the backend at its
+/// defaults, as its variant and "options": {} when absent.
+void upgrade_row(nlohmann::json& row) {
+  if (!row.contains("variant")) row["variant"] = row.value("backend", std::string());
+  if (!row.contains("options")) row["options"] = nlohmann::json::object();
+}
+
+/// derive_if_missing() for every row of `doc`.
 void derive_missing(nlohmann::json& doc, const std::string& file) {
   const CeilingRates ceilings = ceiling_rates(doc.value("ceilings", nlohmann::json()));
   auto& rows = doc["results"];
-  for (size_t i = 0; i < rows.size(); ++i) {
-    auto& row = rows[i];
-    if (row.contains("derived")) continue;
-    try {
-      const auto work = row.value("work", std::optional<WorkFigures>());
-      const auto timing = row.value("timing", PassTimings());
-      row["derived"] = derive_row(work, timing, row.value("problem", nlohmann::json()), ceilings);
-    } catch (const InputError& e) {
-      throw InputError(file, jsonu::child_path("/results", i) + e.json_path(), e.what());
-    } catch (const std::exception& e) {  // only without schema validation (a malformed field)
-      throw InputError(file, jsonu::child_path("/results", i), std::string("malformed row: ") + e.what());
-    }
-  }
+  for (size_t i = 0; i < rows.size(); ++i) derive_if_missing(rows[i], ceilings, file, i);
 }
 
 }  // namespace
@@ -255,30 +271,22 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
   for (size_t i = 0; i < results.size(); ++i) keys.add(results[i], i);
   derive_missing(doc, file);
   if (version < 3) {  // rows before variants: the backend at its defaults
-    for (auto& row : doc["results"]) {
-      if (!row.contains("variant")) row["variant"] = row.value("backend", std::string());
-      if (!row.contains("options")) row["options"] = nlohmann::json::object();
-    }
+    for (auto& row : doc["results"]) upgrade_row(row);
     doc["schema_version"] = kReportSchemaVersion;
     doc["upgraded_from"] = version;
   }
   return doc;
 }
 
-nlohmann::json stream_report(const std::string& file, const RowSink& on_row) {
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version) {
   RowKeys keys(file);
-  bool version_checked = false;
+  int row_version = 0;  // the version stated before "results" (0: not yet)
   nlohmann::json doc = jsonu::stream_file(file, "results", [&](nlohmann::json&& row, size_t i, const nlohmann::json& root) {
-    if (!version_checked && root.contains("schema_version")) {  // before any row is read against the schema
-      checked_version(root, file);
-      version_checked = true;
-    }
+    if (row_version == 0 && root.contains("schema_version"))  // before any row is read against the schema
+      row_version = checked_version(root, file);
     keys.add(row, i);
     validate_report_row(row, file, jsonu::child_path("/results", i));
-    if (row.is_object() && !row.contains("variant")) {  // a row before variants: the backend at its defaults
-      row["variant"] = row.value("backend", std::string());
-      if (!row.contains("options")) row["options"] = nlohmann::json::object();
-    }
+    if (row_version > 0 && row_version < 3) upgrade_row(row);  // a row before variants
     on_row(std::move(row), i);
   });
   jsonu::require_object(doc, file, "");
@@ -286,6 +294,7 @@ nlohmann::json stream_report(const std::string& file, const RowSink& on_row) {
   validate_report_schema(doc, file);  // the header; "results" is [] here
   const auto& results = jsonu::require(doc, "results", file, "");
   if (!results.is_array()) throw InputError(file, "/results", "expected an array of rows, got " + jsonu::show(results));
+  if (file_version != nullptr) *file_version = version;
   if (version < kReportSchemaVersion) {
     doc["schema_version"] = kReportSchemaVersion;
     doc["upgraded_from"] = version;
@@ -295,69 +304,262 @@ nlohmann::json stream_report(const std::string& file, const RowSink& on_row) {
 
 // ------------------------------------------------------------------ merge
 
-nlohmann::json merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& inputs,
-                             const MergeOptions& opts) {
-  if (inputs.empty()) throw InputError("<command line>", "", "merge needs at least one report");
-  const auto& [first_file, first] = inputs.front();
-  nlohmann::json out = first;
-  out["results"] = nlohmann::json::array();
-  out["merged_from"] = nlohmann::json::array();
-  const nlohmann::json first_id = env::comparable_identity(first.value("environment", nlohmann::json::object()));
-  std::map<std::string, size_t> index;  // row key -> position in out["results"]
-  std::string started, finished;
-  bool any_unfinished = false;
-  for (const auto& [file, doc] : inputs) {
-    const nlohmann::json id = env::comparable_identity(doc.value("environment", nlohmann::json::object()));
-    if (id != first_id && !opts.allow_env_mismatch)
+namespace {
+
+/// The merge built one input at a time, shared by merge_reports() (documents)
+/// and merge_report_files() (rows streamed): which output slot each row takes
+/// (place_row) and the merged header (check_environment, add_input).
+class Merger {
+ public:
+  explicit Merger(const MergeOptions& opts) : opts_(opts) {}
+
+  /// Where the output header starts: the first input's header.
+  void start(const std::string& first_file, const nlohmann::json& first_header) {
+    first_file_ = first_file;
+    out_ = first_header;
+    out_.erase("results");
+    out_["merged_from"] = nlohmann::json::array();
+    first_id_ = env::comparable_identity(first_header.value("environment", nlohmann::json::object()));
+  }
+
+  /// Throws InputError naming `file`'s /environment when it differs from the
+  /// first input's and that is not allowed.
+  void check_environment(const std::string& file, const nlohmann::json& header) const {
+    const nlohmann::json id = env::comparable_identity(header.value("environment", nlohmann::json::object()));
+    if (id != first_id_ && !opts_.allow_env_mismatch)
       throw InputError(file, "/environment",
-                       "environment " + id.dump() + " differs from " + first_file + "'s " + first_id.dump() +
+                       "environment " + id.dump() + " differs from " + first_file_ + "'s " + first_id_.dump() +
                            " (pass --allow-env-mismatch to merge anyway)");
-    const auto& rows = doc.at("results");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const std::string key = row_key(rows[i]);
-      auto it = index.find(key);
-      if (it != index.end()) {
-        if (!opts.replace_duplicates)
-          throw InputError(file, jsonu::child_path("/results", i),
-                           "row (case_id \"" + rows[i].value("case_id", "") + "\", backend variant \"" +
-                               row_variant(rows[i]) +
-                               "\") is already in an earlier input (pass --replace to keep the later one)");
-        out["results"][it->second] = rows[i];
-      } else {
-        index[key] = out["results"].size();
-        out["results"].push_back(rows[i]);
-      }
-    }
-    nlohmann::json src = {{"file", file}, {"rows", rows.size()}};
+  }
+
+  /// The output slot of row `i` of `file`: a new one (== slots() - 1 after the
+  /// call) or, with replace_duplicates, the earlier row's. Throws InputError
+  /// naming the row when its (case_id, variant) is already taken otherwise.
+  size_t place_row(const std::string& file, size_t i, const nlohmann::json& row) {
+    const auto [it, fresh] = index_.emplace(row_key(row), index_.size());
+    if (!fresh && !opts_.replace_duplicates)
+      throw InputError(file, jsonu::child_path("/results", i),
+                       "row (case_id \"" + row.value("case_id", "") + "\", backend variant \"" + row_variant(row) +
+                           "\") is already in an earlier input (pass --replace to keep the later one)");
+    return it->second;
+  }
+  size_t slots() const { return index_.size(); }
+
+  /// The header fields an input adds: its "merged_from" entry (`rows`: its row
+  /// count), the earliest start, the latest finish, ceilings, backends.
+  void add_input(const std::string& file, const nlohmann::json& doc, size_t rows) {
+    nlohmann::json src = {{"file", file}, {"rows", rows}};
     if (doc.contains("started") && doc["started"].is_string()) {
       src["started"] = doc["started"];
       const std::string s = doc["started"].get<std::string>();
-      if (started.empty() || s < started) started = s;  // ISO 8601 UTC sorts as text
+      if (started_.empty() || s < started_) started_ = s;  // ISO 8601 UTC sorts as text
     }
     if (doc.contains("command") && doc["command"].is_string()) src["command"] = doc["command"];
     if (doc.contains("finished") && doc["finished"].is_string()) {
       const std::string f = doc["finished"].get<std::string>();
-      if (f > finished) finished = f;
+      if (f > finished_) finished_ = f;
     } else {
-      any_unfinished = true;
+      any_unfinished_ = true;
     }
-    if ((!out.contains("ceilings") || out["ceilings"].is_null() ||
-         !out["ceilings"].value("measured", false)) &&
+    if ((!out_.contains("ceilings") || out_["ceilings"].is_null() || !out_["ceilings"].value("measured", false)) &&
         doc.contains("ceilings") && doc["ceilings"].is_object())
-      out["ceilings"] = doc["ceilings"];
+      out_["ceilings"] = doc["ceilings"];
     if (doc.contains("backends") && doc["backends"].is_array()) {
-      std::vector<std::string> all = out.value("backends", std::vector<std::string>{});
+      std::vector<std::string> all = out_.value("backends", std::vector<std::string>{});
       for (const auto& b : doc["backends"])
         if (b.is_string() && std::find(all.begin(), all.end(), b.get<std::string>()) == all.end())
           all.push_back(b.get<std::string>());
-      out["backends"] = all;
+      out_["backends"] = all;
     }
-    out["merged_from"].push_back(src);
+    out_["merged_from"].push_back(src);
   }
-  if (!started.empty()) out["started"] = started;
-  out["finished"] = any_unfinished ? nlohmann::json(nullptr) : nlohmann::json(finished);
-  if (out.contains("shard")) out.erase("shard");
+
+  /// The merged header (no "results").
+  nlohmann::json header() const {
+    nlohmann::json out = out_;
+    if (!started_.empty()) out["started"] = started_;
+    out["finished"] = any_unfinished_ ? nlohmann::json(nullptr) : nlohmann::json(finished_);
+    if (out.contains("shard")) out.erase("shard");
+    return out;
+  }
+
+ private:
+  const MergeOptions& opts_;
+  std::string first_file_;
+  nlohmann::json out_, first_id_;
+  std::unordered_map<std::string, size_t> index_;  ///< row key -> output slot
+  std::string started_, finished_;
+  bool any_unfinished_ = false;
+};
+
+}  // namespace
+
+nlohmann::json merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& inputs,
+                             const MergeOptions& opts) {
+  if (inputs.empty()) throw InputError("<command line>", "", "merge needs at least one report");
+  Merger m(opts);
+  m.start(inputs.front().first, inputs.front().second);
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& [file, doc] : inputs) {
+    m.check_environment(file, doc);
+    const auto& rows = doc.at("results");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const size_t slot = m.place_row(file, i, rows[i]);
+      if (slot < results.size()) results[slot] = rows[i];
+      else results.push_back(rows[i]);
+    }
+    m.add_input(file, doc, rows.size());
+  }
+  nlohmann::json out = m.header();
+  out["results"] = std::move(results);
   return out;
+}
+
+namespace {
+
+/// The rows of a streamed merge, kept on disk until the header is known: an
+/// unlinked file next to the output holding each placed row's compact JSON;
+/// memory is one (offset, length, input) record per output row.
+class RowSpill {
+ public:
+  explicit RowSpill(const std::string& output) {
+    static std::atomic<unsigned> counter{0};
+    const std::string path = output + ".rows.tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd_ < 0) throw std::runtime_error("cannot create " + path + ": " + std::strerror(errno));
+    ::unlink(path.c_str());  // gone with the descriptor, whatever happens
+    path_ = path;
+  }
+  ~RowSpill() { ::close(fd_); }
+  RowSpill(const RowSpill&) = delete;
+  RowSpill& operator=(const RowSpill&) = delete;
+
+  /// Store `row` (row `index` of input `input`) in output slot `slot` (a new slot is slots()).
+  void put(size_t slot, size_t input, size_t index, const nlohmann::json& row) {
+    const std::string text = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    write_at(end_, text);
+    const Record r{end_, text.size(), input, index};
+    if (slot < records_.size()) records_[slot] = r;  // --replace: the later row, in the earlier one's place
+    else records_.push_back(r);
+    end_ += text.size();
+  }
+  size_t slots() const { return records_.size(); }
+  size_t input_of(size_t slot) const { return records_[slot].input; }
+  size_t index_of(size_t slot) const { return records_[slot].index; }
+  /// The row in `slot`.
+  nlohmann::json get(size_t slot) const {
+    const Record& r = records_[slot];
+    std::string text(r.length, '\0');
+    size_t done = 0;
+    while (done < r.length) {
+      const ssize_t n = ::pread(fd_, text.data() + done, r.length - done, static_cast<off_t>(r.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error("cannot read back " + path_ + ": " + std::strerror(errno));
+      done += static_cast<size_t>(n);
+    }
+    return nlohmann::json::parse(text);
+  }
+
+ private:
+  struct Record {
+    uint64_t offset;
+    size_t length;
+    size_t input, index;  ///< the row's input and its index in that input's "results"
+  };
+  void write_at(uint64_t at, const std::string& text) {
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::pwrite(fd_, text.data() + done, text.size() - done, static_cast<off_t>(at + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+      done += static_cast<size_t>(n);
+    }
+  }
+  int fd_ = -1;
+  std::string path_;
+  uint64_t end_ = 0;
+  std::vector<Record> records_;
+};
+
+/// A spilled row (row `index` of `file`, a report of schema version `version`)
+/// as load_report() leaves it: "derived" figures against its report's ceilings
+/// when it has none, and, from a report older than version 3, its backend as
+/// variant and "options": {} (report_from_json()). Throws InputError as
+/// load_report() does for a row whose figures cannot be derived.
+void normalise_row(nlohmann::json& row, const nlohmann::json& header, int version, const std::string& file,
+                   size_t index) {
+  if (!row.contains("derived")) derive_if_missing(row, ceiling_rates(header.value("ceilings", nlohmann::json())), file, index);
+  if (version < 3) upgrade_row(row);
+}
+
+}  // namespace
+
+MergeTotals merge_report_files(const std::vector<std::string>& files, const std::string& output,
+                               const MergeOptions& opts) {
+  if (files.empty()) throw InputError("<command line>", "", "merge needs at least one report");
+  Merger m(opts);
+  std::unique_ptr<RowSpill> spill;
+  try {
+    spill = std::make_unique<RowSpill>(output);
+  } catch (const std::runtime_error& e) {
+    throw InputError(output, "", e.what());
+  }
+  std::vector<nlohmann::json> headers;
+  std::vector<int> versions;
+  // The first merge error (environment, duplicate row) in the order merge_reports()
+  // finds it; every input is still read to the end, so that an invalid input
+  // later on is reported first, as load_report() on every input would.
+  std::optional<InputError> merge_error;
+  for (size_t k = 0; k < files.size(); ++k) {
+    const std::string& file = files[k];
+    std::optional<InputError> row_error;
+    size_t rows = 0;
+    int version = 0;
+    nlohmann::json header = stream_report(file, [&](nlohmann::json&& row, size_t i) {
+      ++rows;
+      if (merge_error || row_error) return;  // reading on for input errors only
+      try {
+        spill->put(m.place_row(file, i, row), k, i, row);
+      } catch (const InputError& e) {
+        row_error = e;
+      }
+    }, &version);
+    versions.push_back(version);
+    if (k == 0) m.start(file, header);
+    if (!merge_error) {
+      try {
+        m.check_environment(file, header);  // merge_reports() checks it before the rows
+      } catch (const InputError& e) {
+        merge_error = e;
+      }
+      if (!merge_error && row_error) merge_error = row_error;
+    }
+    m.add_input(file, header, rows);
+    header.erase("results");
+    headers.push_back(std::move(header));
+  }
+  if (merge_error) throw *merge_error;
+  // The output: the header's members and "results" in the order nlohmann writes
+  // them (write_json_atomic of merge_reports()'s document), the rows read back one at a time.
+  const std::map<std::string, jsonu::ArrayProducer> arrays = {
+      {"results", [&](const jsonu::ElementWriter& emit) {
+         for (size_t slot = 0; slot < spill->slots(); ++slot) {
+           nlohmann::json row = spill->get(slot);
+           const size_t k = spill->input_of(slot);
+           normalise_row(row, headers[k], versions[k], files[k], spill->index_of(slot));
+           emit(row);
+         }
+       }}};
+  try {
+    AtomicFileWriter out(output);
+    jsonu::dump_streamed(m.header(), arrays, [&](std::string_view text) { out.write(text); });
+    out.write("\n");
+    out.commit();
+  } catch (const std::runtime_error& e) {
+    if (dynamic_cast<const InputError*>(&e)) throw;
+    throw InputError(output, "", e.what());
+  }
+  return {files.size(), spill->slots()};
 }
 
 // ------------------------------------------------------------------ mask thumbnail

@@ -165,13 +165,16 @@ using RowSink = std::function<void(nlohmann::json&& row, size_t index)>;
 /// (an object; the schema's row definition, validate_report_row(); at most one
 /// row per (case_id, variant); schema_version first when the file states it
 /// before "results", as the writer does) and upgraded as load_report() upgrades
-/// it (a row without "variant" gets its backend's name and "options": {}), to
+/// it (a row of a version 1 or 2 report without "variant" gets its backend's
+/// name, one without "options" gets {}; when the file states its version only
+/// after "results", rows come as they are: row_variant() reads either) to
 /// `on_row`. Rows get no "derived" figures (derive_row() is the caller's, if it
 /// needs them). Returns the header: every other field checked against the
 /// schema, "results" an empty array, an older header marked "upgraded_from": its
-/// version. Memory: one row, the header and one (case_id, variant) key per row.
+/// version; `file_version`, when given, receives the version the file states.
+/// Memory: one row, the header and one (case_id, variant) key per row.
 /// Throws InputError as load_report() does, and whatever `on_row` throws.
-nlohmann::json stream_report(const std::string& file, const RowSink& on_row);
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version = nullptr);
 
 /// "<case_id>|<variant>", the identity of a row across runs (row_variant()).
 std::string row_key(const nlohmann::json& row);
@@ -190,6 +193,24 @@ struct MergeOptions {
 /// `inputs` are (file name, loaded document) pairs; at least one.
 nlohmann::json merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& inputs,
                              const MergeOptions& opts = {});
+
+/// What merge_report_files() wrote.
+struct MergeTotals {
+  size_t reports = 0;  ///< inputs merged
+  size_t rows = 0;     ///< rows written
+};
+
+/// merge_reports() of report files, read one row at a time (stream_report())
+/// and written to `output` piece by piece (AtomicFileWriter): the rows wait in
+/// an unlinked file next to `output` until every input's header is read, then
+/// the merged report is written, byte for byte what write_json_atomic() writes
+/// of merge_reports() on the loaded inputs. Memory: one row, the headers, and
+/// per output row its key and a 32-byte record; never a whole report. Errors
+/// as load_report() on every input, then merge_reports(), in that order
+/// (InputError naming the file); an I/O failure on `output` or its spill is an
+/// InputError naming `output`, and `output` is then untouched.
+MergeTotals merge_report_files(const std::vector<std::string>& files, const std::string& output,
+                               const MergeOptions& opts = {});
 
 /// A small mask picture for the HTML report from render_block_mask() text (one
 /// line per q-block, one character per kv-block: '#' full, '+' partial, '.'

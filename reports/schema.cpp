@@ -8,6 +8,7 @@
 
 #include "harness/model/errors.hpp"
 #include "harness/model/json_util.hpp"
+#include "reports/schema_fast.hpp"
 
 #if defined(ATTNBENCH_HAVE_VALIJSON)
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
@@ -55,25 +56,40 @@ std::string named_property(const std::string& description) {
 }
 
 /// The report schema (`row` false) or its row definition ($defs/row, `row`
-/// true), parsed once each (thread-safe).
-const valijson::Schema& report_schema(bool row = false) {
+/// true), parsed once each for valijson and compiled once each for the quick
+/// check (thread-safe). `fast` is null when the schema uses a keyword the
+/// quick check does not implement (every value then goes to valijson).
+struct ParsedSchema {
+  std::unique_ptr<valijson::Schema> schema;
+  std::unique_ptr<CompiledSchema> fast;
+};
+
+const ParsedSchema& report_schema(bool row = false) {
   auto parse = [](bool for_row) {
-    auto s = std::make_unique<valijson::Schema>();
+    ParsedSchema p;
+    p.schema = std::make_unique<valijson::Schema>();
     nlohmann::json doc = nlohmann::json::parse(report_schema_text());
     if (for_row) doc = {{"$ref", "#/$defs/row"}, {"$defs", doc["$defs"]}};  // the same definitions, a row at the root
     valijson::SchemaParser parser(valijson::SchemaParser::kDraft7);
     valijson::adapters::NlohmannJsonAdapter adapter(doc);
-    parser.populateSchema(adapter, *s);
-    return s;
+    parser.populateSchema(adapter, *p.schema);
+    try {
+      p.fast = std::make_unique<CompiledSchema>(doc);
+    } catch (const std::invalid_argument&) {  // tests/test_schema_fast.cpp requires it for the report schema
+    }
+    return p;
   };
-  static const std::unique_ptr<valijson::Schema> whole = parse(false), one_row = parse(true);
-  return row ? *one_row : *whole;
+  static const ParsedSchema whole = parse(false), one_row = parse(true);
+  return row ? one_row : whole;
 }
 
 /// Validate `doc` against `schema`; on failure throw InputError naming `file`
 /// and the pointer `prefix` + the deepest violation's pointer within `doc`.
-void validate_against(const valijson::Schema& schema, const nlohmann::json& doc, const std::string& file,
+void validate_against(const ParsedSchema& parsed, const nlohmann::json& doc, const std::string& file,
                       const std::string& prefix) {
+  // The quick check's "valid" is final; anything else is valijson's to decide and explain.
+  if (parsed.fast && parsed.fast->check(doc) == SchemaAnswer::valid) return;
+  const valijson::Schema& schema = *parsed.schema;
   thread_local valijson::Validator validator;  // keeps its compiled "pattern" regexes from row to row
   valijson::adapters::NlohmannJsonAdapter target(doc);
   // Without a results object valijson builds no message for the branches of
@@ -101,6 +117,14 @@ void validate_against(const valijson::Schema& schema, const nlohmann::json& doc,
 
 bool schema_validation_available() { return true; }
 
+bool fast_schema_check_available() { return report_schema().fast && report_schema(true).fast; }
+
+bool valijson_accepts(const nlohmann::json& value, bool row) {
+  thread_local valijson::Validator validator;
+  valijson::adapters::NlohmannJsonAdapter target(value);
+  return validator.validate(*report_schema(row).schema, target, nullptr);
+}
+
 void validate_report_schema(const nlohmann::json& doc, const std::string& file) {
   validate_against(report_schema(), doc, file, "");
 }
@@ -112,6 +136,10 @@ void validate_report_row(const nlohmann::json& row, const std::string& file, con
 #else
 
 bool schema_validation_available() { return false; }
+
+bool fast_schema_check_available() { return false; }
+
+bool valijson_accepts(const nlohmann::json&, bool) { return true; }
 
 void validate_report_row(const nlohmann::json&, const std::string&, const std::string&) {}
 

@@ -17,10 +17,22 @@ namespace attnbench {
 /// True when this build validates reports (valijson was found at configure time).
 bool schema_validation_available();
 
+/// True when validation first tries the compiled quick check
+/// (reports/schema_fast.hpp) on the whole schema and on its row definition:
+/// valijson (with it) and every keyword of the schema implemented by the check.
+bool fast_schema_check_available();
+
+/// valijson's own verdict on `value` against the report schema (`row` false)
+/// or its row definition (`row` true), without the quick check; true without
+/// valijson. What tests compare the quick check with.
+bool valijson_accepts(const nlohmann::json& value, bool row);
+
 /// The text of reports/report.schema.json as built into the binary.
 const std::string& report_schema_text();
 
-/// Validate `doc` against the report schema. On the first violation (the deepest
+/// Validate `doc` against the report schema: the compiled quick check
+/// (reports/schema_fast.hpp) first, whose "valid" is final, else valijson,
+/// which decides and names the field. On the first violation (the deepest
 /// one valijson reports) throws InputError naming `file`, the JSON pointer of the
 /// offending field, its value and what the schema expected (exit code 2). Without
 /// valijson prints, once per process, a note to stderr that schema validation is

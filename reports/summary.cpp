@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "harness/model/printable.hpp"
 
@@ -57,14 +58,20 @@ double median_of(const nlohmann::json& row, const char* pass) {
   return m != p->end() && m->is_number() ? m->get<double>() : -1.0;
 }
 
-CaseWinner pick_winner(const std::string& id, const std::vector<const nlohmann::json*>& rows) {
+/// What the winner of a case is picked from: a passing row's variant and medians.
+struct PassingRow {
+  std::string variant;
+  double fwd_bwd_ms = -1.0, fwd_ms = -1.0;  ///< negative: not timed
+};
+
+CaseWinner pick_winner(const std::string& id, const std::vector<PassingRow>& rows) {
   CaseWinner w;
   w.case_id = id;
   for (const char* pass : {"fwd_bwd", "fwd"}) {
+    const bool fb = std::string(pass) == "fwd_bwd";
     std::vector<std::pair<double, std::string>> ranked;
-    for (const auto* r : rows)
-      if (r->value("status", std::string()) == "pass" && median_of(*r, pass) >= 0.0)
-        ranked.emplace_back(median_of(*r, pass), row_variant(*r));
+    for (const auto& r : rows)
+      if ((fb ? r.fwd_bwd_ms : r.fwd_ms) >= 0.0) ranked.emplace_back(fb ? r.fwd_bwd_ms : r.fwd_ms, r.variant);
     if (ranked.empty()) continue;
     std::sort(ranked.begin(), ranked.end());
     w.pass_name = pass;
@@ -95,33 +102,63 @@ std::string determinism_note(const nlohmann::json& row) {
   return "";
 }
 
-ReportSummary summarize_report(const nlohmann::json& report) {
-  const auto res = report.find("results");
-  if (res == report.end() || !res->is_array()) throw std::invalid_argument("report has no results array");
-  ReportSummary s;
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<const nlohmann::json*>> by_case;
-  for (const auto& row : *res) {
+namespace {
+
+/// The summary built one row at a time (summarize_report(), summarize_report_file()):
+/// a row's counts and notes are taken as it comes; per case only the passing
+/// rows' variants and medians are kept, for the winners.
+class SummaryBuilder {
+ public:
+  void add(const nlohmann::json& row) {
     const std::string id = row.value("case_id", std::string()), backend = row_variant(row),
                       status = row.value("status", std::string());
-    if (!by_case.count(id)) order.push_back(id);
-    by_case[id].push_back(&row);
-    ++s.rows;
-    BackendTally& t = s.backends[backend];
+    auto [at, fresh] = case_at_.emplace(id, passing_.size());
+    if (fresh) {
+      order_.push_back(id);
+      passing_.emplace_back();
+    }
+    ++s_.rows;
+    BackendTally& t = s_.backends[backend];
     if (status == "pass") ++t.pass;
     else if (status == "fail") ++t.fail;
     else if (status == "unsupported") ++t.unsupported;
     else if (status == "error") ++t.error;
     else ++t.other;
-    if (status == "unsupported") ++s.unsupported_reasons[backend][first_line(row.value("reason", std::string()))];
-    if (const std::string note = determinism_note(row); !note.empty()) s.determinism.push_back({id, backend, status, note});
-    if (status == "pass" || status == "unsupported") continue;
-    s.failures.push_back({id, backend, status,
-                          status == "fail" ? fail_origin(row) : first_line(row.value("message", std::string("(no message)")))});
+    if (status == "pass") passing_[at->second].push_back({backend, median_of(row, "fwd_bwd"), median_of(row, "fwd")});
+    if (status == "unsupported") ++s_.unsupported_reasons[backend][first_line(row.value("reason", std::string()))];
+    if (const std::string note = determinism_note(row); !note.empty()) s_.determinism.push_back({id, backend, status, note});
+    if (status == "pass" || status == "unsupported") return;
+    s_.failures.push_back({id, backend, status,
+                           status == "fail" ? fail_origin(row) : first_line(row.value("message", std::string("(no message)")))});
   }
-  s.cases = static_cast<int64_t>(order.size());
-  for (const auto& id : order) s.winners.push_back(pick_winner(id, by_case[id]));
-  return s;
+
+  ReportSummary finish() {
+    s_.cases = static_cast<int64_t>(order_.size());
+    for (size_t i = 0; i < order_.size(); ++i) s_.winners.push_back(pick_winner(order_[i], passing_[i]));
+    return std::move(s_);
+  }
+
+ private:
+  ReportSummary s_;
+  std::vector<std::string> order_;                      ///< case ids, first appearance
+  std::unordered_map<std::string, size_t> case_at_;     ///< case id -> index in order_
+  std::vector<std::vector<PassingRow>> passing_;        ///< per case
+};
+
+}  // namespace
+
+ReportSummary summarize_report(const nlohmann::json& report) {
+  const auto res = report.find("results");
+  if (res == report.end() || !res->is_array()) throw std::invalid_argument("report has no results array");
+  SummaryBuilder b;
+  for (const auto& row : *res) b.add(row);
+  return b.finish();
+}
+
+ReportSummary summarize_report_file(const std::string& file) {
+  SummaryBuilder b;
+  (void)stream_report(file, [&](nlohmann::json&& row, size_t) { b.add(row); });
+  return b.finish();
 }
 
 std::string ReportSummary::text(size_t max_failures) const {

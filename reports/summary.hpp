@@ -64,6 +64,13 @@ struct ReportSummary {
 /// Throws std::invalid_argument when `results` is missing or not an array.
 ReportSummary summarize_report(const nlohmann::json& report);
 
+/// summarize_report() of a report file read one row at a time (stream_report():
+/// the rows checked as load_report() checks them): memory is one row plus, per
+/// case, its passing rows' variants and medians and the failure notes, never
+/// the whole report; the same summary as load_report() + summarize_report().
+/// Throws InputError as load_report() does.
+ReportSummary summarize_report_file(const std::string& file);
+
 /// The row note of a determinism mismatch: "NOT DETERMINISTIC: the backend claims
 /// bitwise determinism but two runs differed" when extra.expected_deterministic
 /// is true and extra.deterministic false; "" otherwise (shown by the run's

@@ -4,8 +4,6 @@
 // the `attnbench compare` and `merge` exit codes.
 #include <doctest/doctest.h>
 
-#include <malloc.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -23,6 +23,7 @@
 #include "harness/model/json_util.hpp"
 #include "harness/measure/measure.hpp"
 #include "reports/report.hpp"
+#include "tests/big_reports.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;
@@ -481,29 +482,42 @@ TEST_CASE("compare_report_files: the verdicts of load_report + compare_reports, 
                        InputError);
 }
 
-namespace {
-
-/// Peak resident set size (bytes) of `argv` run as a child process, its output discarded.
-long peak_rss_of(const std::vector<std::string>& argv, int& exit_code) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::FILE* null = std::freopen("/dev/null", "w", stdout);
-    null = std::freopen("/dev/null", "w", stderr);
-    (void)null;
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+TEST_CASE("compare --json is written piece by piece, byte for byte the document to_json() dumps") {
+  const fs::path flip = scratch("json_flip.json"), out = scratch("json_out.json");
+  json f = load_report(kRerun);
+  f["results"][0]["status"] = "fail";
+  f["results"].erase(f["results"].begin() + 2);
+  f["results"][1]["message"] = "bad \"quoted\" line\nbreak \u00e9";  // escapes and non-ASCII in a streamed element
+  f["results"][1]["status"] = "error";
+  save(flip, f);
+  for (const std::string& neu : {kBaseline, kRerun, flip.string()}) {
+    CAPTURE(neu);
+    const Comparison c = compare_report_files(kBaseline, neu);
+    std::string streamed;
+    size_t pieces = 0;
+    c.write_json([&](std::string_view piece) {
+      streamed += piece;
+      ++pieces;
+    });
+    CHECK(streamed == c.to_json().dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+    CHECK(pieces > c.timings.size());  // one piece at least per timing: never the whole text at once
   }
-  int status = 0;
-  struct rusage ru {};
-  ::wait4(pid, &status, 0, &ru);
-  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return ru.ru_maxrss * 1024L;  // Linux: kilobytes
+  // the CLI writes the same file
+  CHECK(run_status(std::string(ATTNBENCH_BINARY) + " compare " + kBaseline + " " + flip.string() + " -q --json " +
+                   out.string()) == 1);
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str() == compare_report_files(kBaseline, flip.string()).to_json().dump(1, ' ', false,
+                                                                                    json::error_handler_t::replace) +
+                          "\n");
+  // an empty comparison: every array empty ("[]")
+  Comparison empty;
+  std::string e;
+  empty.write_json([&](std::string_view piece) { e += piece; });
+  CHECK(e == empty.to_json().dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+  CHECK(e.find("\"timings\": []") != std::string::npos);
 }
-
-}  // namespace
 
 TEST_CASE("attnbench compare holds one row at a time: its peak memory stays below the reports' size") {
   // 1000 rows of ~35 KB each (the baseline's rows, each with a 30 KB extra
@@ -511,32 +525,12 @@ TEST_CASE("attnbench compare holds one row at a time: its peak memory stays belo
   // both documents, twice their size (measured: 168 MB for 54 MB of reports);
   // row by row holds one row and a digest per BASE row (17 MB).
   const fs::path base = scratch("big_base.json"), neu = scratch("big_new.json");
-  {
-    json doc = load_report(kBaseline);
-    json rows = json::array();
-    const std::string blob(30000, 'x');
-    for (int n = 0; rows.size() < 1000; ++n)
-      for (json row : doc["results"]) {
-        row["case_id"] = row["case_id"].get<std::string>() + "#" + std::to_string(n);
-        row["extra"]["blob"] = blob;
-        row.erase("derived");
-        rows.push_back(std::move(row));
-      }
-    doc["results"] = std::move(rows);
-    save(base, doc);
-    save(neu, slowed(doc, 1.10, "cudnn"));
-  }
-  ::malloc_trim(0);  // a forked child starts with this process's resident pages in its peak
+  test::write_big_report(load_report(kBaseline), 1000, 30000, base);
+  save(neu, slowed(load_report(base.string()), 1.10, "cudnn"));
   const long bytes = static_cast<long>(fs::file_size(base) + fs::file_size(neu));
   int code = -1;
-  // The binary's own footprint (a CUDA build maps cuBLAS and cuDNN: about 230 MB
-  // resident before reading anything) is measured apart and taken off.
-  int idle_code = -1;
-  const long idle = peak_rss_of({ATTNBENCH_BINARY, "--version"}, idle_code);
-  CHECK(idle_code == 0);
-  const long rss = peak_rss_of({ATTNBENCH_BINARY, "compare", base.string(), neu.string(), "-q"}, code);
+  const long rss = test::reader_peak_rss(ATTNBENCH_BINARY, {ATTNBENCH_BINARY, "compare", base.string(), neu.string(), "-q"}, code);
   CHECK(code == 1);  // the cudnn rows are SLOWER
-  INFO("peak RSS " << rss / 1000000 << " MB (" << idle / 1000000 << " MB for the binary alone) for "
-                   << bytes / 1000000 << " MB of reports");
-  CHECK(rss - idle < bytes / 2);
+  INFO("peak RSS " << rss / 1000000 << " MB beyond the binary's own for " << bytes / 1000000 << " MB of reports");
+  CHECK(rss < bytes / 2);
 }

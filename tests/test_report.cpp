@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/device/environment.hpp"
 #include "harness/model/version.hpp"
@@ -22,6 +24,7 @@
 #include "harness/model/problem.hpp"
 #include "harness/run/progress.hpp"
 #include "reports/report.hpp"
+#include "tests/big_reports.hpp"
 #include "tests/schema_skip.hpp"
 #include "tests/test_util.hpp"
 
@@ -266,6 +269,122 @@ TEST_CASE("merge concatenates shards and guards environments and duplicates") {
   running["finished"] = nullptr;
   CHECK(merge_reports({{"s0.json", shard0}, {"s1.json", running}})["finished"].is_null());
   CHECK_THROWS_AS(merge_reports({}), InputError);
+}
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// What `attnbench merge` wrote before it streamed: write_json_atomic() of
+/// merge_reports() on the loaded inputs.
+std::string whole_merge(const std::vector<std::string>& files, const MergeOptions& o) {
+  std::vector<std::pair<std::string, json>> docs;
+  for (const auto& f : files) docs.emplace_back(f, load_report(f));
+  const fs::path out = scratch("whole_merge.json");
+  write_json_atomic(out.string(), merge_reports(docs, o));
+  return read_text(out);
+}
+
+/// The InputError's "file: path: message" of merging `files` whole, or "" when it merges.
+std::string whole_merge_error(const std::vector<std::string>& files, const MergeOptions& o) {
+  try {
+    (void)whole_merge(files, o);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("merge_report_files streams the inputs and writes byte for byte what merge_reports wrote") {
+  // shards of a version 1 report (rows derived and given variants on the way), a
+  // version 2 and a version 3 report of other runs, and --replace
+  const std::string raw = kSource + "/docs/results/raw/";
+  json a = jsonu::load_file(kBaseline);  // as written (version 1), not upgraded
+  json shard0 = a, shard1 = a;
+  shard0["results"] = json::array();
+  shard1["results"] = json::array();
+  for (size_t i = 0; i < a["results"].size(); ++i) (i % 2 ? shard1 : shard0)["results"].push_back(a["results"][i]);
+  shard1["started"] = "2020-01-01T00:00:00Z";
+  const fs::path s0 = scratch("m_s0.json"), s1 = scratch("m_s1.json");
+  write(s0, shard0.dump(1));
+  write(s1, shard1.dump());
+  const fs::path out = scratch("m_out.json");
+  struct Case {
+    std::vector<std::string> files;
+    MergeOptions o;
+  };
+  const std::vector<Case> cases = {
+      {{s0.string(), s1.string()}, {}},
+      {{kBaseline, kRerun}, {false, true}},  // every row replaced by the rerun's, in the baseline's order
+      {{s1.string(), kRerun, s0.string()}, {false, true}},
+      {{raw + "2026-11-24-session10-masks.json"}, {}},
+      {{raw + "2026-11-27-session12-flex_variants.json", raw + "2026-11-27-session12-fwd_rows.json",
+        raw + "2026-11-24-session10-dense.json"}, {true, true}}};
+  for (const auto& c : cases) {
+    CAPTURE(c.files.front());
+    CAPTURE(c.files.size());
+    const MergeTotals t = merge_report_files(c.files, out.string(), c.o);
+    const std::string expected = whole_merge(c.files, c.o);
+    CHECK(read_text(out) == expected);
+    CHECK(t.reports == c.files.size());
+    CHECK(t.rows == json::parse(expected)["results"].size());
+  }
+  const json merged = load_report(out.string());  // and it reads back
+  CHECK(merged["merged_from"].size() == 3);
+}
+
+TEST_CASE("merge_report_files: the errors of load_report on every input first, then merge_reports', output untouched") {
+  json a = load_report(kBaseline);
+  json other = a;
+  other["environment"]["gpu"]["name"] = "NVIDIA H200";
+  json broken = a;
+  broken["results"][3]["status"] = "done";
+  const fs::path h200 = scratch("e_h200.json"), bad = scratch("e_bad.json"), out = scratch("e_out.json");
+  write(h200, other.dump(1));
+  write(bad, broken.dump(1));
+  write(out, "keep me");
+  const std::vector<std::vector<std::string>> cases = {
+      {kBaseline, h200.string()},                 // environment
+      {kBaseline, kRerun},                        // duplicate rows
+      {kBaseline, h200.string(), bad.string()},   // an invalid input after an environment mismatch
+      {kBaseline, kRerun, h200.string()},         // a duplicate before an environment mismatch
+      {h200.string(), kBaseline, kRerun}};        // the environment of the second input, not the third's rows
+  for (const auto& files : cases) {
+    CAPTURE(files.back());
+    const std::string expected = whole_merge_error(files, {});
+    REQUIRE_FALSE(expected.empty());
+    CHECK_THROWS_WITH_AS(merge_report_files(files, out.string()), expected.c_str(), InputError);
+    CHECK(read_text(out) == "keep me");
+  }
+  CHECK_THROWS_WITH_AS(merge_report_files({kBaseline}, "/nonexistent-dir/out.json"),
+                       doctest::Contains("/nonexistent-dir/out.json"), InputError);
+  CHECK_THROWS_AS(merge_report_files({}, out.string()), InputError);
+  // nothing is left next to the output
+  for (const auto& e : fs::directory_iterator(out.parent_path()))
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("attnbench merge holds one row at a time: its peak memory stays below the inputs' size") {
+  const fs::path s0 = scratch("big_s0.json"), s1 = scratch("big_s1.json"), out = scratch("big_out.json");
+  json a = load_report(kBaseline);
+  test::write_big_report(a, 500, 30000, s0);
+  for (auto& row : a["results"]) row["case_id"] = "other-" + row["case_id"].get<std::string>();
+  test::write_big_report(a, 500, 30000, s1);
+  const long bytes = static_cast<long>(fs::file_size(s0) + fs::file_size(s1));
+  int code = -1;
+  const long rss = test::reader_peak_rss(ATTNBENCH_BINARY,
+                                         {ATTNBENCH_BINARY, "merge", s0.string(), s1.string(), "-o", out.string()}, code);
+  CHECK(code == 0);
+  INFO("peak RSS " << rss / 1000000 << " MB beyond the binary's own for " << bytes / 1000000 << " MB of reports");
+  CHECK(rss < bytes / 2);
+  CHECK(load_report(out.string())["results"].size() == 1000);
 }
 
 TEST_CASE("mask thumbnails keep small renderings and downsample large ones") {

@@ -3,12 +3,17 @@
 // hand-written report whose answers are known; and the CLI's exit codes.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "harness/model/errors.hpp"
+#include "reports/report.hpp"
 #include "reports/summary.hpp"
+#include "tests/big_reports.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -116,4 +121,50 @@ TEST_CASE("attnbench summary: the CLI prints the verdict of a real run; bad inpu
   auto [bcode, btext] = run_command("'" + bin + "' summary /nonexistent/report.json 2>&1");
   CHECK(bcode == 2);
   CHECK(btext.find("/nonexistent/report.json") != std::string::npos);
+}
+
+TEST_CASE("summarize_report_file reads row by row: the summary of load_report + summarize_report") {
+  using namespace attnbench;
+  const std::string src = ATTNBENCH_SOURCE_DIR;
+  const std::vector<std::string> files = {src + "/ci/baselines/example-h100.json",  // version 1
+                                          src + "/docs/results/raw/2026-11-24-session10-masks.json",
+                                          src + "/docs/results/raw/2026-11-27-session11-gpu_smoke-v1.json",
+                                          src + "/docs/results/raw/2026-11-27-session12-flex_variants.json"};
+  // one with failures, an unsupported reason, a determinism mismatch and a case without a passing row
+  json doc = load_report(files.front());
+  doc["results"][0]["status"] = "fail";
+  doc["results"][1]["status"] = "error";
+  doc["results"][1]["message"] = "boom\nsecond line";
+  doc["results"][2]["status"] = "unsupported";
+  doc["results"][2]["reason"] = "no";
+  doc["results"][3]["extra"] = {{"deterministic", false}, {"expected_deterministic", true}};
+  const auto edited = test::scratch_path("summary", "edited.json");
+  test::write_file(edited, doc.dump(1));
+  std::vector<std::string> all = files;
+  all.push_back(edited.string());
+  for (const auto& f : all) {
+    CAPTURE(f);
+    const ReportSummary whole = summarize_report(load_report(f)), streamed = summarize_report_file(f);
+    CHECK(streamed.text(1000) == whole.text(1000));
+    CHECK(streamed.rows == whole.rows);
+    CHECK(streamed.cases == whole.cases);
+    CHECK(streamed.failures.size() == whole.failures.size());
+  }
+  const ReportSummary e = summarize_report_file(edited.string());
+  CHECK(e.failures.size() == 2);
+  CHECK(e.determinism.size() == 1);
+  CHECK_THROWS_AS(summarize_report_file("/nonexistent/report.json"), InputError);
+}
+
+TEST_CASE("attnbench summary holds one row at a time: its peak memory stays below the report's size") {
+  using namespace attnbench;
+  const auto big = test::scratch_path("summary", "big.json");
+  test::write_big_report(load_report(std::string(ATTNBENCH_SOURCE_DIR) + "/ci/baselines/example-h100.json"), 1000,
+                         30000, big);
+  const long bytes = static_cast<long>(std::filesystem::file_size(big));
+  int code = -1;
+  const long rss = test::reader_peak_rss(ATTNBENCH_BINARY, {ATTNBENCH_BINARY, "summary", big.string()}, code);
+  CHECK(code == 0);
+  INFO("peak RSS " << rss / 1000000 << " MB beyond the binary's own for " << bytes / 1000000 << " MB of report");
+  CHECK(rss < bytes / 2);
 }

@@ -27,6 +27,19 @@ void write_text(const std::string& path, const std::string& text) {
   }
 }
 
+/// Write an output file atomically piece by piece (AtomicFileWriter): `produce`
+/// hands its text to the writer it is given; failures are bad input naming the file (exit 2).
+void write_streamed(const std::string& path,
+                    const std::function<void(const std::function<void(std::string_view)>&)>& produce) {
+  try {
+    AtomicFileWriter out(path);
+    produce([&](std::string_view text) { out.write(text); });
+    out.commit();
+  } catch (const std::runtime_error& e) {
+    throw InputError(path, "", e.what());
+  }
+}
+
 void add_report(CLI::App& app, Action& action) {
   struct Args {
     std::string input, output = "report.html", baseline, title;
@@ -119,8 +132,7 @@ void add_compare(CLI::App& app, Action& action) {
       const std::string md = c.markdown();
       if (!a->quiet) std::fputs(md.c_str(), stdout);
       if (!a->markdown.empty()) write_text(a->markdown, md);
-      if (!a->json_out.empty())  // file names need not be UTF-8
-        write_text(a->json_out, c.to_json().dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      if (!a->json_out.empty()) write_streamed(a->json_out, [&](const auto& write) { c.write_json(write); });
       std::fprintf(stderr, "attnbench compare: %lld gate failure(s); %lld SLOWER, %lld FASTER, %lld AMBIGUOUS, %lld SAME\n",
                    static_cast<long long>(c.regressions()), static_cast<long long>(c.count(Verdict::slower)),
                    static_cast<long long>(c.count(Verdict::faster)), static_cast<long long>(c.count(Verdict::ambiguous)),
@@ -145,19 +157,11 @@ void add_merge(CLI::App& app, Action& action) {
   cmd->add_flag("--replace", a->replace, "a later file's (case, backend) row replaces an earlier one");
   cmd->callback([a, &action] {
     action = [a]() -> int {
-      std::vector<std::pair<std::string, nlohmann::json>> docs;
-      for (const auto& f : a->inputs) docs.emplace_back(f, load_report(f));
       MergeOptions o;
       o.allow_env_mismatch = a->allow_env_mismatch;
       o.replace_duplicates = a->replace;
-      nlohmann::json merged = merge_reports(docs, o);
-      try {
-        write_json_atomic(a->output, merged);
-      } catch (const std::runtime_error& e) {
-        throw InputError(a->output, "", e.what());
-      }
-      std::printf("attnbench: merged %zu reports, %zu rows, into %s\n", docs.size(), merged["results"].size(),
-                  a->output.c_str());
+      const MergeTotals t = merge_report_files(a->inputs, a->output, o);  // row by row: bounded memory
+      std::printf("attnbench: merged %zu reports, %zu rows, into %s\n", t.reports, t.rows, printable(a->output).c_str());
       return kExitOk;
     };
   });
@@ -171,8 +175,7 @@ void add_summary(CLI::App& app, Action& action) {
   cmd->add_option("report", *input, "report.json written by `attnbench run` or `attnbench merge`")->required();
   cmd->callback([input, &action] {
     action = [input]() -> int {
-      const nlohmann::json doc = load_report(*input);
-      std::fputs(summarize_report(doc).text().c_str(), stdout);
+      std::fputs(summarize_report_file(*input).text().c_str(), stdout);  // row by row: bounded memory
       return kExitOk;
     };
   });

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 
 namespace attnbench::jsonu {
 
@@ -69,10 +70,12 @@ class SafeDomBuilder {
 
   bool key(std::string& k) {
     Frame& f = stack_.back();
-    if (f.node->contains(k))
+    // One lookup: the key goes in, or it was there already.
+    const auto [slot, fresh] = f.node->get_ref<json::object_t&>().emplace(k, nullptr);
+    if (!fresh)
       throw InputError(source_, child_path(container_path(), k),
                        "duplicate key \"" + k + "\" (each key may appear once in an object)");
-    f.slot = &(*f.node)[k];
+    f.slot = &slot->second;
     f.key = std::move(k);
     return true;
   }
@@ -254,6 +257,60 @@ nlohmann::json stream_file(const std::string& file, const std::string& array_key
   if (std::ferror(f.get())) throw InputError(file, "", std::string("read error: ") + std::strerror(errno));
   if (!parsed) throw InputError(file, "", "malformed JSON: " + b.error());
   return root;
+}
+
+namespace {
+
+/// `text` (a value dumped at indent 1 from depth 0) as nlohmann writes it at
+/// nesting depth `depth`: `depth` more spaces after each line break (dumped
+/// strings hold no raw line break).
+std::string indented(std::string text, int depth) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 8);
+  const std::string pad(static_cast<size_t>(depth), ' ');
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += pad;
+  }
+  return out;
+}
+
+std::string dumped(const nlohmann::json& v, int depth) {
+  return indented(v.dump(1, ' ', false, nlohmann::json::error_handler_t::replace), depth);
+}
+
+}  // namespace
+
+void dump_streamed(const nlohmann::json& head, const std::map<std::string, ArrayProducer>& arrays,
+                   const std::function<void(std::string_view)>& write) {
+  if (!head.is_object()) throw std::invalid_argument("dump_streamed: the head is not an object");
+  for (const auto& [key, producer] : arrays)
+    if (head.contains(key)) throw std::invalid_argument("dump_streamed: \"" + key + "\" is both in the head and streamed");
+  auto h = head.begin();
+  auto a = arrays.begin();
+  bool first = true;
+  write("{");
+  while (h != head.end() || a != arrays.end()) {
+    const bool from_head = a == arrays.end() || (h != head.end() && h.key() < a->first);
+    const std::string& key = from_head ? h.key() : a->first;
+    write(first ? "\n " : ",\n ");
+    first = false;
+    write(nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    write(": ");
+    if (from_head) {
+      write(dumped(h.value(), 1));
+      ++h;
+      continue;
+    }
+    size_t n = 0;
+    a->second([&](const nlohmann::json& element) {
+      write(n++ == 0 ? "[\n  " : ",\n  ");
+      write(dumped(element, 2));
+    });
+    write(n == 0 ? "[]" : "\n ]");
+    ++a;
+  }
+  write(first ? "}" : "\n}");
 }
 
 void require_object(const nlohmann::json& j, const std::string& file, const std::string& path) {

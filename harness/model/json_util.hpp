@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +57,21 @@ using ElementSink = std::function<void(nlohmann::json&& element, size_t index, c
 /// InputError (path "") when the file cannot be opened or read, parse_text()'s
 /// InputErrors, and whatever `sink` throws.
 nlohmann::json stream_file(const std::string& file, const std::string& array_key, const ElementSink& sink);
+
+/// What a streamed member's producer (dump_streamed()) calls once per element.
+using ElementWriter = std::function<void(const nlohmann::json& element)>;
+/// Produces the elements of one streamed array member, calling the writer once each.
+using ArrayProducer = std::function<void(const ElementWriter& emit)>;
+
+/// Write, piece by piece through `write`, the text that
+/// `doc.dump(1, ' ', false, error_handler_t::replace)` gives for the object
+/// `doc` = `head` plus one array member per entry of `arrays` (its elements as
+/// the producer emits them): the members in nlohmann's order (sorted keys), one
+/// element in memory at a time. No newline at the end. Throws
+/// std::invalid_argument when `head` is not an object or already has a key of
+/// `arrays`; whatever `write` or a producer throws.
+void dump_streamed(const nlohmann::json& head, const std::map<std::string, ArrayProducer>& arrays,
+                   const std::function<void(std::string_view)>& write);
 
 /// Throws InputError unless `j` is an object.
 void require_object(const nlohmann::json& j, const std::string& file, const std::string& path);

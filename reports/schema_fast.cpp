@@ -1,0 +1,349 @@
+// The compiled schema check: see schema_fast.hpp.
+#include "reports/schema_fast.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+
+namespace attnbench {
+
+namespace {
+
+enum TypeBit : unsigned {
+  kNull = 1,
+  kBoolean = 2,
+  kInteger = 4,
+  kNumber = 8,  ///< any number: "number" also admits integers
+  kString = 16,
+  kArray = 32,
+  kObject = 64,
+};
+
+unsigned type_bit(const std::string& name, const std::string& where) {
+  if (name == "null") return kNull;
+  if (name == "boolean") return kBoolean;
+  if (name == "integer") return kInteger;
+  if (name == "number") return kNumber | kInteger;
+  if (name == "string") return kString;
+  if (name == "array") return kArray;
+  if (name == "object") return kObject;
+  throw std::invalid_argument(where + "/type: unknown type \"" + name + "\"");
+}
+
+/// The type bits a value has (valijson's strict types: a float is never an integer).
+unsigned bits_of(const nlohmann::json& v) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::null: return kNull;
+    case nlohmann::json::value_t::boolean: return kBoolean;
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: return kInteger;
+    case nlohmann::json::value_t::number_float: return kNumber;
+    case nlohmann::json::value_t::string: return kString;
+    case nlohmann::json::value_t::array: return kArray;
+    case nlohmann::json::value_t::object: return kObject;
+    default: return 0;  // binary, discarded: never in a parsed report
+  }
+}
+
+/// valijson reads integers as int64_t: an unsigned above 2^63 - 1 wraps to a
+/// negative number there (18446744073709551615 reads as -1), so a bound or an
+/// equality on it is valijson's to decide.
+bool wraps_in_valijson(const nlohmann::json& v) {
+  return v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+}
+
+/// enum / const equality, decided only where valijson's answer is certain:
+/// scalars of one kind; a number against a number of the other kind (1 vs
+/// 1.0), arrays and objects are left to valijson.
+SchemaAnswer equal3(const nlohmann::json& candidate, const nlohmann::json& v) {
+  const unsigned a = bits_of(candidate), b = bits_of(v);
+  if ((a | b) & (kArray | kObject) || wraps_in_valijson(candidate) || wraps_in_valijson(v)) return SchemaAnswer::unknown;
+  const bool a_num = a & (kInteger | kNumber), b_num = b & (kInteger | kNumber);
+  if (a_num && b_num && a != b) return SchemaAnswer::unknown;
+  if (a != b) return SchemaAnswer::invalid;
+  return candidate == v ? SchemaAnswer::valid : SchemaAnswer::invalid;
+}
+
+/// Folds the answers of sub-checks: all must hold (kAll: allOf, the keywords
+/// of one schema; stops at the first invalid) or one must (kAny: anyOf, enum
+/// candidates; stops at the first valid). An unknown answer makes the result
+/// unknown unless a stopping answer comes.
+class Fold {
+ public:
+  enum Kind { kAll, kAny };
+  explicit Fold(Kind kind = kAll)
+      : stop_(kind == kAll ? SchemaAnswer::invalid : SchemaAnswer::valid),
+        answer_(kind == kAll ? SchemaAnswer::valid : SchemaAnswer::invalid) {}
+  /// False once the result is decided (stop).
+  bool add(SchemaAnswer a) {
+    if (a == stop_) {
+      answer_ = a;
+      return false;
+    }
+    if (a == SchemaAnswer::unknown) answer_ = a;
+    return true;
+  }
+  SchemaAnswer answer() const { return answer_; }
+
+ private:
+  SchemaAnswer stop_, answer_;
+};
+
+double number_of(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_number()) throw std::invalid_argument(where + ": expected a number");
+  return j.get<double>();
+}
+
+size_t count_of(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_number_integer() || j.get<int64_t>() < 0) throw std::invalid_argument(where + ": expected a count");
+  return j.get<size_t>();
+}
+
+bool ascii(const std::string& s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
+}
+
+}  // namespace
+
+struct CompiledSchema::Node {
+  bool always_false = false;  ///< the boolean schema false
+  unsigned types = 0;         ///< 0 = any type
+  bool has_enum = false;
+  std::vector<nlohmann::json> enum_values;
+  /// "properties", sorted by name as nlohmann sorts an object's keys, so that an
+  /// object and its schema are walked side by side; `required`: also named in
+  /// "required".
+  struct Property {
+    std::string name;
+    int schema = -1;
+    bool required = false;
+  };
+  std::vector<Property> properties;
+  size_t required_properties = 0;      ///< how many of `properties` are required
+  std::vector<std::string> required_others;  ///< required names without a "properties" entry
+  bool additional_false = false;
+  int additional = -1, property_names = -1, items = -1, ref = -1;
+  int if_ = -1, then_ = -1, else_ = -1;
+  std::optional<double> minimum, maximum, exclusive_minimum, exclusive_maximum;
+  std::optional<size_t> min_length, max_length, min_items, max_items;
+  std::optional<std::regex> pattern;
+  std::vector<int> all_of, any_of, one_of;
+};
+
+CompiledSchema::CompiledSchema(const nlohmann::json& document, const std::string& root) : document_(&document) {
+  root_ = compile(root);
+  document_ = nullptr;
+}
+
+CompiledSchema::~CompiledSchema() = default;
+
+int CompiledSchema::compile(const std::string& pointer) {
+  if (const auto it = compiled_.find(pointer); it != compiled_.end()) return it->second;
+  const nlohmann::json* s = nullptr;
+  try {
+    s = &document_->at(nlohmann::json::json_pointer(pointer));
+  } catch (const nlohmann::json::exception&) {
+    throw std::invalid_argument("$ref \"#" + pointer + "\" names nothing in the schema");
+  }
+  const int index = static_cast<int>(nodes_.size());
+  nodes_.push_back(std::make_unique<Node>());
+  compiled_[pointer] = index;  // before the children: a recursive $ref finds it
+  Node& n = *nodes_[index];    // stable: nodes are held by pointer
+  if (s->is_boolean()) n.always_false = !s->get<bool>();
+  else if (s->is_object()) compile_keywords(n, *s, pointer);
+  else throw std::invalid_argument(pointer + ": a schema must be an object or a boolean");
+  return index;
+}
+
+void CompiledSchema::compile_keywords(Node& n, const nlohmann::json& s, const std::string& pointer) {
+  auto sub = [&](const std::string& key) { return compile(pointer + "/" + key); };
+  auto subs = [&](const std::string& key, std::vector<int>& out) {
+    const auto& list = s.at(key);
+    if (!list.is_array() || list.empty()) throw std::invalid_argument(pointer + "/" + key + ": expected a non-empty array");
+    for (size_t i = 0; i < list.size(); ++i) out.push_back(compile(pointer + "/" + key + "/" + std::to_string(i)));
+  };
+  for (const auto& [key, value] : s.items()) {
+    const std::string at = pointer + "/" + key;
+    if (key == "$schema" || key == "$id" || key == "title" || key == "description" || key == "$comment" ||
+        key == "default" || key == "examples" || key == "$defs") {
+      continue;
+    } else if (key == "$ref") {
+      // draft 7: keywords beside $ref are ignored; only annotations may stand beside it here
+      const std::string ref = value.is_string() ? value.get<std::string>() : "";
+      if (ref.rfind('#', 0) != 0) throw std::invalid_argument(at + ": only refs within the schema (\"#/...\") are supported");
+      n.ref = compile(ref.substr(1));
+    } else if (key == "type") {
+      if (value.is_string()) n.types = type_bit(value.get<std::string>(), pointer);
+      else if (value.is_array())
+        for (const auto& t : value) n.types |= type_bit(t.is_string() ? t.get<std::string>() : "?", pointer);
+      else throw std::invalid_argument(at + ": expected a type name or a list of them");
+    } else if (key == "enum" || key == "const") {
+      if (key == "enum" && !value.is_array()) throw std::invalid_argument(at + ": expected an array");
+      n.has_enum = true;
+      if (key == "enum") n.enum_values.assign(value.begin(), value.end());
+      else n.enum_values.push_back(value);
+    } else if (key == "required") {
+      for (const auto& r : value)
+        if (!r.is_string()) throw std::invalid_argument(at + ": expected property names");
+    } else if (key == "properties") {
+      if (!value.is_object()) throw std::invalid_argument(at + ": expected an object");
+      for (const auto& [name, unused] : value.items()) {  // sorted: nlohmann's object is a std::map
+        std::string token;  // the name as a JSON pointer token
+        for (char c : name) token += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+        n.properties.push_back({name, compile(at + "/" + token), false});
+      }
+    } else if (key == "additionalProperties") {
+      if (value.is_boolean() && !value.get<bool>()) n.additional_false = true;
+      else n.additional = sub(key);
+    } else if (key == "propertyNames") {
+      n.property_names = sub(key);
+    } else if (key == "items") {
+      if (value.is_array()) throw std::invalid_argument(at + ": tuple items are not supported");
+      n.items = sub(key);
+    } else if (key == "minimum") {
+      n.minimum = number_of(value, at);
+    } else if (key == "maximum") {
+      n.maximum = number_of(value, at);
+    } else if (key == "exclusiveMinimum") {
+      n.exclusive_minimum = number_of(value, at);
+    } else if (key == "exclusiveMaximum") {
+      n.exclusive_maximum = number_of(value, at);
+    } else if (key == "minLength") {
+      n.min_length = count_of(value, at);
+    } else if (key == "maxLength") {
+      n.max_length = count_of(value, at);
+    } else if (key == "minItems") {
+      n.min_items = count_of(value, at);
+    } else if (key == "maxItems") {
+      n.max_items = count_of(value, at);
+    } else if (key == "pattern") {
+      if (!value.is_string()) throw std::invalid_argument(at + ": expected a string");
+      n.pattern.emplace(value.get<std::string>());  // std::regex's default: ECMAScript, as valijson
+    } else if (key == "allOf") {
+      subs(key, n.all_of);
+    } else if (key == "anyOf") {
+      subs(key, n.any_of);
+    } else if (key == "oneOf") {
+      subs(key, n.one_of);
+    } else if (key == "if") {
+      n.if_ = sub(key);
+    } else if (key == "then") {
+      n.then_ = sub(key);
+    } else if (key == "else") {
+      n.else_ = sub(key);
+    } else {
+      throw std::invalid_argument(at + ": keyword \"" + key + "\" is not supported by the compiled check");
+    }
+  }
+  if (const auto r = s.find("required"); r != s.end()) {
+    for (const auto& name : *r) {
+      const std::string req = name.get<std::string>();
+      auto p = std::find_if(n.properties.begin(), n.properties.end(), [&](const Node::Property& q) { return q.name == req; });
+      if (p == n.properties.end()) n.required_others.push_back(req);
+      else if (!p->required) p->required = true, ++n.required_properties;
+    }
+  }
+  if (n.ref >= 0)
+    for (const auto& [key, unused] : s.items())
+      if (key != "$ref" && key != "$schema" && key != "$id" && key != "title" && key != "description" &&
+          key != "$comment" && key != "$defs")
+        throw std::invalid_argument(pointer + ": keyword \"" + key + "\" beside $ref (draft 7 ignores it)");
+}
+
+SchemaAnswer CompiledSchema::check(const nlohmann::json& value) const { return run(root_, value); }
+
+SchemaAnswer CompiledSchema::run(int index, const nlohmann::json& v) const {
+  const Node& n = *nodes_[static_cast<size_t>(index)];
+  if (n.always_false) return SchemaAnswer::invalid;
+  if (n.ref >= 0) return run(n.ref, v);
+  const unsigned bits = bits_of(v);
+  if (n.types != 0 && (n.types & bits) == 0) return SchemaAnswer::invalid;
+  Fold all;
+  if (n.has_enum) {
+    Fold any(Fold::kAny);
+    for (const auto& c : n.enum_values)
+      if (!any.add(equal3(c, v))) break;
+    if (!all.add(any.answer())) return all.answer();
+  }
+  if (bits & (kInteger | kNumber)) {
+    const bool bounded = n.minimum || n.maximum || n.exclusive_minimum || n.exclusive_maximum;
+    if (bounded && wraps_in_valijson(v)) {
+      all.add(SchemaAnswer::unknown);
+    } else {
+      const double d = v.get<double>();
+      if ((n.minimum && d < *n.minimum) || (n.maximum && d > *n.maximum) ||
+          (n.exclusive_minimum && d <= *n.exclusive_minimum) || (n.exclusive_maximum && d >= *n.exclusive_maximum))
+        return SchemaAnswer::invalid;
+    }
+  } else if (bits & kString) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (n.min_length || n.max_length) {
+      if (!ascii(s)) all.add(SchemaAnswer::unknown);  // valijson counts code points
+      else if ((n.min_length && s.size() < *n.min_length) || (n.max_length && s.size() > *n.max_length))
+        return SchemaAnswer::invalid;
+    }
+    if (n.pattern && !std::regex_search(s, *n.pattern)) return SchemaAnswer::invalid;
+  } else if (bits & kArray) {
+    if ((n.min_items && v.size() < *n.min_items) || (n.max_items && v.size() > *n.max_items))
+      return SchemaAnswer::invalid;
+    if (n.items >= 0)
+      for (const auto& e : v)
+        if (!all.add(run(n.items, e))) return all.answer();
+  } else if (bits & kObject) {
+    if (!all.add(run_object(n, v))) return all.answer();
+  }
+  for (int s : n.all_of)
+    if (!all.add(run(s, v))) return all.answer();
+  if (!n.any_of.empty()) {
+    Fold any(Fold::kAny);
+    for (int s : n.any_of)
+      if (!any.add(run(s, v))) break;
+    if (!all.add(any.answer())) return all.answer();
+  }
+  if (!n.one_of.empty()) {
+    int valid = 0;
+    bool unsure = false;
+    for (int s : n.one_of) {
+      const SchemaAnswer a = run(s, v);
+      valid += a == SchemaAnswer::valid;
+      unsure = unsure || a == SchemaAnswer::unknown;
+    }
+    if (!all.add(unsure ? (valid > 1 ? SchemaAnswer::invalid : SchemaAnswer::unknown)
+                        : (valid == 1 ? SchemaAnswer::valid : SchemaAnswer::invalid)))
+      return all.answer();
+  }
+  if (n.if_ >= 0) {
+    const SchemaAnswer cond = run(n.if_, v);
+    const int branch = cond == SchemaAnswer::valid ? n.then_ : n.else_;
+    if (cond == SchemaAnswer::unknown) all.add(SchemaAnswer::unknown);
+    else if (branch >= 0 && !all.add(run(branch, v))) return all.answer();
+  }
+  return all.answer();
+}
+
+SchemaAnswer CompiledSchema::run_object(const Node& n, const nlohmann::json& v) const {
+  for (const auto& r : n.required_others)
+    if (!v.contains(r)) return SchemaAnswer::invalid;
+  // The object's members and the schema's properties, both sorted by name, side by side.
+  Fold all;
+  size_t required_seen = 0;
+  auto p = n.properties.begin();
+  for (const auto& [key, value] : v.get_ref<const nlohmann::json::object_t&>()) {
+    while (p != n.properties.end() && p->name < key) ++p;
+    if (p != n.properties.end() && p->name == key) {
+      required_seen += p->required;
+      if (!all.add(run(p->schema, value))) return all.answer();
+    } else if (n.additional_false) {
+      return SchemaAnswer::invalid;
+    } else if (n.additional >= 0 && !all.add(run(n.additional, value))) {
+      return all.answer();
+    }
+    if (n.property_names >= 0 && !all.add(run(n.property_names, nlohmann::json(key)))) return all.answer();
+  }
+  if (required_seen < n.required_properties) return SchemaAnswer::invalid;
+  return all.answer();
+}
+
+}  // namespace attnbench
