@@ -323,6 +323,7 @@ struct PendingCheck {
 void join_check(ReportRow& row, PendingCheck& pending, RunOptions::CheckOverlap mode) {
   const auto t0 = Clock::now();
   nlohmann::json co = {{"mode", to_string(mode)}};
+  if (mode == RunOptions::CheckOverlap::rows) co["beside"] = nlohmann::json::array();  // the runner's pipeline fills it
   try {
     CheckOutcome checked = pending.result.get();
     co["check_ms"] = checked.ms;
@@ -942,6 +943,45 @@ std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions
 
 namespace {
 
+/// The rows of case `c` (the k-th of the run's `n_cases`) for every backend not
+/// in `done`, into `rows`: `error` / `oom` rows when its shared parts cannot be
+/// built; else each unit as unit_row() runs it, every pending check joined
+/// before a backend that may not run beside one (may_run_beside_checks), and an
+/// ordered action that removes the case's shared gold (DIR/.gold/case-k, when
+/// `share_files`) once its last row is written. Stops between rows when this
+/// process was asked to stop.
+void run_case(const Case& c, size_t k, const std::vector<std::unique_ptr<Backend>>& backends,
+              const std::unordered_set<std::string>& done, const RunOptions& opts, size_t n_cases,
+              const std::filesystem::path& dir, bool share_files, int64_t& unit_no,
+              std::map<std::string, std::string>& unavailable, RowPipeline& rows) {
+  const std::filesystem::path unit_dir = dir / ".units";
+  const CaseShared shared = build_case_shared(c.problem);
+  if (!shared.error.empty()) {
+    write_case_rows(c, to_json(c.problem, true), shared.oom ? RowStatus::oom : RowStatus::error, shared.error,
+                    backends, done, rows);
+    return;
+  }
+  // One folder of shared files per case, removed once the case's last row is
+  // written (its checks may still read it while the next case runs).
+  const GoldStore gold_store = share_files ? GoldStore(dir / ".gold" / ("case-" + std::to_string(k))) : GoldStore();
+  auto cache = std::make_shared<UnitCache>();
+  cache->store = gold_store;
+  for (auto& backend : backends) {
+    if (stop_signal()) break;
+    if (done.count(c.id + "|" + backend->variant())) continue;
+    if (!may_run_beside_checks(*backend, opts)) rows.drain();
+    ReportRow row;
+    RowPipeline::Finish finish;
+    if (!unit_row(c, *backend, opts, isolate_backend(*backend, opts, n_cases), unit_dir, unit_no, cache,
+                  shared.useful_pairs, shared.thumbnail, unavailable, row, &finish))
+      break;  // stopped: left to --resume
+    if (row.status != RowStatus::unsupported) rows.running(c.id + "|" + backend->variant());
+    if (finish) rows.push_pending(std::move(row), std::move(finish));
+    else rows.push_ready(std::move(row));
+  }
+  rows.push_action([gold_store] { gold_store.clear(); });  // the case is done: its shared inputs and reference go
+}
+
 /// Whether the journal at `path` has a complete first line (a kill while it was
 /// created can leave it empty or torn). Throws InputError for a path that is not
 /// a regular file (a FIFO would block the read forever).
@@ -1123,7 +1163,6 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   for (size_t k = 0; k < cases.size() && !stop_signal(); ++k) {
     Case c = scenario.cases[cases[k]];
     if (opts.seed) c.problem.seed = *opts.seed;
-    const Problem& p = c.problem;
     bool all_done = true;
     for (const auto& b : backends) all_done = all_done && done.count(c.id + "|" + b->variant());
     if (all_done) continue;
@@ -1133,31 +1172,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
       write_case_rows(c, nullptr, RowStatus::error, c.invalid, backends, done, rows);
       continue;
     }
-    const CaseShared shared = build_case_shared(p);
-    if (!shared.error.empty()) {
-      write_case_rows(c, to_json(c.problem, true), shared.oom ? RowStatus::oom : RowStatus::error, shared.error,
-                      backends, done, rows);
-      continue;
-    }
-    // One folder of shared files per case, removed once the case's last row is
-    // written (its checks may still read it while the next case runs).
-    const GoldStore gold_store = share_files ? GoldStore(dir / ".gold" / ("case-" + std::to_string(k))) : GoldStore();
-    auto cache = std::make_shared<UnitCache>();
-    cache->store = gold_store;
-    for (auto& backend : backends) {
-      if (stop_signal()) break;
-      if (done.count(c.id + "|" + backend->variant())) continue;
-      if (!may_run_beside_checks(*backend, opts)) rows.drain();
-      ReportRow row;
-      RowPipeline::Finish finish;
-      if (!unit_row(c, *backend, opts, isolate_backend(*backend, opts, cases.size()), unit_dir, unit_no, cache,
-                    shared.useful_pairs, shared.thumbnail, unavailable, row, &finish))
-        break;  // stopped: left to --resume
-      if (row.status != RowStatus::unsupported) rows.running(c.id + "|" + backend->variant());
-      if (finish) rows.push_pending(std::move(row), std::move(finish));
-      else rows.push_ready(std::move(row));
-    }
-    rows.push_action([gold_store] { gold_store.clear(); });  // the case is done: its shared inputs and reference go
+    run_case(c, k, backends, done, opts, cases.size(), dir, share_files, unit_no, unavailable, rows);
   }
   rows.drain();
   GoldStore(dir / ".gold").clear();

@@ -34,7 +34,7 @@ struct RunOptions {
   bool kernel_trace = false;
   /// Where the host-side check of a GPU row (its outputs against the float64
   /// gold, and the case's reference when that row computes it) runs
-  /// (`--check-overlap`, docs/overlap.md):
+  /// (`--check-overlap`; README, "Checks overlapped with GPU timing"):
   ///  - rows (default): on a worker thread (or in the finished isolated child)
   ///    from the row's timing on, and it may go on while the next rows run, as
   ///    long as each of them is an in-process GPU backend timed without host
