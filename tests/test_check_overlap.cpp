@@ -184,6 +184,17 @@ json run_mode(const Scratch& s, const std::string& out, const std::string& log, 
 
 }  // namespace
 
+TEST_CASE("attnbench run refuses a bad --check-overlap or --pending-checks (exit 2, naming the option)") {
+  Scratch s;
+  for (const char* bad : {"--check-overlap sometimes", "--pending-checks 0"}) {
+    INFO(bad);
+    const Result r = run_in(s.t.path, "run '" + s.scenario + "' --backends cpu --out '" + s.dir("bad") + "' " + bad);
+    CHECK(r.code == 2);
+    CHECK(contains(r.err, std::string(bad).substr(0, std::string(bad).find(' '))));
+    CHECK_FALSE(fs::exists(fs::path(s.dir("bad")) / "journal.jsonl"));
+  }
+}
+
 TEST_CASE("--check-overlap rows: row k's check runs while row k+1 is timed; the same rows, in the same order") {
   Scratch s;
   const std::string log = s.dir("events.log");

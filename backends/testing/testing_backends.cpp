@@ -167,6 +167,16 @@ class FakeGpuBackend final : public Backend {
   std::unique_ptr<Backend> cpu_;
 };
 
+/// Register every (name, kind) of `table` as make(name, kind).
+template <class Kind, size_t N, class Make>
+void add_each(const std::pair<const char*, Kind> (&table)[N], Make make) {
+  for (const auto& [name, kind] : table) {
+    const std::string n = name;
+    const Kind k = kind;
+    BackendRegistry::add(n, [n, k, make] { return make(n, k); });
+  }
+}
+
 bool register_testing_backends() {
   const char* on = std::getenv("ATTNBENCH_TEST_BACKENDS");
   if (!on || std::string(on) != "1") return false;
@@ -174,21 +184,13 @@ bool register_testing_backends() {
                                                       {"test-abort", Misbehaviour::abort},
                                                       {"test-hang", Misbehaviour::hang},
                                                       {"test-oom", Misbehaviour::oom}};
-  for (const auto& [name, m] : bad) {
-    const std::string n = name;
-    const Misbehaviour mm = m;
-    BackendRegistry::add(n, [n, mm] { return std::make_unique<MisbehavingBackend>(n, mm); });
-  }
+  add_each(bad, [](const std::string& n, Misbehaviour m) { return std::make_unique<MisbehavingBackend>(n, m); });
   BackendRegistry::add("test-slow", [] { return std::make_unique<SlowBackend>(); });
   const std::pair<const char*, FakeGpu> fakes[] = {{"test-fake-gpu", FakeGpu::good},
                                                    {"test-fake-gpu-crash", FakeGpu::crash},
                                                    {"test-fake-gpu-hang", FakeGpu::hang},
                                                    {"test-fake-gpu-wrong", FakeGpu::wrong}};
-  for (const auto& [name, how] : fakes) {
-    const std::string n = name;
-    const FakeGpu h = how;
-    BackendRegistry::add(n, [n, h] { return std::make_unique<FakeGpuBackend>(n, h); });
-  }
+  add_each(fakes, [](const std::string& n, FakeGpu h) { return std::make_unique<FakeGpuBackend>(n, h); });
   return true;
 }
 
