@@ -285,3 +285,23 @@ TEST_CASE("--check-overlap rows, isolated: a crash or timeout of row k+1 keeps r
   CHECK(rep["results"][1]["status"] == "fail");
   CHECK(rep["results"][1]["backend"] == "test-fake-gpu-wrong");
 }
+
+TEST_CASE("--check-overlap rows across cases: the last row of a case is written after the next case started") {
+  Scratch s;
+  const std::string out = s.dir("across");
+  const Result r = run_in(s.t.path, "run '" + s.scenario + "' --out '" + out +
+                                        "' --no-determinism --backends test-fake-gpu --isolate on",
+                          std::string(kEnv));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const json rep = report_of(out);
+  REQUIRE(rep["results"].size() == 2);
+  CHECK(rep["results"][0]["case_id"] == "S32");  // journal and report in run order
+  CHECK(rep["results"][1]["case_id"] == "S48");
+  CHECK(rep["results"][0]["extra"]["check_overlap"]["beside"] == json::array({"S48|test-fake-gpu"}));
+  // S32's row is written under the "[2/2] S48" line, so it names its case.
+  const size_t header = r.err.find("[2/2] S48");
+  REQUIRE(header != std::string::npos);
+  CHECK(r.err.find("(S32)", header) != std::string::npos);
+  CHECK_FALSE(fs::exists(fs::path(out) / ".gold"));  // each case's shared gold removed once its rows are written
+}

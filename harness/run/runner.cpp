@@ -750,7 +750,11 @@ void require_same_identity(const nlohmann::json& was, const nlohmann::json& now,
 /// Record a finished row: first the journal (fsync'd), then the report, the
 /// summary (fully-masked-row-only failures counted apart) and the terminal line.
 /// Derives the row's throughput and roofline figures against the run's ceilings first.
-void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
+/// `shown_case`: the case whose "[i/n] CASE" line the terminal shows last; a row
+/// of another case (written after the next case started: its check was pending)
+/// names its case on its line.
+void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, RunSummary& summary,
+                const std::string& shown_case = "") {
   row.derive(ceiling_rates(writer.header().value("ceilings", nlohmann::json())));
   const nlohmann::json rj = row.to_json();
   journal.append({{"row", rj}});
@@ -760,6 +764,7 @@ void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, Ru
     ++summary.fail_masked_rows_only;
   std::string text = !row.reason.empty() ? row.reason : row.message;
   if (const std::string note = determinism_note(rj); !note.empty()) text += (text.empty() ? "" : "; ") + note;
+  if (!shown_case.empty() && row.case_id != shown_case) text = "(" + row.case_id + ") " + text;
   std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.variant.empty() ? row.backend : row.variant).c_str(),
                to_string(row.status),
                printable(text).c_str());
@@ -1159,7 +1164,8 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   // may still run while the next rows are timed (harness/run/row_pipeline.hpp).
   const size_t max_pending =
       opts.check_overlap == RunOptions::CheckOverlap::rows ? static_cast<size_t>(opts.pending_checks) : 0;
-  RowPipeline rows(max_pending, [&](ReportRow& r) { finish_row(r, journal, writer, summary); });
+  std::string shown_case;  // the case of the last "[i/n] CASE" line
+  RowPipeline rows(max_pending, [&](ReportRow& r) { finish_row(r, journal, writer, summary, shown_case); });
   for (size_t k = 0; k < cases.size() && !stop_signal(); ++k) {
     Case c = scenario.cases[cases[k]];
     if (opts.seed) c.problem.seed = *opts.seed;
@@ -1168,6 +1174,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     if (all_done) continue;
     std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", k + 1, cases.size(), printable(c.id).c_str(),
                  ms_since(run_t0) / 1000.0);
+    shown_case = c.id;
     if (!c.invalid.empty()) {
       write_case_rows(c, nullptr, RowStatus::error, c.invalid, backends, done, rows);
       continue;
