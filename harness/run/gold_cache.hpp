@@ -15,8 +15,10 @@
 //    size and the attnbench revision), the key itself is stored in the file and
 //    compared exactly on load, and every array carries a CRC-32 (zlib) checked on
 //    load; any mismatch, short file or unreadable trailer means "not shared" and
-//    the unit computes its own. The runner empties OUT/.gold/ when a run starts
-//    and when each case is done, under the --out lock.
+//    the unit computes its own. Each case publishes in its own folder,
+//    OUT/.gold/case-K; the runner empties OUT/.gold/ when a run starts and
+//    removes a case's folder once the case's last row is written (a row's check
+//    may still read it while the next case runs), under the --out lock.
 //  - Units of one case may run at once (`--check-overlap rows`: the check of
 //    one row runs while the next row is timed, in this process or in a finished
 //    child). CaseGold is safe to share between threads (one lock for the inputs,
