@@ -8,7 +8,14 @@
 // (ATTNBENCH_TEST_CHECK_DELAY_MS), ordering read from a CLOCK_MONOTONIC event log.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +30,8 @@
 #include "harness/run/runner.hpp"
 #include "harness/model/errors.hpp"
 #include "tests/cli_util.hpp"
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -304,4 +313,78 @@ TEST_CASE("--check-overlap rows across cases: the last row of a case is written 
   REQUIRE(header != std::string::npos);
   CHECK(r.err.find("(S32)", header) != std::string::npos);
   CHECK_FALSE(fs::exists(fs::path(out) / ".gold"));  // each case's shared gold removed once its rows are written
+}
+
+namespace {
+
+/// Start `attnbench ARGS...` in the background (stdout / stderr to LOG.out /
+/// LOG.err), with this process's environment; returns its pid.
+pid_t start(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv = {ATTNBENCH_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> av;
+  for (auto& a : argv) av.push_back(a.data());
+  av.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, (log + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, (log + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+/// Exit code, or 128 + signal.
+int wait_exit(pid_t pid) {
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+}  // namespace
+
+TEST_CASE("--check-overlap rows, one process: SIGTERM while a check is pending still writes that row; --resume ends it") {
+  Scratch s;
+  const std::string out = s.dir("stop"), log = s.dir("stop.log");
+  const std::vector<std::pair<const char*, const char*>> env = {{"ATTNBENCH_TEST_BACKENDS", "1"},
+                                                                 {"ATTNBENCH_TEST_TIMING_MS", "40"},
+                                                                 {"ATTNBENCH_TEST_CHECK_DELAY_MS", "1500"},
+                                                                 {"ATTNBENCH_TEST_EVENT_LOG", log.c_str()}};
+  for (const auto& [k, v] : env) ::setenv(k, v, 1);
+  const pid_t pid = start({"run", s.scenario, "--out", out, "--no-determinism", "--backends",
+                           "test-fake-gpu,test-fake-gpu-wrong", "--isolate", "off"},
+                          s.dir("bg"));
+  for (const auto& [k, v] : env) ::unsetenv(k);
+  // Once S32's second row is being timed, the first row's check is pending.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!events(log).count("S32|test-fake-gpu-wrong") && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ::kill(pid, SIGTERM);
+  CHECK(wait_exit(pid) == 128 + SIGTERM);
+  const json rep = report_of(out);
+  INFO(slurp(s.dir("bg") + ".err"));
+  REQUIRE(rep["results"].size() == 2);  // the pending check was joined and its row written, in order
+  CHECK(rep["results"][0]["backend"] == "test-fake-gpu");
+  CHECK(rep["results"][0]["status"] == "pass");
+  CHECK(rep["results"][0]["extra"]["check_overlap"]["beside"] == json::array({"S32|test-fake-gpu-wrong"}));
+  CHECK(rep["results"][1]["status"] == "fail");
+  CHECK(rep["interrupted"]["signal"] == "SIGTERM");
+
+  const Result r = run_in(s.t.path, "run '" + s.scenario + "' --out '" + out + "' --no-determinism --backends "
+                                        "test-fake-gpu,test-fake-gpu-wrong --isolate off --resume",
+                          kEnv);
+  INFO(r.err);
+  CHECK(r.code == 1);  // test-fake-gpu-wrong fails its check
+  const json fin = report_of(out);
+  REQUIRE(fin["results"].size() == 4);
+  const char* order[][2] = {{"S32", "test-fake-gpu"}, {"S32", "test-fake-gpu-wrong"},
+                            {"S48", "test-fake-gpu"}, {"S48", "test-fake-gpu-wrong"}};
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(fin["results"][i]["case_id"] == order[i][0]);
+    CHECK(fin["results"][i]["backend"] == order[i][1]);
+  }
+  CHECK(fin["finished"].is_string());
 }
