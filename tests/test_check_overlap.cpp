@@ -8,9 +8,7 @@
 // (ATTNBENCH_TEST_CHECK_DELAY_MS), ordering read from a CLOCK_MONOTONIC event log.
 #include <doctest/doctest.h>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <csignal>
@@ -30,8 +28,6 @@
 #include "harness/run/runner.hpp"
 #include "harness/model/errors.hpp"
 #include "tests/cli_util.hpp"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -315,36 +311,6 @@ TEST_CASE("--check-overlap rows across cases: the last row of a case is written 
   CHECK_FALSE(fs::exists(fs::path(out) / ".gold"));  // each case's shared gold removed once its rows are written
 }
 
-namespace {
-
-/// Start `attnbench ARGS...` in the background (stdout / stderr to LOG.out /
-/// LOG.err), with this process's environment; returns its pid.
-pid_t start(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv = {ATTNBENCH_BINARY};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> av;
-  for (auto& a : argv) av.push_back(a.data());
-  av.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, (log + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (log + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  return pid;
-}
-
-/// Exit code, or 128 + signal.
-int wait_exit(pid_t pid) {
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0) {
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-}  // namespace
 
 TEST_CASE("--check-overlap rows, one process: SIGTERM while a check is pending still writes that row; --resume ends it") {
   Scratch s;
