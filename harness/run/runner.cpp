@@ -622,10 +622,28 @@ bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isol
   const bool on_gpu = backend.device() == Device::cuda;
   const bool deferrable = defer && opts.check_overlap == RunOptions::CheckOverlap::rows && overlap_check(backend, opts);
   if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
+  // In a child; with `deferrable`, returning once the child has written its
+  // timed row, *defer then waiting for the child's check. False: stopped.
   auto isolated = [&](bool check_support) {
     make_out_dir(unit_dir.string());
-    const ReportRow skeleton = row;
-    return run_isolated(c, skeleton, opts, unit_dir, unit_no++, cache->store, row, check_support);
+    if (!deferrable) {
+      const ReportRow skeleton = row;
+      return run_isolated(c, skeleton, opts, unit_dir, unit_no++, cache->store, row, check_support);
+    }
+    const auto u = start_isolated(c, row, opts, unit_dir, unit_no++, cache->store, check_support, true);
+    if (std::optional<ChildStatus> st = wait_isolated(*u, opts, true)) {  // ended before any timed row
+      u->child.reset();
+      return finish_isolated(*u, *st, opts, row);
+    }
+    *defer = [u, opts](ReportRow& r) {
+      const auto t0 = Clock::now();
+      const ChildStatus st = *wait_isolated(*u, opts, false);
+      u->child.reset();
+      const bool have_row = finish_isolated(*u, st, opts, r);
+      if (have_row) r.extra["check_overlap"]["runner_wait_ms"] = ms_since(t0);
+      return have_row;
+    };
+    return true;
   };
   std::string why;
   if (backend.isolated_only() && opts.isolate != RunOptions::Isolate::off) {
@@ -643,22 +661,6 @@ bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isol
   } else if (Support s = backend.supports(c.problem); !s) {
     row.status = RowStatus::unsupported;
     row.reason = s.reason;
-  } else if (isolate && deferrable) {
-    make_out_dir(unit_dir.string());
-    const auto u = start_isolated(c, row, opts, unit_dir, unit_no++, cache->store, false, true);
-    if (std::optional<ChildStatus> st = wait_isolated(*u, opts, true)) {  // ended before its timed row
-      u->child.reset();
-      if (!finish_isolated(*u, *st, opts, row)) return false;
-    } else {
-      *defer = [u, opts](ReportRow& r) {
-        const auto t0 = Clock::now();
-        const ChildStatus st = *wait_isolated(*u, opts, false);
-        u->child.reset();
-        const bool have_row = finish_isolated(*u, st, opts, r);
-        if (have_row) r.extra["check_overlap"]["runner_wait_ms"] = ms_since(t0);
-        return have_row;
-      };
-    }
   } else if (isolate) {
     if (!isolated(false)) return false;
   } else if (deferrable) {
@@ -1258,7 +1260,7 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
     row.status = RowStatus::unsupported;
     row.reason = s.reason;
   } else {
-    run_unit(p, *backend, opts, cache, useful_pairs, row);
+    run_unit(p, *backend, opts, cache, useful_pairs, row, timed_path.empty() ? nullptr : &pending);
   }
   if (pending.result.valid()) {
     write_json_atomic(timed_path, row.to_json(), /*sync=*/false);
