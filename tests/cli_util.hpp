@@ -1,8 +1,11 @@
 // Helpers of the suites that run the attnbench binary itself (test_cli,
-// test_cli_hostile, test_cli_reliability): a scratch directory, the run with captured output, file
+// test_cli_hostile, test_cli_reliability, test_check_overlap): a scratch
+// directory, the run with captured output, a run in the background, file
 // reading. The binary is ATTNBENCH_BINARY (set by tests/CMakeLists.txt).
 #pragma once
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,7 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <vector>
+
+extern char** environ;
 
 namespace attnbench::test::cli {
 
@@ -67,6 +74,34 @@ inline Result run_in(const std::filesystem::path& dir, const std::string& args, 
 /// run_in() the directory of `t`.
 inline Result run(const std::string& args, const TempDir& t, const std::string& env = "", int timeout_s = 120) {
   return run_in(t.path, args, env, timeout_s);
+}
+
+/// Start `attnbench ARGS...` in the background with this process's environment
+/// (stdout / stderr to LOG.out / LOG.err); returns its pid. Throws
+/// std::runtime_error when it cannot be started.
+inline pid_t start(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv = {ATTNBENCH_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> av;
+  for (auto& a : argv) av.push_back(a.data());
+  av.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, (log + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, (log + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+  return pid;
+}
+
+/// Wait for `pid`: its exit code, or 128 + the signal that killed it.
+inline int wait_exit(pid_t pid) {
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /// Whether `s` contains `sub`.

@@ -59,33 +59,6 @@ Result run(const Scratch& s, const std::string& args, const std::string& env = "
   return run_in(s.path, args, env);
 }
 
-/// Start `attnbench ARGS...` in the background (stdout/stderr to files next to
-/// `log`); returns its pid.
-pid_t start(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv = {ATTNBENCH_BINARY};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> av;
-  for (auto& a : argv) av.push_back(a.data());
-  av.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, (log + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (log + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  return pid;
-}
-
-/// Exit code, or 128 + signal.
-int wait_exit(pid_t pid) {
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0) {
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /// Finished rows in DIR/journal.jsonl.
 int journal_rows(const std::string& dir) {
   // Only complete lines: a kill -9 can cut a multi-page row write short (Linux

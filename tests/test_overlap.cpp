@@ -66,12 +66,12 @@ Scenario one_case() {
   return s;
 }
 
-nlohmann::json run_once(bool overlap, const std::string& dir) {
+nlohmann::json run_once(RunOptions::CheckOverlap mode, const std::string& dir) {
   RunOptions o;
   o.backends = {"fake-gold-gpu"};
   o.out_dir = (std::filesystem::temp_directory_path() / dir).string();
   std::filesystem::remove_all(o.out_dir);
-  o.overlap_check = overlap;
+  o.check_overlap = mode;
   o.determinism = false;
   const RunSummary sum = run_scenario(one_case(), o);
   REQUIRE(sum.pass == 1);
@@ -84,25 +84,29 @@ nlohmann::json run_once(bool overlap, const std::string& dir) {
 }  // namespace
 
 TEST_CASE("a GPU row's check (the case's reference included) runs while the row is timed; same verdict") {
-  const nlohmann::json with = run_once(true, "attnbench_overlap_on");
-  const nlohmann::json without = run_once(false, "attnbench_overlap_off");
-  REQUIRE(with["extra"].contains("check_overlap"));
-  CHECK_FALSE(without["extra"].contains("check_overlap"));
-  const double check_ms = with["extra"]["check_overlap"]["check_ms"].get<double>();
-  const double wait_ms = with["extra"]["check_overlap"]["wait_ms"].get<double>();
-  CHECK(check_ms > 0);
-  // Run one after the other, the row would wait the whole check after its 900 ms of
-  // timing; overlapped, it waits only what is left of the check after the timing.
-  CHECK(wait_ms < check_ms);
-  CHECK(wait_ms <= std::max(0.0, check_ms - 900.0) + 100.0);
-  CHECK(with["check"]["gold_source"] == "computed");  // this row computed the reference, on the worker
-  // The verdict does not depend on where the check ran.
-  nlohmann::json a = with["check"], b = without["check"];
-  for (auto* j : {&a, &b}) {
-    j->erase("reference_ms");
-    j->erase("gold_ms");
+  const nlohmann::json without = run_once(RunOptions::CheckOverlap::off, "attnbench_overlap_off");
+  CHECK(without["extra"]["check_overlap"]["mode"] == "off");
+  for (auto mode : {RunOptions::CheckOverlap::same_row, RunOptions::CheckOverlap::rows}) {
+    INFO(to_string(mode));
+    const nlohmann::json with = run_once(mode, "attnbench_overlap_on");
+    REQUIRE(with["extra"].contains("check_overlap"));
+    CHECK(with["extra"]["check_overlap"]["mode"] == to_string(mode));
+    const double check_ms = with["extra"]["check_overlap"]["check_ms"].get<double>();
+    const double wait_ms = with["extra"]["check_overlap"]["wait_ms"].get<double>();
+    CHECK(check_ms > 0);
+    // Run one after the other, the row would wait the whole check after its 900 ms of
+    // timing; overlapped, it waits only what is left of the check after the timing.
+    CHECK(wait_ms < check_ms);
+    CHECK(wait_ms <= std::max(0.0, check_ms - 900.0) + 100.0);
+    CHECK(with["check"]["gold_source"] == "computed");  // this row computed the reference, on the worker
+    // The verdict does not depend on where the check ran.
+    nlohmann::json a = with["check"], b = without["check"];
+    for (auto* j : {&a, &b}) {
+      j->erase("reference_ms");
+      j->erase("gold_ms");
+    }
+    CHECK(a == b);
+    CHECK(with["status"] == "pass");
+    CHECK(with["timing"]["fwd"]["median_ms"] == without["timing"]["fwd"]["median_ms"]);
   }
-  CHECK(a == b);
-  CHECK(with["status"] == "pass");
-  CHECK(with["timing"]["fwd"]["median_ms"] == without["timing"]["fwd"]["median_ms"]);
 }

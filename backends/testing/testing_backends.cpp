@@ -8,6 +8,17 @@
 //   test-oom    prepare() throws std::bad_alloc (host memory exhausted)
 //   test-slow   the cpu backend, after sleeping ATTNBENCH_TEST_SLOW_MS (default
 //               300) in prepare(): rows that take long enough to interrupt
+//   test-fake-gpu        a "GPU" backend (Device::cuda, no CUDA used): the cpu
+//               backend's outputs, and timing passes that each sleep
+//               ATTNBENCH_TEST_TIMING_MS (default 100) and return the fixed
+//               samples {1, 2, 3} ms as if timed by a worker, so rows of
+//               --check-overlap modes compare exactly; with
+//               ATTNBENCH_TEST_EVENT_LOG=FILE each timing pass appends
+//               "timing-start|timing-end CASE|BACKEND NANOSECONDS" (CLOCK_MONOTONIC,
+//               one clock for every process) to FILE
+//   test-fake-gpu-crash  test-fake-gpu whose forward() dies of SIGSEGV
+//   test-fake-gpu-hang   test-fake-gpu whose forward() sleeps forever
+//   test-fake-gpu-wrong  test-fake-gpu whose O is off by 1 (fails the check)
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +26,9 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <ctime>
+#include <optional>
+#include <vector>
 
 #include "harness/backend/backend.hpp"
 
@@ -83,6 +97,86 @@ class SlowBackend : public Backend {
   std::unique_ptr<Backend> cpu_;
 };
 
+enum class FakeGpu { good, crash, hang, wrong };
+
+/// The cpu backend's instance behind a fake GPU timer (see the top of this file).
+class FakeGpuInstance final : public BackendInstance {
+ public:
+  FakeGpuInstance(std::unique_ptr<BackendInstance> inner, FakeGpu how, std::string key)
+      : inner_(std::move(inner)), how_(how), key_(std::move(key)) {}
+  void forward() override {
+    if (how_ == FakeGpu::crash) std::raise(SIGSEGV);
+    if (how_ == FakeGpu::hang)
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    inner_->forward();
+  }
+  void backward() override { inner_->backward(); }
+  void poison_outputs() override { inner_->poison_outputs(); }
+  int64_t executed_pairs() const override { return inner_->executed_pairs(); }
+  AttentionOutputs read_outputs(bool with_grads) override {
+    AttentionOutputs out = inner_->read_outputs(with_grads);
+    if (how_ == FakeGpu::wrong)
+      for (double& x : out.o.data) x += 1.0;
+    return out;
+  }
+  std::optional<std::vector<double>> external_samples_ms(int) const override {
+    const char* ms = std::getenv("ATTNBENCH_TEST_TIMING_MS");
+    log_event("timing-start");
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms ? std::atoi(ms) : 100));
+    log_event("timing-end");
+    return std::vector<double>{1.0, 2.0, 3.0};
+  }
+
+ private:
+  void log_event(const char* what) const {
+    const char* path = std::getenv("ATTNBENCH_TEST_EVENT_LOG");
+    if (!path || !*path) return;
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    const std::string line = std::string(what) + " " + key_ + " " +
+                             std::to_string(static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec) + "\n";
+    if (std::FILE* f = std::fopen(path, "a")) {  // one short line: appended whole by every process
+      std::fputs(line.c_str(), f);
+      std::fclose(f);
+    }
+  }
+
+  std::unique_ptr<BackendInstance> inner_;
+  FakeGpu how_;
+  std::string key_;
+};
+
+class FakeGpuBackend final : public Backend {
+ public:
+  FakeGpuBackend(std::string name, FakeGpu how) : name_(std::move(name)), how_(how), cpu_(BackendRegistry::create("cpu")) {}
+  std::string name() const override { return name_; }
+  std::string description() const override {
+    return "test only: the cpu backend's outputs behind a fake GPU timer (ATTNBENCH_TEST_BACKENDS=1)";
+  }
+  Device device() const override { return Device::cuda; }
+  Support supports(const Problem& p) const override { return cpu_->supports(p); }
+  RuleConstants rule() const override { return cpu_->rule(); }
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
+    const std::string key = "S" + std::to_string(p.seq_q) + "|" + name_;
+    return std::make_unique<FakeGpuInstance>(cpu_->prepare(p, in), how_, key);
+  }
+
+ private:
+  std::string name_;
+  FakeGpu how_;
+  std::unique_ptr<Backend> cpu_;
+};
+
+/// Register every (name, kind) of `table` as make(name, kind).
+template <class Kind, size_t N, class Make>
+void add_each(const std::pair<const char*, Kind> (&table)[N], Make make) {
+  for (const auto& [name, kind] : table) {
+    const std::string n = name;
+    const Kind k = kind;
+    BackendRegistry::add(n, [n, k, make] { return make(n, k); });
+  }
+}
+
 bool register_testing_backends() {
   const char* on = std::getenv("ATTNBENCH_TEST_BACKENDS");
   if (!on || std::string(on) != "1") return false;
@@ -90,12 +184,13 @@ bool register_testing_backends() {
                                                       {"test-abort", Misbehaviour::abort},
                                                       {"test-hang", Misbehaviour::hang},
                                                       {"test-oom", Misbehaviour::oom}};
-  for (const auto& [name, m] : bad) {
-    const std::string n = name;
-    const Misbehaviour mm = m;
-    BackendRegistry::add(n, [n, mm] { return std::make_unique<MisbehavingBackend>(n, mm); });
-  }
+  add_each(bad, [](const std::string& n, Misbehaviour m) { return std::make_unique<MisbehavingBackend>(n, m); });
   BackendRegistry::add("test-slow", [] { return std::make_unique<SlowBackend>(); });
+  const std::pair<const char*, FakeGpu> fakes[] = {{"test-fake-gpu", FakeGpu::good},
+                                                   {"test-fake-gpu-crash", FakeGpu::crash},
+                                                   {"test-fake-gpu-hang", FakeGpu::hang},
+                                                   {"test-fake-gpu-wrong", FakeGpu::wrong}};
+  add_each(fakes, [](const std::string& n, FakeGpu h) { return std::make_unique<FakeGpuBackend>(n, h); });
   return true;
 }
 

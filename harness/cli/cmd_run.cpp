@@ -133,6 +133,8 @@ void add_run_command(CLI::App& app, Action& action) {
     std::string cases;
     bool hot = false, no_timing = false, no_backward = false, no_determinism = false, kernel_trace = false,
          no_hold = false, no_overlap = false;
+    std::string check_overlap = "rows";
+    int pending_checks = 1;
     double max_seconds = 2.0, rel_stddev = 0.02, case_timeout = 0;
     std::string stopping = "rel_stddev", timer = "events";
     double min_time = kNvbenchMinTimeS, throttle_threshold = 75, throttle_recovery = 0.05;
@@ -157,9 +159,17 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_flag("--no-stream-hold", args->no_hold,
                 "GPU samples include host launch latency (default: a spin kernel holds the stream while a pass is "
                 "enqueued, as nvbench does)");
-  cmd->add_flag("--no-overlap", args->no_overlap,
-                "GPU backends: check a row's outputs before timing it (default: the check, and the case's float64 "
-                "reference when that row computes it, run on a worker thread while the row is timed)");
+  cmd->add_option("--check-overlap", args->check_overlap,
+                  "where a GPU row's host-side check (and the case's float64 reference when that row computes it) "
+                  "runs: rows (on a worker thread or in the finished isolated child, while the row and then the next "
+                  "GPU rows are timed; rows still written in order) | same-row (while the row itself is timed) | off "
+                  "(before the row is timed)")
+      ->capture_default_str();
+  cmd->add_option("--pending-checks", args->pending_checks,
+                  "--check-overlap rows: rows that may wait for their check while the next row runs (each holds its "
+                  "host outputs or its finished child)")
+      ->capture_default_str();
+  cmd->add_flag("--no-overlap", args->no_overlap, "the same as --check-overlap off");
   cmd->add_flag("--kernel-trace", args->kernel_trace,
                 "record the kernels of one untimed forward and backward per GPU row (CUPTI) in extra.kernel_trace");
   cmd->add_option("--max-seconds", args->max_seconds, "time cap per (case, backend, pass); default: the scenario's timing.max_seconds, else 2")->capture_default_str();
@@ -224,7 +234,8 @@ void add_run_command(CLI::App& app, Action& action) {
       o.backward = !args->no_backward;
       o.determinism = !args->no_determinism;
       o.kernel_trace = args->kernel_trace;
-      o.overlap_check = !args->no_overlap;
+      o.check_overlap = args->no_overlap ? RunOptions::CheckOverlap::off : parse_check_overlap(args->check_overlap);
+      o.pending_checks = args->pending_checks;
       o.device = args->device;
       o.command_line = command_line();
       o.resume = args->resume;

@@ -11,6 +11,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -387,9 +389,30 @@ void GoldStore::clear() const {
   std::filesystem::remove_all(dir_, ec);
 }
 
+std::shared_ptr<void> GoldStore::lock_gold(const Problem& p, CheckMode mode, bool grads) const {
+  if (!enabled()) return nullptr;
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  const std::string path = file_for(gold_key(p, mode, grads)).string() + ".lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return nullptr;
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  struct Held {
+    int fd = -1;
+    ~Held() {
+      if (fd >= 0) ::close(fd);  // closing releases the lock
+    }
+  };
+  auto held = std::make_shared<Held>();
+  held->fd = fd;
+  return held;
+}
+
 // ------------------------------------------------------------------ per process
 
 const ProblemData& CaseGold::get_inputs(const Problem& p, GoldProvenance* how) {
+  std::lock_guard<std::mutex> hold(inputs_mu_);
   GoldProvenance got{"shared", 0};
   if (!inputs) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -407,10 +430,14 @@ const ProblemData& CaseGold::get_inputs(const Problem& p, GoldProvenance* how) {
 }
 
 const GoldCache& CaseGold::get_gold(const Problem& p, CheckMode mode, bool grads, GoldProvenance* how) {
+  std::lock_guard<std::mutex> hold(gold_mu_);
   GoldProvenance got{"shared", 0};
   if (!gold.ready) {
     const ProblemData& in = get_inputs(p);
     const auto t0 = std::chrono::steady_clock::now();
+    // Another unit of the case (a finished child still checking) may be computing
+    // it: wait for it and load it rather than compute it twice.
+    const std::shared_ptr<void> lock = store.lock_gold(p, mode, grads);
     if (store.load_gold(p, mode, grads, gold)) {
       got.ms = ms_since(t0);
     } else {

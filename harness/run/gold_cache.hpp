@@ -15,8 +15,18 @@
 //    size and the attnbench revision), the key itself is stored in the file and
 //    compared exactly on load, and every array carries a CRC-32 (zlib) checked on
 //    load; any mismatch, short file or unreadable trailer means "not shared" and
-//    the unit computes its own. The runner empties OUT/.gold/ when a run starts
-//    and when each case is done, under the --out lock.
+//    the unit computes its own. Each case publishes in its own folder,
+//    OUT/.gold/case-K; the runner empties OUT/.gold/ when a run starts and
+//    removes a case's folder once the case's last row is written (a row's check
+//    may still read it while the next case runs), under the --out lock.
+//  - Units of one case may run at once (`--check-overlap rows`: the check of
+//    one row runs while the next row is timed, in this process or in a finished
+//    child). CaseGold is safe to share between threads (one lock for the inputs,
+//    one for the reference), and across processes the reference is computed
+//    under an exclusive flock() on its file's `.lock` (GoldStore::lock_gold), so
+//    a second unit waits for the first one's reference and loads it instead of
+//    computing it again. A unit that dies holding the lock releases it (the
+//    kernel does) and the next one computes its own.
 //  - Publishing is best effort: a full disk or an unwritable folder only costs
 //    the sharing (a warning on stderr), never a row.
 //
@@ -34,6 +44,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,6 +112,12 @@ class GoldStore {
   bool save_gold(const Problem& p, CheckMode mode, bool grads, const GoldCache& g) const;
   /// Remove every published file (the folder itself too). Never throws.
   void clear() const;
+  /// An exclusive flock() on the reference's lock file (file_for(gold_key) +
+  /// ".lock", the folder created when needed), held until the returned handle is
+  /// destroyed; blocks while another process (or thread) holds it. A no-op handle
+  /// when the store is disabled or the lock file cannot be created (sharing is
+  /// best effort: then two units may both compute).
+  std::shared_ptr<void> lock_gold(const Problem& p, CheckMode mode, bool grads) const;
 
   /// The key of a case's inputs: kind, format, attnbench revision and the full
   /// problem (seed included).
@@ -115,7 +132,10 @@ class GoldStore {
 };
 
 /// What a case's units share in one process: inputs and the reference, both
-/// lazy, and the store through which other processes share them.
+/// lazy, and the store through which other processes share them. Thread-safe:
+/// a row's check may obtain the reference on a worker thread while the next
+/// row obtains the inputs (the reference's computation never blocks get_inputs
+/// once the inputs exist).
 struct CaseGold {
   std::unique_ptr<ProblemData> inputs;
   GoldCache gold;
@@ -127,6 +147,9 @@ struct CaseGold {
   /// (plan_check, reference::gold, reference::lp) and published on first use;
   /// `how` (optional) says which, for this call. Needs get_inputs() (called).
   const GoldCache& get_gold(const Problem& p, CheckMode mode, bool grads, GoldProvenance* how = nullptr);
+
+ private:
+  std::mutex inputs_mu_, gold_mu_;
 };
 
 }  // namespace attnbench

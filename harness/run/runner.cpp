@@ -1,7 +1,9 @@
 #include "harness/run/runner.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +12,7 @@
 #include <regex>
 #include <set>
 #include <new>
+#include <thread>
 #include <fstream>
 #include <future>
 #include <unordered_map>
@@ -32,6 +35,7 @@
 #include "harness/model/json_util.hpp"
 #include "harness/run/gold_cache.hpp"
 #include "harness/run/process.hpp"
+#include "harness/run/row_pipeline.hpp"
 #include "reference/reference.hpp"
 
 #if defined(ATTNBENCH_HAVE_CUDA)
@@ -197,14 +201,51 @@ struct CheckOutcome {
   double ms = 0;  ///< host time of the whole check, obtaining the reference included
 };
 
-CheckOutcome check_unit(const Problem& p, const Backend& backend, const RunOptions& opts, UnitCache& cache,
-                        const AttentionOutputs& got) {
+/// Everything a row's check needs, owned, so that it can outlive the unit that
+/// made it (--check-overlap rows: the check goes on while the next row runs).
+struct CheckJob {
+  Problem p;
+  RuleConstants rule;
+  CheckMode mode = CheckMode::automatic;
+  bool grads = true;
+  std::string backend;                     ///< the backend's name (test hooks)
+  std::shared_ptr<UnitCache> cache;        ///< the case's inputs and reference
+  std::shared_ptr<const AttentionOutputs> got;
+};
+
+/// Test hooks of the check, only with ATTNBENCH_TEST_BACKENDS=1 (as the test
+/// backends, backends/testing/): ATTNBENCH_TEST_CHECK_DELAY_MS=N sleeps N ms in
+/// every check (a check of known length); ATTNBENCH_TEST_CHECK_CRASH=NAME raises
+/// SIGSEGV in the check of backend NAME's rows (a check that dies after its row
+/// was timed); ATTNBENCH_TEST_EVENT_LOG=FILE appends "check-start|check-end
+/// S<seq_q>|NAME NANOSECONDS" (CLOCK_MONOTONIC), as test-fake-gpu logs its timing.
+void test_check_hook(const CheckJob& job, const char* event) {
+  static const bool on = [] {
+    const char* v = std::getenv("ATTNBENCH_TEST_BACKENDS");
+    return v && std::string(v) == "1";
+  }();
+  if (!on) return;
+  if (const char* log = std::getenv("ATTNBENCH_TEST_EVENT_LOG"); log && *log) {
+    const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    if (std::FILE* f = std::fopen(log, "a")) {
+      std::fprintf(f, "%s S%lld|%s %lld\n", event, static_cast<long long>(job.p.seq_q), job.backend.c_str(), ns);
+      std::fclose(f);
+    }
+  }
+  if (std::string(event) != "check-start") return;
+  if (const char* d = std::getenv("ATTNBENCH_TEST_CHECK_DELAY_MS"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
+  if (const char* c = std::getenv("ATTNBENCH_TEST_CHECK_CRASH"); c && job.backend == c) std::raise(SIGSEGV);
+}
+
+CheckOutcome check_unit(const CheckJob& job) {
   const auto t0 = Clock::now();
+  test_check_hook(job, "check-start");
   CheckOutcome out;
-  if (opts.check != CheckMode::off) {
+  if (job.mode != CheckMode::off) {
     GoldProvenance gold_how;
-    const GoldCache& gold = cache.get_gold(p, opts.check, opts.backward, &gold_how);
-    CheckResult cr = check_outputs(p, got, gold.gold, gold.lp, backend.rule(), gold.plan.slices);
+    const GoldCache& gold = job.cache->get_gold(job.p, job.mode, job.grads, &gold_how);
+    CheckResult cr = check_outputs(job.p, *job.got, gold.gold, gold.lp, job.rule, gold.plan.slices);
     out.figures = cr.to_json().get<CheckFigures>();
     out.figures.plan = gold.plan.description;
     out.figures.reference_ms = gold.ms;
@@ -215,75 +256,38 @@ CheckOutcome check_unit(const Problem& p, const Backend& backend, const RunOptio
   } else {
     out.figures.mode = "off";
     out.figures.scope = "nothing checked (--check off)";
-    out.figures.nonfinite = count_nonfinite(got).get<std::map<std::string, int64_t>>();
+    out.figures.nonfinite = count_nonfinite(*job.got).get<std::map<std::string, int64_t>>();
     out.status = RowStatus::unchecked;  // never an unearned pass
   }
   out.ms = ms_since(t0);
+  test_check_hook(job, "check-end");
   return out;
 }
 
 /// Whether a unit's host-side check (and, for the case's first unit, the float64
 /// reference) runs on a worker thread while the unit is timed: GPU backends with
-/// a check and timing, unless --no-overlap. CPU backends never (their timing
-/// shares the host cores, and the reference runs on the same pool).
+/// a check and timing, unless --check-overlap off. CPU backends never (their
+/// timing shares the host cores, and the reference runs on the same pool).
 bool overlap_check(const Backend& backend, const RunOptions& opts) {
-  return opts.overlap_check && opts.timing && opts.check != CheckMode::off && backend.device() == Device::cuda;
+  return opts.check_overlap != RunOptions::CheckOverlap::off && opts.timing && opts.check != CheckMode::off &&
+         backend.device() == Device::cuda;
 }
 
-/// prepare, run, determinism, check, timing and trace of one available backend
-/// that supports the case, in this process. The check overlaps the timing when
-/// overlap_check() (at most one pending: it is joined before the unit returns;
-/// extra.check_overlap records its time and how long the unit waited for it).
-/// Never throws: an exception becomes the row's status (unsupported, timeout,
-/// crashed, oom, error) and message.
-void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCache& cache, int64_t useful_pairs,
-              ReportRow& row) {
+/// Whether `backend`'s rows may run while earlier rows' checks go on
+/// (--check-overlap rows): in-process GPU backends whose samples leave host
+/// launch latency out (the stream hold, or --timer graph), so host load cannot
+/// reach their numbers. Before any other row every pending check is joined.
+bool may_run_beside_checks(const Backend& backend, const RunOptions& opts) {
+  return backend.device() == Device::cuda && !backend.runs_out_of_process() &&
+         (opts.policy.hold_stream || opts.policy.timer == TimingPolicy::Timer::graph);
+}
+
+/// The row's status, reason or message from the exception `e` of its unit:
+/// unsupported, timeout, crashed (a device fault), oom (out of memory,
+/// std::bad_alloc) or error.
+void row_from_exception(ReportRow& row, std::exception_ptr e) {
   try {
-    GoldProvenance inputs_how;
-    const ProblemData& inputs = cache.get_inputs(p, &inputs_how);
-    row.extra["inputs"] = {{"source", inputs_how.source}, {"ms", inputs_how.ms}};
-    auto t0 = Clock::now();
-    auto inst = backend.prepare(p, inputs);
-    const double prepare_ms = ms_since(t0);
-    row.work = count_work(p, useful_pairs, inst->executed_pairs());
-    inst->poison_outputs();
-    inst->forward();
-    if (opts.backward) inst->backward();
-    inst->synchronize();
-    const AttentionOutputs got = inst->read_outputs(opts.backward);
-    if (opts.determinism) {  // before the check: read_outputs may use the pool the reference runs on
-      inst->poison_outputs();
-      inst->forward();
-      if (opts.backward) inst->backward();
-      inst->synchronize();
-      AttentionOutputs again = inst->read_outputs(opts.backward);
-      auto ext = inst->external_deterministic();
-      row.extra["deterministic"] = ext ? *ext : bitwise_equal(got, again);
-      row.extra["expected_deterministic"] = backend.deterministic();
-    }
-    const bool overlap = overlap_check(backend, opts);
-    std::future<CheckOutcome> pending;  // joined by its destructor if the timing throws
-    CheckOutcome checked;
-    if (overlap) pending = std::async(std::launch::async, [&] { return check_unit(p, backend, opts, cache, got); });
-    else checked = check_unit(p, backend, opts, cache, got);
-    if (opts.timing) time_unit(backend, *inst, opts, row);
-    if (opts.kernel_trace && backend.device() == Device::cuda)
-      row.extra["kernel_trace"] = trace_passes(*inst, opts.backward);
-    if (overlap) {
-      t0 = Clock::now();
-      checked = pending.get();
-      row.extra["check_overlap"] = {{"check_ms", checked.ms}, {"wait_ms", ms_since(t0)}};
-    }
-    row.check = std::move(checked.figures);
-    row.status = checked.status;
-    row.message = std::move(checked.message);
-    if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
-    row.extra["prepare_ms"] = prepare_ms;
-    row.extra["setup_ms"] = inst->setup_ms();
-    MemoryFigures mem;
-    mem.allocated_bytes = static_cast<int64_t>(inst->allocated_bytes());
-    mem.workspace_bytes = static_cast<int64_t>(backend.workspace_bytes(p));
-    row.memory = mem;
+    std::rethrow_exception(e);
   } catch (const Unsupported& e) {
     // A backend may only learn in prepare() that it cannot run the case (e.g. a
     // peer's worker, or cuDNN rejecting the graph): that is a reason, not an error.
@@ -301,6 +305,117 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
   } catch (const std::exception& e) {
     row.status = is_oom(e) ? RowStatus::oom : is_device_fault(e) ? RowStatus::crashed : RowStatus::error;
     row.message = (row.status == RowStatus::crashed ? "device fault: " : "") + std::string(e.what());
+  } catch (...) {
+    row.status = RowStatus::error;
+    row.message = "unknown exception";
+  }
+}
+
+/// A check running on a worker thread (std::async), and when the row's timing ended.
+struct PendingCheck {
+  std::future<CheckOutcome> result;
+  Clock::time_point timed_at;
+};
+
+/// Join `pending` into `row`: the check's figures, status and message, or the
+/// status its exception gives (row_from_exception); extra.check_overlap gets
+/// mode, check_ms and wait_ms (how long the runner waited at the join). Never throws.
+void join_check(ReportRow& row, PendingCheck& pending, RunOptions::CheckOverlap mode) {
+  const auto t0 = Clock::now();
+  nlohmann::json co = {{"mode", to_string(mode)}};
+  if (mode == RunOptions::CheckOverlap::rows) co["beside"] = nlohmann::json::array();  // the runner's pipeline fills it
+  try {
+    CheckOutcome checked = pending.result.get();
+    co["check_ms"] = checked.ms;
+    row.check = std::move(checked.figures);
+    row.status = checked.status;
+    row.message = std::move(checked.message);
+  } catch (...) {
+    row_from_exception(row, std::current_exception());
+    row.message = "the check of the row's outputs failed: " + row.message;
+  }
+  co["wait_ms"] = ms_since(t0);
+  co["pending_ms"] = ms_since(pending.timed_at);  // from the end of the row's timing to its check's end
+  if (!row.extra.is_object()) row.extra = nlohmann::json::object();
+  row.extra["check_overlap"] = co;
+}
+
+/// The outputs, determinism and preparation figures of one unit: prepare,
+/// forward (+ backward), read_outputs, and with opts.determinism the second run
+/// compared bitwise. Returns the instance and the first outputs.
+std::pair<std::unique_ptr<BackendInstance>, AttentionOutputs> run_passes(const Problem& p, Backend& backend,
+                                                                         const RunOptions& opts,
+                                                                         UnitCache& cache, int64_t useful_pairs,
+                                                                         ReportRow& row) {
+  GoldProvenance inputs_how;
+  const ProblemData& inputs = cache.get_inputs(p, &inputs_how);
+  row.extra["inputs"] = {{"source", inputs_how.source}, {"ms", inputs_how.ms}};
+  const auto t0 = Clock::now();
+  auto inst = backend.prepare(p, inputs);
+  row.extra["prepare_ms"] = ms_since(t0);
+  row.work = count_work(p, useful_pairs, inst->executed_pairs());
+  inst->poison_outputs();
+  inst->forward();
+  if (opts.backward) inst->backward();
+  inst->synchronize();
+  AttentionOutputs got = inst->read_outputs(opts.backward);
+  if (opts.determinism) {  // before the check: read_outputs may use the pool the reference runs on
+    inst->poison_outputs();
+    inst->forward();
+    if (opts.backward) inst->backward();
+    inst->synchronize();
+    AttentionOutputs again = inst->read_outputs(opts.backward);
+    auto ext = inst->external_deterministic();
+    row.extra["deterministic"] = ext ? *ext : bitwise_equal(got, again);
+    row.extra["expected_deterministic"] = backend.deterministic();
+  }
+  return {std::move(inst), std::move(got)};
+}
+
+/// prepare, run, determinism, check, timing and trace of one available backend
+/// that supports the case, in this process. The check overlaps the timing when
+/// overlap_check(); with --check-overlap rows and `defer` given it is left
+/// running and handed to *defer (the instance, and its device memory, are gone
+/// when run_unit returns; join_check completes the row), else it is joined
+/// before run_unit returns (join_check). A row checked before its timing records
+/// extra.check_overlap {mode "off", check_ms}. Never throws: an exception becomes
+/// the row's status (unsupported, timeout, crashed, oom, error) and message.
+void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, const std::shared_ptr<UnitCache>& cache,
+              int64_t useful_pairs, ReportRow& row, PendingCheck* defer = nullptr) {
+  try {
+    auto [inst, got] = run_passes(p, backend, opts, *cache, useful_pairs, row);
+    CheckJob job{p, backend.rule(), opts.check, opts.backward, backend.name(), cache,
+                 std::make_shared<const AttentionOutputs>(std::move(got))};
+    const bool overlap = overlap_check(backend, opts);
+    PendingCheck pending;  // its future is joined by its destructor if the timing throws
+    if (overlap) {
+      pending.result = std::async(std::launch::async, [job] { return check_unit(job); });
+    } else {
+      CheckOutcome checked = check_unit(job);
+      row.check = std::move(checked.figures);
+      row.status = checked.status;
+      row.message = std::move(checked.message);
+      if (opts.check != CheckMode::off) row.extra["check_overlap"] = {{"mode", "off"}, {"check_ms", checked.ms}};
+    }
+    job.got.reset();  // the outputs live as long as the check needs them
+    if (opts.timing) time_unit(backend, *inst, opts, row);
+    if (opts.kernel_trace && backend.device() == Device::cuda)
+      row.extra["kernel_trace"] = trace_passes(*inst, opts.backward);
+    if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
+    row.extra["setup_ms"] = inst->setup_ms();
+    MemoryFigures mem;
+    mem.allocated_bytes = static_cast<int64_t>(inst->allocated_bytes());
+    mem.workspace_bytes = static_cast<int64_t>(backend.workspace_bytes(p));
+    row.memory = mem;
+    pending.timed_at = Clock::now();
+    if (overlap && defer && opts.check_overlap == RunOptions::CheckOverlap::rows) {
+      inst.reset();  // the device memory goes before the next row runs
+      *defer = std::move(pending);
+    } else if (overlap) {
+      join_check(row, pending, RunOptions::CheckOverlap::same_row);
+    }
+  } catch (...) {
+    row_from_exception(row, std::current_exception());
   }
 }
 
@@ -309,7 +424,8 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, UnitCa
 nlohmann::json options_json(const RunOptions& o) {
   return {{"check", to_string(o.check)},  {"backward", o.backward},         {"timing", o.timing},
           {"determinism", o.determinism}, {"kernel_trace", o.kernel_trace}, {"device", o.device},
-          {"policy", o.policy.to_json()}, {"overlap_check", o.overlap_check}};
+          {"policy", o.policy.to_json()}, {"check_overlap", to_string(o.check_overlap)},
+          {"pending_checks", o.pending_checks}};
 }
 
 RunOptions options_from_json(const nlohmann::json& j) {
@@ -321,58 +437,113 @@ RunOptions options_from_json(const nlohmann::json& j) {
   o.kernel_trace = j.at("kernel_trace").get<bool>();
   o.device = j.at("device").get<int>();
   o.policy = TimingPolicy::from_json(j.at("policy"));
-  o.overlap_check = j.value("overlap_check", o.overlap_check);
+  o.check_overlap = parse_check_overlap(j.value("check_overlap", to_string(o.check_overlap)));
+  o.pending_checks = j.value("pending_checks", o.pending_checks);
   return o;
 }
 
-/// Run one unit in a child process (`attnbench __unit REQUEST RESULT`): its row,
-/// or a crashed / timeout / error row made here from how the child ended. Returns
-/// false (and no row) when this run was asked to stop while the child ran.
-bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& opts, const std::filesystem::path& dir,
-                  int64_t unit_no, const GoldStore& gold, ReportRow& row, bool check_support = false) {
+/// One isolated unit: its child process and transient files (unit-N.*).
+struct IsolatedUnit {
+  std::unique_ptr<ChildProcess> child;
+  std::string req, res, out, err;
+  std::string timed;  ///< where the child writes its row once timed ("" = it does not: joined in the child)
+  Clock::time_point t0;
+};
+
+/// Start `attnbench __unit REQUEST RESULT` for (c, skeleton) in `dir` as unit
+/// `unit_no`. With `defer_check` the child writes its row without the check to
+/// unit-N.timed.json once it is timed (device memory released) and goes on
+/// checking (run_unit_main). Throws std::runtime_error when it cannot be started.
+std::shared_ptr<IsolatedUnit> start_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& opts,
+                                             const std::filesystem::path& dir, int64_t unit_no, const GoldStore& gold,
+                                             bool check_support, bool defer_check) {
+  auto u = std::make_shared<IsolatedUnit>();
   const std::string base = (dir / ("unit-" + std::to_string(unit_no))).string();
-  const std::string req = base + ".request.json", res = base + ".row.json", out = base + ".stdout",
-                    err = base + ".stderr";
-  std::filesystem::remove(res);
-  write_json_atomic(req, {{"problem", to_json(c.problem, false)},
-                          {"row", skeleton.to_json()},
-                          {"options", options_json(opts)},
-                          {"check_support", check_support},
-                          {"gold_dir", gold.dir().string()}},
+  u->req = base + ".request.json";
+  u->res = base + ".row.json";
+  u->out = base + ".stdout";
+  u->err = base + ".stderr";
+  if (defer_check) u->timed = base + ".timed.json";
+  for (const auto& f : {u->res, u->timed})
+    if (!f.empty()) std::filesystem::remove(f);
+  write_json_atomic(u->req, {{"problem", to_json(c.problem, false)},
+                             {"row", skeleton.to_json()},
+                             {"options", options_json(opts)},
+                             {"check_support", check_support},
+                             {"gold_dir", gold.dir().string()},
+                             {"timed_path", u->timed}},
                     /*sync=*/false);  // transient: read back by the child at once
   const std::string exe = opts.executable.empty() ? self_executable() : opts.executable;
-  ChildStatus st;
-  {
-    ChildProcess child({exe, "__unit", req, res}, {}, out, err);
-    st = wait_child(child, opts.case_timeout_s, [] { return stop_signal() != 0; });
-  }
-  row = skeleton;
-  nlohmann::json iso = {{"child_seconds", st.seconds}};
-  bool have_row = false;
-  if (std::filesystem::exists(res)) {
-    try {
-      const ReportRow child = ReportRow::from_json(jsonu::load_file(res));
-      if (child.case_id == row.case_id && child.backend == row.backend && child.variant == row.variant) {
-        row.status = child.status;
-        row.reason = child.reason;
-        row.message = child.message;
-        if (child.work) row.work = child.work;
-        row.check = child.check;
-        row.timing = child.timing;
-        row.memory = child.memory;
-        row.extra = child.extra;
-        have_row = true;
+  u->t0 = Clock::now();
+  u->child = std::make_unique<ChildProcess>(std::vector<std::string>{exe, "__unit", u->req, u->res},
+                                            std::vector<std::pair<std::string, std::string>>{}, u->out, u->err);
+  return u;
+}
+
+/// Wait for the unit's child to end (its status), or with `until_timed` until
+/// it has written its timed row (std::nullopt: it goes on checking). Kills its
+/// group past --case-timeout, counted from its start (timed_out), or when this
+/// run is asked to stop (stopped).
+std::optional<ChildStatus> wait_isolated(IsolatedUnit& u, const RunOptions& opts, bool until_timed) {
+  const double limit_ms = opts.case_timeout_s * 1000.0;
+  for (;;) {
+    int ms = until_timed ? 10 : 200;  // the timed file is polled: a few stat() calls per row
+    if (limit_ms > 0) {
+      const double left = limit_ms - ms_since(u.t0);
+      if (left <= 0) {
+        ChildStatus s = u.child->kill_group(2.0);
+        s.timed_out = true;
+        return s;
       }
-    } catch (const std::exception&) {
+      ms = std::min(ms, static_cast<int>(left) + 1);
     }
+    if (auto s = u.child->wait_for(ms)) return *s;
+    if (stop_signal() != 0) {
+      ChildStatus s = u.child->kill_group(2.0);
+      s.stopped = true;
+      return s;
+    }
+    if (until_timed && std::filesystem::exists(u.timed)) return std::nullopt;
   }
-  const std::string tail = tail_of_file(err, 20, 4000);
+}
+
+/// The child's row in `path` if it is the row of `row`'s (case, variant); copied into `row`.
+bool take_child_row(const std::string& path, ReportRow& row) {
+  if (!std::filesystem::exists(path)) return false;
+  try {
+    const ReportRow child = ReportRow::from_json(jsonu::load_file(path));
+    if (child.case_id != row.case_id || child.backend != row.backend || child.variant != row.variant) return false;
+    row.status = child.status;
+    row.reason = child.reason;
+    row.message = child.message;
+    if (child.work) row.work = child.work;
+    row.check = child.check;
+    row.timing = child.timing;
+    row.memory = child.memory;
+    row.extra = child.extra;
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+/// The row of an ended isolated unit into `row` (its skeleton, clocks
+/// included): the child's row, or a crashed / timeout / error row made from how
+/// the child ended (`st`); a child that died after its timed row keeps that
+/// row's timing, its status saying how the check ended. Removes the unit's
+/// files. False (and no row) when this run was asked to stop while it ran.
+bool finish_isolated(IsolatedUnit& u, const ChildStatus& st, const RunOptions& opts, ReportRow& row) {
+  nlohmann::json iso = {{"child_seconds", st.seconds}};
+  const bool have_row = take_child_row(u.res, row);
+  const bool timed = !have_row && !u.timed.empty() && take_child_row(u.timed, row);
+  const std::string tail = tail_of_file(u.err, 20, 4000);
   if (!have_row) {
-    if (st.stopped) return false;
+    if (st.stopped) return false;  // left to --resume, as an unfinished unit is
     row.status = st.timed_out ? RowStatus::timeout : (!st.exited ? RowStatus::crashed : RowStatus::error);
     row.message = "isolated child " + describe(st);
     if (st.timed_out) row.message += " (--case-timeout " + jsonu::show(nlohmann::json(opts.case_timeout_s)) + " s)";
     if (st.exited) row.message += " without writing its row";
+    if (timed) row.message += " (after its row was timed, while checking its outputs)";
     if (!tail.empty()) row.message += "; last lines of its stderr:\n" + tail;
     if (!st.exited && !st.timed_out) iso["signal"] = signal_name(st.signal);
     if (!st.exited && !st.timed_out && st.signal == SIGKILL)
@@ -384,8 +555,21 @@ bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& op
   }
   if (!row.extra.is_object()) row.extra = nlohmann::json::object();
   row.extra["isolation"] = iso;
-  for (const auto& f : {req, res, out, err}) std::filesystem::remove(f);
+  for (const auto& f : {u.req, u.res, u.out, u.err, u.timed})
+    if (!f.empty()) std::filesystem::remove(f);
   return true;
+}
+
+/// Run one unit in a child process (`attnbench __unit REQUEST RESULT`): its row,
+/// or a crashed / timeout / error row made here from how the child ended. Returns
+/// false (and no row) when this run was asked to stop while the child ran.
+bool run_isolated(const Case& c, const ReportRow& skeleton, const RunOptions& opts, const std::filesystem::path& dir,
+                  int64_t unit_no, const GoldStore& gold, ReportRow& row, bool check_support = false) {
+  const auto u = start_isolated(c, skeleton, opts, dir, unit_no, gold, check_support, false);
+  const ChildStatus st = *wait_isolated(*u, opts, false);
+  u->child.reset();  // reaped
+  row = skeleton;
+  return finish_isolated(*u, st, opts, row);
 }
 
 /// Whether (backend, this run) units go to a child process.
@@ -425,18 +609,41 @@ void make_out_dir(const std::string& dir) {
 /// plugin) runs available() and supports() in the child too, under the isolation
 /// and --case-timeout, unless --isolate off; its "not available" answer is cached
 /// in `unavailable` (backend -> reason) for the rest of the run. `thumbnail`: the
-/// case's BlockMask thumbnail for the row. GPU clocks around it. False when this
-/// process was asked to stop while the child ran (no row).
+/// case's BlockMask thumbnail for the row. GPU clocks around it. With `defer`
+/// (--check-overlap rows) a row whose check is still running when its timing is
+/// done (on a worker thread here, or in its finished child) returns at once with
+/// *defer set: calling it completes the row (RowPipeline::Finish). False when
+/// this process was asked to stop while the child ran (no row).
 bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isolate,
-              const std::filesystem::path& unit_dir, int64_t& unit_no, UnitCache& cache, int64_t useful_pairs,
-              const nlohmann::json& thumbnail, std::map<std::string, std::string>& unavailable, ReportRow& row) {
+              const std::filesystem::path& unit_dir, int64_t& unit_no, const std::shared_ptr<UnitCache>& cache,
+              int64_t useful_pairs, const nlohmann::json& thumbnail, std::map<std::string, std::string>& unavailable,
+              ReportRow& row, RowPipeline::Finish* defer = nullptr) {
   row = skeleton_row(c, backend, useful_pairs, thumbnail);
   const bool on_gpu = backend.device() == Device::cuda;
+  const bool deferrable = defer && opts.check_overlap == RunOptions::CheckOverlap::rows && overlap_check(backend, opts);
   if (on_gpu) row.clocks["start"] = env::sample_clocks(opts.device).to_json();
+  // In a child; with `deferrable`, returning once the child has written its
+  // timed row, *defer then waiting for the child's check. False: stopped.
   auto isolated = [&](bool check_support) {
     make_out_dir(unit_dir.string());
-    const ReportRow skeleton = row;
-    return run_isolated(c, skeleton, opts, unit_dir, unit_no++, cache.store, row, check_support);
+    if (!deferrable) {
+      const ReportRow skeleton = row;
+      return run_isolated(c, skeleton, opts, unit_dir, unit_no++, cache->store, row, check_support);
+    }
+    const auto u = start_isolated(c, row, opts, unit_dir, unit_no++, cache->store, check_support, true);
+    if (std::optional<ChildStatus> st = wait_isolated(*u, opts, true)) {  // ended before any timed row
+      u->child.reset();
+      return finish_isolated(*u, *st, opts, row);
+    }
+    *defer = [u, opts](ReportRow& r) {
+      const auto t0 = Clock::now();
+      const ChildStatus st = *wait_isolated(*u, opts, false);
+      u->child.reset();
+      const bool have_row = finish_isolated(*u, st, opts, r);
+      if (have_row) r.extra["check_overlap"]["runner_wait_ms"] = ms_since(t0);
+      return have_row;
+    };
+    return true;
   };
   std::string why;
   if (backend.isolated_only() && opts.isolate != RunOptions::Isolate::off) {
@@ -456,6 +663,14 @@ bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isol
     row.reason = s.reason;
   } else if (isolate) {
     if (!isolated(false)) return false;
+  } else if (deferrable) {
+    auto pending = std::make_shared<PendingCheck>();
+    run_unit(c.problem, backend, opts, cache, useful_pairs, row, pending.get());
+    if (pending->result.valid())
+      *defer = [pending](ReportRow& r) {
+        join_check(r, *pending, RunOptions::CheckOverlap::rows);
+        return true;
+      };
   } else {
     run_unit(c.problem, backend, opts, cache, useful_pairs, row);
   }
@@ -537,7 +752,11 @@ void require_same_identity(const nlohmann::json& was, const nlohmann::json& now,
 /// Record a finished row: first the journal (fsync'd), then the report, the
 /// summary (fully-masked-row-only failures counted apart) and the terminal line.
 /// Derives the row's throughput and roofline figures against the run's ceilings first.
-void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
+/// `shown_case`: the case whose "[i/n] CASE" line the terminal shows last; a row
+/// of another case (written after the next case started: its check was pending)
+/// names its case on its line.
+void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, RunSummary& summary,
+                const std::string& shown_case = "") {
   row.derive(ceiling_rates(writer.header().value("ceilings", nlohmann::json())));
   const nlohmann::json rj = row.to_json();
   journal.append({{"row", rj}});
@@ -547,6 +766,7 @@ void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, Ru
     ++summary.fail_masked_rows_only;
   std::string text = !row.reason.empty() ? row.reason : row.message;
   if (const std::string note = determinism_note(rj); !note.empty()) text += (text.empty() ? "" : "; ") + note;
+  if (!shown_case.empty() && row.case_id != shown_case) text = "(" + row.case_id + ") " + text;
   std::fprintf(stderr, "    %-8s %-11s %s\n", printable(row.variant.empty() ? row.backend : row.variant).c_str(),
                to_string(row.status),
                printable(text).c_str());
@@ -555,10 +775,10 @@ void finish_row(ReportRow& row, JournalWriter& journal, ReportWriter& writer, Ru
 /// A case that gets no backend run: over the total-size budget (Case::invalid;
 /// `problem` null, nothing allocated or counted), or whose shared parts could not
 /// be built (build_case_shared). One row per backend not yet done, with `status`
-/// and `message`.
+/// and `message`, into `rows` (written after the rows pending before them).
 void write_case_rows(const Case& c, const nlohmann::json& problem, RowStatus status, const std::string& message,
                      const std::vector<std::unique_ptr<Backend>>& backends, const std::unordered_set<std::string>& done,
-                     JournalWriter& journal, ReportWriter& writer, RunSummary& summary) {
+                     RowPipeline& rows) {
   for (const auto& backend : backends) {
     if (done.count(c.id + "|" + backend->variant())) continue;
     ReportRow row;
@@ -569,7 +789,7 @@ void write_case_rows(const Case& c, const nlohmann::json& problem, RowStatus sta
     row.problem = problem;
     row.status = status;
     row.message = message;
-    finish_row(row, journal, writer, summary);
+    rows.push_ready(std::move(row));
   }
 }
 
@@ -634,6 +854,22 @@ RunOptions::Isolate parse_isolate(const std::string& s) {
   if (s == "off") return RunOptions::Isolate::off;
   if (s == "auto") return RunOptions::Isolate::automatic;
   throw InputError("<command line>", "--isolate", "expected on, off or auto, got \"" + s + "\"");
+}
+
+RunOptions::CheckOverlap parse_check_overlap(const std::string& s) {
+  if (s == "rows") return RunOptions::CheckOverlap::rows;
+  if (s == "same-row" || s == "same_row") return RunOptions::CheckOverlap::same_row;
+  if (s == "off") return RunOptions::CheckOverlap::off;
+  throw InputError("<command line>", "--check-overlap", "expected rows, same-row or off, got \"" + s + "\"");
+}
+
+const char* to_string(RunOptions::CheckOverlap m) {
+  switch (m) {
+    case RunOptions::CheckOverlap::rows: return "rows";
+    case RunOptions::CheckOverlap::same_row: return "same_row";
+    case RunOptions::CheckOverlap::off: return "off";
+  }
+  return "off";
 }
 
 void RunSummary::add(const std::string& status) {
@@ -702,6 +938,9 @@ std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions
   } catch (const std::invalid_argument& e) {
     throw InputError("<command line>", "--max-seconds/--min-samples/--rel-stddev", e.what());
   }
+  if (opts.pending_checks < 1 || opts.pending_checks > 64)
+    throw InputError("<command line>", "--pending-checks",
+                     "expected 1 to 64 rows, got " + std::to_string(opts.pending_checks));
   if (opts.case_timeout_s < 0 || !std::isfinite(opts.case_timeout_s))
     throw InputError("<command line>", "--case-timeout", "expected seconds >= 0, got " + std::to_string(opts.case_timeout_s));
   if (opts.case_timeout_s > 0 && opts.isolate == RunOptions::Isolate::off)
@@ -710,6 +949,45 @@ std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions
 }
 
 namespace {
+
+/// The rows of case `c` (the k-th of the run's `n_cases`) for every backend not
+/// in `done`, into `rows`: `error` / `oom` rows when its shared parts cannot be
+/// built; else each unit as unit_row() runs it, every pending check joined
+/// before a backend that may not run beside one (may_run_beside_checks), and an
+/// ordered action that removes the case's shared gold (DIR/.gold/case-k, when
+/// `share_files`) once its last row is written. Stops between rows when this
+/// process was asked to stop.
+void run_case(const Case& c, size_t k, const std::vector<std::unique_ptr<Backend>>& backends,
+              const std::unordered_set<std::string>& done, const RunOptions& opts, size_t n_cases,
+              const std::filesystem::path& dir, bool share_files, int64_t& unit_no,
+              std::map<std::string, std::string>& unavailable, RowPipeline& rows) {
+  const std::filesystem::path unit_dir = dir / ".units";
+  const CaseShared shared = build_case_shared(c.problem);
+  if (!shared.error.empty()) {
+    write_case_rows(c, to_json(c.problem, true), shared.oom ? RowStatus::oom : RowStatus::error, shared.error,
+                    backends, done, rows);
+    return;
+  }
+  // One folder of shared files per case, removed once the case's last row is
+  // written (its checks may still read it while the next case runs).
+  const GoldStore gold_store = share_files ? GoldStore(dir / ".gold" / ("case-" + std::to_string(k))) : GoldStore();
+  auto cache = std::make_shared<UnitCache>();
+  cache->store = gold_store;
+  for (auto& backend : backends) {
+    if (stop_signal()) break;
+    if (done.count(c.id + "|" + backend->variant())) continue;
+    if (!may_run_beside_checks(*backend, opts)) rows.drain();
+    ReportRow row;
+    RowPipeline::Finish finish;
+    if (!unit_row(c, *backend, opts, isolate_backend(*backend, opts, n_cases), unit_dir, unit_no, cache,
+                  shared.useful_pairs, shared.thumbnail, unavailable, row, &finish))
+      break;  // stopped: left to --resume
+    if (row.status != RowStatus::unsupported) rows.running(c.id + "|" + backend->variant());
+    if (finish) rows.push_pending(std::move(row), std::move(finish));
+    else rows.push_ready(std::move(row));
+  }
+  rows.push_action([gold_store] { gold_store.clear(); });  // the case is done: its shared inputs and reference go
+}
 
 /// Whether the journal at `path` has a complete first line (a kill while it was
 /// created can leave it empty or torn). Throws InputError for a path that is not
@@ -882,41 +1160,31 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
   int64_t unit_no = 0;
   std::map<std::string, std::string> unavailable;  // isolated-only backend -> its "not available" reason
   ActiveRun active(journal, writer);
-  const GoldStore gold_store = share_gold_files(backends, opts, cases.size()) ? GoldStore(dir / ".gold") : GoldStore();
+  const bool share_files = share_gold_files(backends, opts, cases.size());
   GoldStore(dir / ".gold").clear();  // what a killed run left
+  // Rows are written in run order; with --check-overlap rows a GPU row's check
+  // may still run while the next rows are timed (harness/run/row_pipeline.hpp).
+  const size_t max_pending =
+      opts.check_overlap == RunOptions::CheckOverlap::rows ? static_cast<size_t>(opts.pending_checks) : 0;
+  std::string shown_case;  // the case of the last "[i/n] CASE" line
+  RowPipeline rows(max_pending, [&](ReportRow& r) { finish_row(r, journal, writer, summary, shown_case); });
   for (size_t k = 0; k < cases.size() && !stop_signal(); ++k) {
     Case c = scenario.cases[cases[k]];
     if (opts.seed) c.problem.seed = *opts.seed;
-    const Problem& p = c.problem;
     bool all_done = true;
     for (const auto& b : backends) all_done = all_done && done.count(c.id + "|" + b->variant());
     if (all_done) continue;
     std::fprintf(stderr, "[%zu/%zu] %s (%.0fs elapsed)\n", k + 1, cases.size(), printable(c.id).c_str(),
                  ms_since(run_t0) / 1000.0);
+    shown_case = c.id;
     if (!c.invalid.empty()) {
-      write_case_rows(c, nullptr, RowStatus::error, c.invalid, backends, done, journal, writer, summary);
+      write_case_rows(c, nullptr, RowStatus::error, c.invalid, backends, done, rows);
       continue;
     }
-    const CaseShared shared = build_case_shared(p);
-    if (!shared.error.empty()) {
-      write_case_rows(c, to_json(c.problem, true), shared.oom ? RowStatus::oom : RowStatus::error, shared.error,
-                      backends, done, journal, writer, summary);
-      continue;
-    }
-    const int64_t useful_pairs = shared.useful_pairs;
-    UnitCache cache;
-    cache.store = gold_store;
-    for (auto& backend : backends) {
-      if (stop_signal()) break;
-      if (done.count(c.id + "|" + backend->variant())) continue;
-      ReportRow row;
-      if (!unit_row(c, *backend, opts, isolate_backend(*backend, opts, cases.size()), unit_dir, unit_no, cache,
-                    useful_pairs, shared.thumbnail, unavailable, row))
-        break;  // stopped: left to --resume
-      finish_row(row, journal, writer, summary);
-    }
-    gold_store.clear();  // the case is done: its shared inputs and reference go
+    run_case(c, k, backends, done, opts, cases.size(), dir, share_files, unit_no, unavailable, rows);
   }
+  rows.drain();
+  GoldStore(dir / ".gold").clear();
   std::error_code ec;
   std::filesystem::remove(unit_dir, ec);  // only when empty
   if (const int sig = stop_signal()) {
@@ -974,12 +1242,17 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
 #if defined(ATTNBENCH_HAVE_CUDA)
   if (device::cuda_device_available()) device::select_device(opts.device);
 #endif
-  UnitCache cache;
-  if (const std::string gold_dir = req.value("gold_dir", ""); !gold_dir.empty()) cache.store = GoldStore(gold_dir);
+  auto cache = std::make_shared<UnitCache>();
+  if (const std::string gold_dir = req.value("gold_dir", ""); !gold_dir.empty()) cache->store = GoldStore(gold_dir);
   const int64_t useful_pairs = row.work ? row.work->useful_pairs : 0;
+  // --check-overlap rows: the row without its check goes to timed_path once it
+  // is timed (the instance, and its device memory, released), so that the parent
+  // runs the next row while this process finishes the check.
+  const std::string timed_path = req.value("timed_path", "");
+  PendingCheck pending;
   std::string why;
   if (!req.value("check_support", false)) {
-    run_unit(p, *backend, opts, cache, useful_pairs, row);
+    run_unit(p, *backend, opts, cache, useful_pairs, row, timed_path.empty() ? nullptr : &pending);
   } else if (!backend->available(&why)) {  // the parent never runs foreign code (plugins) itself
     row.status = RowStatus::unsupported;
     row.reason = kNotAvailable + why;
@@ -987,7 +1260,11 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
     row.status = RowStatus::unsupported;
     row.reason = s.reason;
   } else {
-    run_unit(p, *backend, opts, cache, useful_pairs, row);
+    run_unit(p, *backend, opts, cache, useful_pairs, row, timed_path.empty() ? nullptr : &pending);
+  }
+  if (pending.result.valid()) {
+    write_json_atomic(timed_path, row.to_json(), /*sync=*/false);
+    join_check(row, pending, RunOptions::CheckOverlap::rows);
   }
   write_json_atomic(result_path, row.to_json(), /*sync=*/false);  // the parent journals it
   return kExitOk;
@@ -995,7 +1272,7 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
 
 std::optional<ReportRow> run_case_unit(const Case& c, Backend& backend, const RunOptions& opts, bool isolate,
                                        const std::filesystem::path& unit_dir, int64_t& unit_no) {
-  UnitCache cache;
+  const auto cache = std::make_shared<UnitCache>();
   ReportRow row;
   const CaseShared shared = build_case_shared(c.problem);
   if (!shared.error.empty()) {  // the case cannot be built: its row says why, as run_scenario's do

@@ -32,10 +32,25 @@ struct RunOptions {
   /// of each in-process GPU backend (CUPTI) into extra.kernel_trace
   /// (harness/measure/kernel_trace.hpp); `--kernel-trace`.
   bool kernel_trace = false;
-  /// GPU backends: run a unit's host-side check (and the case's float64 reference
-  /// when it computes it) on a worker thread while the unit is timed, joined before
-  /// its row is written (at most one pending check); `--no-overlap` turns it off.
-  bool overlap_check = true;
+  /// Where the host-side check of a GPU row (its outputs against the float64
+  /// gold, and the case's reference when that row computes it) runs
+  /// (`--check-overlap`; README, "Checks overlapped with GPU timing"):
+  ///  - rows (default): on a worker thread (or in the finished isolated child)
+  ///    from the row's timing on, and it may go on while the next rows run, as
+  ///    long as each of them is an in-process GPU backend timed without host
+  ///    launch latency (stream hold or --timer graph); at most `pending_checks`
+  ///    rows wait for their check beside the row being run, and rows are written
+  ///    in run order (harness/run/row_pipeline.hpp);
+  ///  - same_row: on a worker thread while the row itself is timed, joined
+  ///    before the next row starts;
+  ///  - off: before the row is timed.
+  /// CPU rows are always checked before they are timed, and every pending check
+  /// is joined before a CPU row (or a peer) runs.
+  enum class CheckOverlap { off, same_row, rows } check_overlap = CheckOverlap::rows;
+  /// `--pending-checks`: with check_overlap rows, how many rows may wait for
+  /// their check while the next row runs (>= 1; each holds its host outputs, or
+  /// its finished child).
+  int pending_checks = 1;
   TimingPolicy policy;
   int shard_index = 0, shard_count = 1;  ///< run cases with index % count == shard_index
   std::string case_filter;            ///< ECMAScript regex searched in case ids; empty = all
@@ -58,6 +73,12 @@ struct RunOptions {
 
 /// "on", "off", "auto" -> RunOptions::Isolate. Throws InputError (--isolate).
 RunOptions::Isolate parse_isolate(const std::string& s);
+
+/// "rows", "same-row" (or "same_row"), "off" -> RunOptions::CheckOverlap.
+/// Throws InputError (--check-overlap) for anything else.
+RunOptions::CheckOverlap parse_check_overlap(const std::string& s);
+/// "rows", "same_row", "off": the value of extra.check_overlap.mode.
+const char* to_string(RunOptions::CheckOverlap m);
 
 /// Summary of a finished run.
 struct RunSummary {
