@@ -26,39 +26,38 @@ def cuobjdump():
     sys.exit("kernel_resources.py: cuobjdump not found (CUDA toolkit bin/ on PATH?)")
 
 
-def resources(binary, tool, pattern):
-    """{(arch, kernel): {REG, STACK, SHARED, LOCAL}} from --dump-resource-usage."""
-    out = subprocess.run([tool, "--dump-resource-usage", binary], capture_output=True, text=True, check=True).stdout
-    res, arch, fn = {}, "?", None
+def cuobjdump_lines(binary, tool, flag, header):
+    """(arch, kernel, line) for every line of `cuobjdump FLAG BINARY` inside a kernel
+    section: `header` matches a kernel's first line (group 1: the mangled name)."""
+    out = subprocess.run([tool, flag, binary], capture_output=True, text=True, check=True).stdout
+    arch, fn = "?", None
     for line in out.splitlines():
         m = re.search(r"arch = (sm_\w+)", line)
         if m:
             arch = m.group(1)
-        m = re.match(r"\s*Function (\S+):", line)
+        m = re.match(header, line)
         if m:
             fn = m.group(1)
             continue
-        if fn and "REG:" in line:
-            vals = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", line))
-            if re.search(pattern, fn):
-                res[(arch, fn)] = {k: int(v) for k, v in vals.items()}
-            fn = None
+        if fn:
+            yield arch, fn, line
+
+
+def resources(binary, tool, pattern):
+    """{(arch, kernel): {REG, STACK, SHARED, LOCAL}} from --dump-resource-usage."""
+    res = {}
+    for arch, fn, line in cuobjdump_lines(binary, tool, "--dump-resource-usage", r"\s*Function (\S+):"):
+        if "REG:" in line and re.search(pattern, fn):
+            res[(arch, fn)] = {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", line)}
     return res
 
 
 def sass_counts(binary, tool, pattern):
-    """{(arch, kernel): instruction count} from -sass."""
-    out = subprocess.run([tool, "-sass", binary], capture_output=True, text=True, check=True).stdout
-    counts, arch, fn = collections.Counter(), "?", None
-    for line in out.splitlines():
-        m = re.search(r"arch = (sm_\w+)", line)
-        if m:
-            arch = m.group(1)
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            fn = m.group(1) if re.search(pattern, m.group(1)) else None
-            continue
-        if fn and re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line):
+    """{(arch, kernel): instruction count} from -sass (a kernel's copies in several
+    cubins are summed)."""
+    counts = collections.Counter()
+    for arch, fn, line in cuobjdump_lines(binary, tool, "-sass", r"\s*Function : (\S+)"):
+        if re.search(pattern, fn) and re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line):
             counts[(arch, fn)] += 1
     return counts
 
