@@ -644,7 +644,8 @@ std::unique_ptr<BackendInstance> make_instance(const Problem& p, const ProblemDa
     if (!c.refusal.empty()) {
       if (!automatic)
         throw std::invalid_argument(opt.name + ": the " + c.name + " schedule cannot run this problem: " + c.refusal);
-      refusals += std::string(refusals.empty() ? "" : "; ") + c.name + ": " + c.refusal;
+      if (!(c.schedule == FlexSchedule::documents && !p.find_mask<DocumentTerm>()))  // not news without documents
+        refusals += std::string(refusals.empty() ? "" : "; ") + c.name + ": " + c.refusal;
       continue;
     }
     FusedOptions o = opt;
