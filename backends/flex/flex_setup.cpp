@@ -59,11 +59,9 @@ void setup_flex(const Problem& p, const ProblemData& in, kernels::DbiasMode dbia
   a->mask.seq_lens_q = f->lens_q.as<const int32_t>();
   a->mask.seq_lens_k = f->lens_k.as<const int32_t>();
   if (!p.has_learnable_bias()) return;
-  a->mod = p.score_mod.kind == ScoreMod::Kind::rel_bias ? kernels::ModKind::rel_bias : kernels::ModKind::offset_bias;
   f->bias = device::upload_f32(in.bias, st);
   a->bias = f->bias.as<const float>();
   a->bias_size = static_cast<int32_t>(p.bias_numel());
-  a->max_distance = static_cast<int32_t>(p.score_mod.max_distance);
   if (a->mod == kernels::ModKind::offset_bias) {
     f->offset = device::upload_i32(in.offset, st);
     a->bias_offset = f->offset.as<const int32_t>();

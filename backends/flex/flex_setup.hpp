@@ -34,7 +34,8 @@ struct FlexBuffers {
 };
 
 /// Upload the flex path's buffers of `p` (f->host holds its BlockMask already)
-/// on `st` and point `a` at them: the BlockMask view, the mask form of partial
+/// on `st` and point `a` (already holding shape_params(p, ...): the score mod and
+/// its constants) at them: the BlockMask view, the mask form of partial
 /// tiles (kernels::flex_mask_form), and for a learnable bias its tensor, offsets,
 /// `dbias` mode, dBias and scratch. Throws DeviceOutOfMemory / DeviceError on
 /// device failures, std::invalid_argument for an offset_bias table out of range.

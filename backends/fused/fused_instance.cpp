@@ -399,7 +399,6 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   a.dq_accum = dq_accum_.as<float>();
   a.dsum = dsum_.as<float>();
   set_strides();
-  a.num_seqs = static_cast<int32_t>(lens.lq.size());
   a.seq_q = packed_ ? (lens.lq.empty() ? 0 : *std::max_element(lens.lq.begin(), lens.lq.end()))
                     : static_cast<int32_t>(p.seq_q);
   a.seq_k = packed_ ? (lens.lk.empty() ? 0 : *std::max_element(lens.lk.begin(), lens.lk.end()))

@@ -96,9 +96,9 @@ int flex_fwd_rows(const BlockMask& bm, FwdPath path) {
 }
 
 TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPath bwd, int fwd_rows) {
-  if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
-    throw std::invalid_argument("plan_block_tiles: block sizes " + std::to_string(bm.q_block) + " x " +
-                                std::to_string(bm.kv_block) + " not supported (64 or 128 each)");
+  if (const std::string why = block_sizes_reason(static_cast<int>(bm.q_block), static_cast<int>(bm.kv_block));
+      !why.empty())
+    throw std::invalid_argument("plan_block_tiles: " + why);
   if (bm.B != 1 && bm.B != batch)
     throw std::invalid_argument("plan_block_tiles: BlockMask batch " + std::to_string(bm.B) +
                                 " does not match the problem's " + std::to_string(batch));

@@ -32,9 +32,7 @@ std::string instance_reason(const AttnParams& p, const InstanceKey& want, std::s
 /// The flex path's limits: block sizes, and those of its Hopper backward.
 std::string flex_reason(const AttnParams& p, const LaunchShape& s) {
   const BlockMaskView& bm = p.bm;
-  if ((bm.q_block != 64 && bm.q_block != 128) || (bm.kv_block != 64 && bm.kv_block != 128))
-    return "BlockMask block sizes " + std::to_string(bm.q_block) + " x " + std::to_string(bm.kv_block) +
-           " not supported (64 or 128 each)";
+  if (std::string why = block_sizes_reason(bm.q_block, bm.kv_block); !why.empty()) return why;
   if (s.pack != 1) return "the BlockMask walk runs without GQA packing (pack " + std::to_string(s.pack) + ")";
   if (s.direction != Direction::backward || s.bwd_path != BwdPath::sm90) return {};
   if (bm.kv_block != bwd_block_n(BwdPath::sm90))
@@ -74,8 +72,15 @@ int fwd_rows_resolved(const AttnParams& p, const LaunchShape& shape) {
   return shape.flex ? p.bm.q_block : fwd_block_m(shape.pack);
 }
 
+std::string block_sizes_reason(int q_block, int kv_block) {
+  if ((q_block != 64 && q_block != 128) || (kv_block != 64 && kv_block != 128))
+    return "BlockMask block sizes " + std::to_string(q_block) + " x " + std::to_string(kv_block) +
+           " not supported (64 or 128 each)";
+  return {};
+}
+
 std::string pack_reason(int pack, int group) {
-  if (pack < 1 || kFwdWarps % pack != 0 || pack > 4)
+  if (pack < 1 || kFwdWarps % pack != 0)
     return "GQA pack " + std::to_string(pack) + " is not 1, 2 or 4";
   if (group < 1 || group % pack != 0)
     return "GQA pack " + std::to_string(pack) + " must divide the GQA group " + std::to_string(group);

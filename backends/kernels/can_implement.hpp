@@ -57,6 +57,10 @@ InstanceKey instance_key(const AttnParams& p, const LaunchShape& shape);
 /// flex: p.bm.q_block; otherwise fwd_block_m(shape.pack).
 int fwd_rows_resolved(const AttnParams& p, const LaunchShape& shape);
 
+/// Why the flex path cannot walk a BlockMask of q_block x kv_block blocks (empty
+/// when it can): 64 or 128 each.
+std::string block_sizes_reason(int q_block, int kv_block);
+
 /// Why a GQA pack cannot run with `group` query heads per KV head (empty when it
 /// can): pack must be 1, 2 or 4 (it divides kFwdWarps) and divide the group.
 std::string pack_reason(int pack, int group);

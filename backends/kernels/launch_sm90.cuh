@@ -61,13 +61,15 @@ void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, co
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
-/// dK/dV with atomic dQ, or (deterministic) dK/dV alone and then the Hopper dQ kernel.
+/// dK/dV with atomic dQ, or (a.shape.deterministic) dK/dV alone and then the Hopper
+/// dQ kernel over query tiles of a.shape.pack heads (1 on the flex path: can_implement).
 template <int D, bool Bf16, bool kFlex>
-void backward_sm90(const AttnParams& p, const LaunchArgs& a, int pack, bool deterministic) {
+void backward_sm90(const AttnParams& p, const LaunchArgs& a) {
   const BwdTensorMaps& maps = *a.bwd_maps;
-  if (!deterministic) return dkdv_sm90<D, Bf16, kFlex, true>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
+  if (!a.shape.deterministic)
+    return dkdv_sm90<D, Bf16, kFlex, true>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
   dkdv_sm90<D, Bf16, kFlex, false>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
-  dq_sm90<D, Bf16, kFlex>(p, a.dq_items, a.n_dq_items, pack, maps.dq_kv, a.stream);
+  dq_sm90<D, Bf16, kFlex>(p, a.dq_items, a.n_dq_items, a.shape.pack, maps.dq_kv, a.stream);
 }
 
 }  // namespace detail
@@ -103,9 +105,9 @@ template <int D, bool Bf16>
 void run_backward_sm90(const AttnParams& p, const LaunchArgs& a) {
   using namespace detail;
   dsum<D, Bf16>(p, a.q_numel, a.stream);
-  if (!a.shape.flex) return backward_sm90<D, Bf16, false>(p, a, a.shape.pack, a.shape.deterministic);
+  if (!a.shape.flex) return backward_sm90<D, Bf16, false>(p, a);
   flex_dbias_clear(p, a.scratch_floats, a.stream);
-  backward_sm90<D, Bf16, true>(p, a, 1, a.shape.deterministic);
+  backward_sm90<D, Bf16, true>(p, a);
   flex_dbias_reduce(p, a.stream);
 }
 
