@@ -185,30 +185,34 @@ TEST_CASE("Hopper forward CTA rows: 64-row CTAs where they cut the executed pair
   auto lens_of = [](int32_t n) { return SeqLengths{{n}, {n}, {n}, {n}}; };
   // Causal over 128 keys: one 128 x 128 tile (16384 pairs) against 64 x 64 tiles of
   // 1 and 2 steps (12288 pairs, 75%) -> 64 rows.
-  CHECK(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm90, 0) == 64);
+  CHECK(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm90, 0, 128) == 64);
   // Causal over 1920 keys: 120 wide steps (1966080 pairs) against 465 narrow ones
   // (1904640, 97%) -> 128 rows.
-  CHECK(fwd_cta_rows(m, lens_of(1920), 1, FwdPath::sm90, 0) == 128);
-  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm90, 0) == 128);
+  CHECK(fwd_cta_rows(m, lens_of(1920), 1, FwdPath::sm90, 0, 128) == 128);
+  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm90, 0, 128) == 128);
   // A causal window of 256 keys: 3 wide steps per 128 rows (49152 pairs) against
   // 2 x 5 narrow ones (40960, 83%) -> 64 rows; a window of 4096 keys: 98% -> 128.
   Problem w = with_window(p, 256, 0);
   const MaskDesc mw = make_mask_desc(w, arrays);
-  CHECK(fwd_cta_rows(mw, lens_of(8192), 1, FwdPath::sm90, 0) == 64);
+  CHECK(fwd_cta_rows(mw, lens_of(8192), 1, FwdPath::sm90, 0, 128) == 64);
   Problem w4 = with_window(p, 4096, 0);
   const MaskDesc mw4 = make_mask_desc(w4, arrays);
-  CHECK(fwd_cta_rows(mw4, lens_of(16384), 1, FwdPath::sm90, 0) == 128);
+  CHECK(fwd_cta_rows(mw4, lens_of(16384), 1, FwdPath::sm90, 0, 128) == 128);
   // Full attention: equal pairs -> 128 rows.
   Problem f = make_problem(1, 2, 2, 512, 512, 64, DType::bf16);
   const MaskDesc mf = make_mask_desc(f, arrays);
-  CHECK(fwd_cta_rows(mf, lens_of(512), 1, FwdPath::sm90, 0) == 128);
+  CHECK(fwd_cta_rows(mf, lens_of(512), 1, FwdPath::sm90, 0, 128) == 128);
   // Forced, the portable path and GQA packing keep their own tile.
-  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm90, 64) == 64);
-  CHECK(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm80, 0) == 128);
-  CHECK(fwd_cta_rows(m, lens_of(128), 4, FwdPath::sm90, 0) == 64);
-  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm80, 64), std::invalid_argument);
-  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm90, 96), std::invalid_argument);
-  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 2, FwdPath::sm90, 128), std::invalid_argument);
+  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm90, 64, 128) == 64);
+  CHECK(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm80, 0, 128) == 128);
+  CHECK(fwd_cta_rows(m, lens_of(128), 4, FwdPath::sm90, 0, 128) == 64);
+  CHECK(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm80, 64, 128) == 64);  // asked for: either path
+  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm90, 96, 128), std::invalid_argument);
+  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 2, FwdPath::sm90, 128, 128), std::invalid_argument);
+  // Above head_dim 128: 64 rows (no wide portable tile), 128 refused.
+  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm80, 0, 256) == 64);
+  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm80, 0, 96) == 128);
+  CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm80, 128, 256), std::invalid_argument);
   // The plan follows: 64-row tiles of 64-key steps, with the executed pairs of that tile.
   const TilePlan t = plan_tiles(m, lens_of(256), 2, 1, 1, 128, FwdPath::sm90, BwdPath::sm80, 64);
   CHECK(t.tile_rows == 64);
@@ -220,7 +224,7 @@ TEST_CASE("Hopper forward CTA rows: 64-row CTAs where they cut the executed pair
   CHECK(wide.tile_rows == 128);
   CHECK(wide.executed_pairs == 3 * 128 * 128 * 2);
   // An empty problem keeps the wide tile (no tile to average).
-  CHECK(fwd_cta_rows(m, SeqLengths{}, 1, FwdPath::sm90, 0) == 128);
+  CHECK(fwd_cta_rows(m, SeqLengths{}, 1, FwdPath::sm90, 0, 128) == 128);
 }
 
 TEST_CASE("GQA pack choice by group and mean document length") {
@@ -284,11 +288,12 @@ TEST_CASE("flex plan: every block tile listed once, longest first, executed pair
     }
     CHECK_THROWS_AS(plan_block_tiles(bm, p.batch, 4, BwdPath::sm80, 32), std::invalid_argument);
     // The choice: short walks (at most kFlexShortWalkSteps key steps per block on average) on the Hopper forward.
-    CHECK(flex_fwd_rows(bm, FwdPath::sm90) == 64);
-    CHECK(flex_fwd_rows(bm, FwdPath::sm80) == 128);
+    CHECK(flex_fwd_rows(bm, FwdPath::sm90, 128) == 64);
+    CHECK(flex_fwd_rows(bm, FwdPath::sm80, 128) == 128);
+    CHECK(flex_fwd_rows(bm, FwdPath::sm80, 256) == 64);  // no 128-row portable tile above head_dim 128
     const BlockMask dense = build_block_mask(with_causal(make_problem(1, 1, 1, 8192, 8192, 64, DType::bf16)), 128, 128);
-    CHECK(flex_fwd_rows(dense, FwdPath::sm90) == 128);  // 64.5 blocks of 2 steps per query block on average
-    CHECK(flex_fwd_rows(build_block_mask(p, 64, 64), FwdPath::sm90) == 64);  // blocks of 64 stay whole
+    CHECK(flex_fwd_rows(dense, FwdPath::sm90, 128) == 128);  // 64.5 blocks of 2 steps per query block on average
+    CHECK(flex_fwd_rows(build_block_mask(p, 64, 64), FwdPath::sm90, 128) == 64);  // blocks of 64 stay whole
   }
   const BlockMask odd = build_block_mask(make_problem(1, 1, 1, 100, 100, 64, DType::bf16), 32, 32);
   CHECK_THROWS_AS(plan_block_tiles(odd, 1, 1), std::invalid_argument);

@@ -13,12 +13,15 @@ using namespace attnbench::kernels;
 namespace {
 
 /// Both directions and paths of head dims 64 and 128 in both dtypes (a Hopper build).
-std::vector<InstanceKey> hopper_build() {
+/// The instances of a build for sm_90a with portable kernels at `dims` (the
+/// Hopper ones at 64 and 128 only, as cmake/attn_instances.cmake generates them).
+std::vector<InstanceKey> hopper_build(std::initializer_list<int32_t> dims = {64, 128}) {
   std::vector<InstanceKey> keys;
   for (Direction d : {Direction::forward, Direction::backward})
     for (int32_t path : {0, 1})
-      for (int32_t hd : {64, 128})
-        for (ElemType t : {ElemType::bf16, ElemType::fp16}) keys.push_back({d, path, hd, t});
+      for (int32_t hd : dims)
+        if (path == 0 || hd == 64 || hd == 128)
+          for (ElemType t : {ElemType::bf16, ElemType::fp16}) keys.push_back({d, path, hd, t});
   return keys;
 }
 
@@ -86,6 +89,16 @@ TEST_CASE("can_implement names the element type, head dims and the missing insta
   CHECK(can_implement(dense(), bwd(BwdPath::sm90), portable) ==
         "no Hopper (sm90) backward kernel for head_dim 128 bf16 in this build");
   CHECK(instantiated_head_dims(built) == "64, 128");
+  // Head dims with portable kernels only: the Hopper ones are named as missing.
+  const auto wide_dims = hopper_build({64, 96, 128, 256});
+  CHECK(instantiated_head_dims(wide_dims) == "64, 96, 128, 256");
+  CHECK(can_implement(dense(8, 2, 96), bwd(BwdPath::sm80), wide_dims).empty());
+  CHECK(can_implement(dense(8, 2, 96), fwd(1, 0, FwdPath::sm90), wide_dims) ==
+        "no Hopper (sm90) forward kernel for head_dim 96 bf16 in this build");
+  CHECK(has_instance({Direction::backward, 0, 256, ElemType::fp16}, wide_dims));
+  CHECK_FALSE(has_instance({Direction::backward, 1, 256, ElemType::fp16}, wide_dims));
+  CHECK(can_implement(dense(8, 2, 192), fwd(), wide_dims) ==
+        "head_dim 192 not supported (this build instantiates 64, 96, 128, 256)");
 }
 
 TEST_CASE("can_implement: heads, GQA pack, CTA rows, sequences") {
@@ -93,11 +106,19 @@ TEST_CASE("can_implement: heads, GQA pack, CTA rows, sequences") {
   CHECK(can_implement(dense(8, 3), fwd(), built).find("heads 8 / 3") == 0);
   CHECK(can_implement(dense(), fwd(3), built) == "GQA pack 3 is not 1, 2 or 4");
   CHECK(can_implement(dense(6, 2), fwd(2), built) == "GQA pack 2 must divide the GQA group 3");
-  CHECK(can_implement(dense(), fwd(1, 64), built) ==
-        "forward CTAs of 64 rows without GQA packing run on the Hopper forward only");
-  CHECK(can_implement(dense(), fwd(2, 128), built) == "forward CTAs of 128 rows with GQA pack 2 (it runs 64)");
+  CHECK(can_implement(dense(), fwd(1, 64), built).empty());  // 64-row CTAs without packing, portable path too
+  CHECK(can_implement(dense(), fwd(2, 128), built) ==
+        "forward CTAs of 128 rows with GQA pack 2 at head_dim 128 (it runs 64)");
   CHECK(fwd_rows_resolved(dense(), fwd(2)) == 64);
   CHECK(fwd_rows_resolved(dense(), fwd(1)) == 128);
+  // Above head_dim 128 the portable forward has no 128-row tile: 64 rows by default.
+  const auto wide_dims = hopper_build({64, 96, 128, 256});
+  CHECK(fwd_rows_resolved(dense(8, 2, 256), fwd(1)) == 64);
+  CHECK(can_implement(dense(8, 2, 256), fwd(1), wide_dims).empty());
+  CHECK(can_implement(dense(8, 2, 256), fwd(1, 128), wide_dims) ==
+        "forward CTAs of 128 rows with GQA pack 1 at head_dim 256 (it runs 64)");
+  CHECK(fwd_rows_resolved(dense(8, 2, 96), fwd(1)) == 128);
+  CHECK(can_implement(dense(8, 2, 96), fwd(1), wide_dims).empty());
   AttnParams p = dense();
   p.num_seqs = kMaxSequences + 1;
   CHECK(can_implement(p, fwd(), built) == "65536 sequences exceed 65535 per launch (the Dsum launch grid)");
@@ -122,8 +143,15 @@ TEST_CASE("can_implement: score mods and the flex path's limits") {
   p.bm.q_block = 32;
   CHECK(can_implement(p, f, built) == "BlockMask block sizes 32 x 128 not supported (64 or 128 each)");
   p.bm.q_block = 128;
-  f.rows = 64;  // halves on the portable forward: refused
-  CHECK(can_implement(p, f, built).find("forward CTAs of 64 rows for query blocks of 128") == 0);
+  AttnParams wide = p;  // above head_dim 128 a 128-row block runs as two 64-row halves by default
+  wide.head_dim = wide.head_dim_v = 256;
+  CHECK(fwd_rows_resolved(wide, f) == 64);
+  f.rows = 64;  // 64-row halves of 128-row blocks, on either forward path
+  CHECK(can_implement(p, f, built).empty());
+  f.rows = 128;
+  p.bm.q_block = 64;  // more rows than a block has
+  CHECK(can_implement(p, f, built).find("forward CTAs of 128 rows for query blocks of 64") == 0);
+  p.bm.q_block = 128;
   // The Hopper backward: 128-key KV blocks, no rel_bias dBias.
   p.dbias_mode = DbiasMode::atomic;
   CHECK(can_implement(p, bwd(BwdPath::sm90, true), built).find("the Hopper backward has no rel_bias dBias") == 0);

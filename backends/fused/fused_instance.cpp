@@ -80,24 +80,35 @@ std::optional<bool> sm90_path(KernelPath path, const char* option, const std::st
   return true;
 }
 
-/// The forward kernel of a non-flex instance with GQA pack `pack` at head_dim:
-/// option fwd_path (sm90_path); auto = sm90 where kernels::fwd_sm90_usable(),
-/// except the GQA-packed 64-row tile at head_dim 64, which measured slower there
-/// than the portable kernel on the H100: packed CodeAlpaca Llama-3.2-1B forward
-/// 0.444 vs 0.397 ms, docs/results/2026-11-24-h100-session8.md.
-kernels::FwdPath choose_fwd_path(const FusedOptions& opt, int pack, int64_t head_dim) {
+/// Whether this build has the Hopper kernels of direction `d` for p's head dim
+/// and element type (cmake/attn_instances.cmake instantiates them for head dims
+/// 64 and 128; other head dims run the portable kernels).
+bool hopper_instance(const Problem& p, kernels::Direction d) {
+  const kernels::ElemType t = p.dtype == DType::bf16 ? kernels::ElemType::bf16 : kernels::ElemType::fp16;
+  return kernels::has_instance({d, static_cast<int32_t>(kernels::FwdPath::sm90), static_cast<int32_t>(p.head_dim), t});
+}
+
+/// The forward kernel of a non-flex instance with GQA pack `pack` for problem p:
+/// option fwd_path (sm90_path); auto = sm90 where kernels::fwd_sm90_usable() and
+/// the head dim has a Hopper instance, except the GQA-packed 64-row tile at
+/// head_dim 64, which measured slower there than the portable kernel on the
+/// H100: packed CodeAlpaca Llama-3.2-1B forward 0.444 vs 0.397 ms,
+/// docs/results/2026-11-24-h100-session8.md.
+kernels::FwdPath choose_fwd_path(const FusedOptions& opt, int pack, const Problem& p) {
   const std::optional<bool> asked = sm90_path(opt.fwd_path, "fwd_path", opt.name);
-  const bool sm90 = asked ? *asked : kernels::fwd_sm90_usable() && !(pack > 1 && head_dim == 64);
+  const bool sm90 = asked ? *asked
+                          : kernels::fwd_sm90_usable() && hopper_instance(p, kernels::Direction::forward) &&
+                                !(pack > 1 && p.head_dim == 64);
   return sm90 ? kernels::FwdPath::sm90 : kernels::FwdPath::sm80;
 }
 
 /// The dK/dV kernel of a non-flex instance: option bwd_path (sm90_path);
-/// auto = the Hopper kernels where kernels::fwd_sm90_usable(), in either dQ mode
-/// (atomic: dQ added by the dK/dV kernel; deterministic: the Hopper dQ kernel).
-/// Throws as sm90_path.
-kernels::BwdPath choose_bwd_path(const FusedOptions& opt) {
+/// auto = the Hopper kernels where kernels::fwd_sm90_usable() and the head dim
+/// has a Hopper instance, in either dQ mode (atomic: dQ added by the dK/dV
+/// kernel; deterministic: the Hopper dQ kernel). Throws as sm90_path.
+kernels::BwdPath choose_bwd_path(const FusedOptions& opt, const Problem& p) {
   const std::optional<bool> asked = sm90_path(opt.bwd_path, "bwd_path", opt.name);
-  const bool sm90 = asked ? *asked : kernels::fwd_sm90_usable();
+  const bool sm90 = asked ? *asked : kernels::fwd_sm90_usable() && hopper_instance(p, kernels::Direction::backward);
   return sm90 ? kernels::BwdPath::sm90 : kernels::BwdPath::sm80;
 }
 
@@ -191,8 +202,8 @@ SequencePlan plan_sequences(const Problem& p, const FusedOptions& opt) {
   int pack = opt.placement == Placement::documents ? kernels::choose_pack(static_cast<int>(p.group_size()), mean_len)
                                                    : 1;
   if (opt.pack > 0) pack = opt.pack;
-  sp.fwd = choose_fwd_path(opt, pack, p.head_dim);
-  sp.bwd = choose_bwd_path(opt);
+  sp.fwd = choose_fwd_path(opt, pack, p);
+  sp.bwd = choose_bwd_path(opt, p);
   sp.plan = kernels::plan_tiles(sp.mask, lens, static_cast<int>(p.heads_q), static_cast<int>(p.group_size()), pack,
                                 static_cast<int>(p.head_dim), sp.fwd, sp.bwd, opt.fwd_rows);
   return sp;
@@ -344,10 +355,11 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     md = make_mask_desc(p, arrays);
     md.doc_ids = nullptr;  // the arrays are set by setup_flex (flex_mask_form)
     md.seq_lens_q = md.seq_lens_k = nullptr;
-    fwd_path_ = choose_fwd_path(opt, 1, p.head_dim);  // 64-key steps either way (plan.tile_keys)
+    fwd_path_ = choose_fwd_path(opt, 1, p);  // 64-key steps either way (plan.tile_keys)
     bwd_path_ = choose_flex_bwd_path(p, opt, &why_portable_bwd_);
+    const int hd = static_cast<int>(p.head_dim);
     plan_ = kernels::plan_block_tiles(flex_->host, p.batch, static_cast<int>(p.heads_q), bwd_path_,
-                                      kernels::flex_fwd_rows(flex_->host, fwd_path_));
+                                      kernels::flex_fwd_rows(flex_->host, fwd_path_, hd), hd);
     lens = padded_lengths(p);
   } else {
     SequencePlan planned = sp ? std::move(*sp) : plan_sequences(p, opt);

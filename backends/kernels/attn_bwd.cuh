@@ -24,15 +24,25 @@
 
 namespace attnbench::kernels {
 
+/// Threads per row of attn_bwd_dsum_kernel: D / 8 16-byte chunks rounded up to a
+/// power of two (a shuffle tree), at most a warp (D = 96: 16 threads, 12 with a
+/// chunk; D = 256: 32 threads, one chunk each).
+__host__ __device__ constexpr int dsum_threads_per_row(int head_dim) {
+  int t = 1;
+  while (t < head_dim / 8 && t < 32) t *= 2;
+  return t;
+}
+
 /// Dsum = rowsum(dO * O) in float32 for every stored row of head blockIdx.y.
 /// Rows are numbered over the whole buffer: `rows` = tokens in THD (every token
 /// is a valid row) or num_seqs * seq_q in the padded layouts (row r is position
 /// r % seq_q of sequence r / seq_q; positions past its valid length get 0).
-/// D / 8 consecutive threads share a row, each loading 16 bytes of O and of dO
-/// (coalesced), and reduce with shuffles: the kernel streams O and dO once.
+/// dsum_threads_per_row(D) consecutive threads share a row, each loading 16-byte
+/// chunks of O and of dO (coalesced; thread c takes chunks c, c + kT, ...), and
+/// reduce with shuffles: the kernel streams O and dO once.
 template <int D, bool Bf16>
 __global__ void __launch_bounds__(256) attn_bwd_dsum_kernel(const AttnParams p, int64_t rows) {
-  constexpr int kT = D / 8;  // threads per row
+  constexpr int kT = dsum_threads_per_row(D);
   static_assert(32 % kT == 0, "a row's threads stay in one warp");
   const int h = blockIdx.y;
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kT;
@@ -53,9 +63,11 @@ __global__ void __launch_bounds__(256) attn_bwd_dsum_kernel(const AttnParams p, 
     }
   }
   float acc = 0.f;
-  if (valid) {
-    const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.o) + o_off + 8 * c);
-    const uint4 e = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.dout) + o_off + 8 * c);
+#pragma unroll
+  for (int cc = c; cc < D / 8; cc += kT) {
+    if (!valid) break;
+    const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.o) + o_off + 8 * cc);
+    const uint4 e = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.dout) + o_off + 8 * cc);
     const uint32_t av[4] = {a.x, a.y, a.z, a.w}, ev[4] = {e.x, e.y, e.z, e.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -366,7 +378,7 @@ __device__ __forceinline__ void dkdv_atomic_dq(const AttnParams& p, const SeqInf
                                                const uint16_t* sdS, const uint16_t* sK, int warp, int lane) {
   constexpr int kBlockN = 16 * kWarps;
   constexpr int kRowGroups = kBlockM / 16, kColGroups = kWarps / kRowGroups, kDw = D / kColGroups;
-  constexpr int kPass = 32;
+  constexpr int kPass = kDw % 32 == 0 ? 32 : 16;  // 16 at head_dim 96 (48 columns per group)
   static_assert(kDw % kPass == 0, "whole passes");
   const int rg = warp % kRowGroups, cg = warp / kRowGroups;
   const int g = lane / 4, qd = lane % 4;

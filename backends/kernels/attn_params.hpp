@@ -151,8 +151,14 @@ constexpr int kMaxRelBiasDistance = 8191;
 constexpr int kFwdWarps = 4;     ///< forward: warps per CTA
 constexpr int kFwdBlockM = 64;   ///< forward: query rows per CTA with GQA packing (1 m-tile of 16 rows per warp)
 constexpr int kFwdBlockMWide = 128;  ///< forward: query rows per CTA without packing (32 rows per warp)
-/// Forward query rows per CTA for a GQA pack (1: the wide tile).
-constexpr int fwd_block_m(int pack) { return pack == 1 ? kFwdBlockMWide : kFwdBlockM; }
+/// The largest head dim with a wide (128-row, two m-tiles per warp) portable
+/// forward tile: above it O and S of two m-tiles outgrow the registers.
+constexpr int kMaxWideFwdHeadDim = 128;
+/// Forward query rows per CTA for a GQA pack at a head dim (pack 1: the wide tile
+/// up to kMaxWideFwdHeadDim; 64 rows otherwise).
+constexpr int fwd_block_m(int pack, int head_dim) {
+  return pack == 1 && head_dim <= kMaxWideFwdHeadDim ? kFwdBlockMWide : kFwdBlockM;
+}
 /// Which forward kernel runs: the portable mma.sync kernel (attn_fwd.cuh, sm_80
 /// and up) or the Hopper wgmma kernel (attn_fwd_sm90.cuh, sm_90a builds on
 /// compute capability 9.0).
@@ -176,10 +182,10 @@ constexpr int fwd_block_n(int cta_rows, FwdPath path = FwdPath::sm80) {
 constexpr int kBwdBlockN = 64;   ///< dK/dV: keys per CTA (4 warps)
 /// dK/dV keys per CTA of a backward path (the Hopper kernel: two warpgroups of 64).
 constexpr int bwd_block_n(BwdPath path) { return path == BwdPath::sm90 ? 128 : kBwdBlockN; }
-/// dK/dV: query rows per inner step (portable: 32 at head_dim 128, where 64
+/// dK/dV: query rows per inner step (portable: 32 from head_dim 96 up, where 64
 /// spills registers; Hopper: 64, the wgmma m64 of dQ).
 constexpr int bwd_block_m(int head_dim, BwdPath path = BwdPath::sm80) {
-  return path == BwdPath::sm90 || head_dim < 128 ? 64 : 32;
+  return path == BwdPath::sm90 || head_dim < 96 ? 64 : 32;
 }
 constexpr int kDqBlockM = 64;    ///< deterministic dQ: query rows per CTA
 constexpr int kDqBlockN = 64;    ///< deterministic dQ: keys per step

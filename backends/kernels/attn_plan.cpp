@@ -27,12 +27,13 @@ std::vector<WorkItem> longest_first(std::vector<WorkItem> items, const std::vect
 
 }  // namespace
 
-int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path, int fwd_rows) {
-  if (fwd_rows != 0)
-    if (const std::string why = fwd_rows_reason(pack, fwd_rows, path, false, 0); !why.empty())
+int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path, int fwd_rows, int head_dim) {
+  if (fwd_rows != 0) {
+    if (const std::string why = fwd_rows_reason(pack, fwd_rows, false, 0, head_dim); !why.empty())
       throw std::invalid_argument("plan_tiles: " + why);
-  if (pack != 1 || path != FwdPath::sm90) return fwd_block_m(pack);
-  if (fwd_rows != 0) return fwd_rows;
+    return fwd_rows;
+  }
+  if (pack != 1 || path != FwdPath::sm90) return fwd_block_m(pack, head_dim);
   // Pairs the 128-row tiles (128-key steps) and the 64-row tiles (64-key steps) execute.
   int64_t wide = 0, narrow = 0;
   for (size_t b = 0; b < s.lq.size(); ++b) {
@@ -49,7 +50,7 @@ int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path,
 TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int group, int pack, int head_dim,
                     FwdPath path, BwdPath bwd, int fwd_rows) {
   if (const std::string why = pack_reason(pack, group); !why.empty()) throw std::invalid_argument("plan_tiles: " + why);
-  const int rows = fwd_cta_rows(m, s, pack, path, fwd_rows);
+  const int rows = fwd_cta_rows(m, s, pack, path, fwd_rows, head_dim);
   TilePlan t;
   t.pack = pack;
   t.tile_rows = rows / pack;
@@ -85,7 +86,8 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
   return t;
 }
 
-int flex_fwd_rows(const BlockMask& bm, FwdPath path) {
+int flex_fwd_rows(const BlockMask& bm, FwdPath path, int head_dim) {
+  if (bm.q_block == kFwdBlockMWide && head_dim > kMaxWideFwdHeadDim) return kFwdBlockM;
   if (path != FwdPath::sm90 || bm.q_block != kFwdBlockMWide || bm.kv_num_blocks.empty()) return static_cast<int>(bm.q_block);
   int64_t blocks = 0;
   for (size_t r = 0; r < bm.kv_num_blocks.size(); ++r) blocks += bm.kv_num_blocks[r] + bm.full_kv_num_blocks[r];
@@ -95,7 +97,7 @@ int flex_fwd_rows(const BlockMask& bm, FwdPath path) {
              : static_cast<int>(bm.q_block);
 }
 
-TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPath bwd, int fwd_rows) {
+TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPath bwd, int fwd_rows, int head_dim) {
   if (const std::string why = block_sizes_reason(static_cast<int>(bm.q_block), static_cast<int>(bm.kv_block));
       !why.empty())
     throw std::invalid_argument("plan_block_tiles: " + why);
@@ -107,9 +109,8 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPa
   if (bm.kv_block % t.bwd_tile_keys != 0)
     throw std::invalid_argument("plan_block_tiles: dK/dV tiles of " + std::to_string(t.bwd_tile_keys) +
                                 " keys do not fit KV blocks of " + std::to_string(bm.kv_block));
-  if (fwd_rows == 0) fwd_rows = static_cast<int>(bm.q_block);
-  // The plan does not know the path: 64-row halves are planned for either (the launch asks can_implement).
-  if (const std::string why = fwd_rows_reason(1, fwd_rows, FwdPath::sm90, true, static_cast<int>(bm.q_block));
+  if (fwd_rows == 0) fwd_rows = flex_fwd_rows(bm, FwdPath::sm80, head_dim);
+  if (const std::string why = fwd_rows_reason(1, fwd_rows, true, static_cast<int>(bm.q_block), head_dim);
       !why.empty())
     throw std::invalid_argument("plan_block_tiles: " + why);
   t.tile_rows = fwd_rows;

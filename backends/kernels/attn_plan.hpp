@@ -66,18 +66,20 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
 /// where it cuts work.
 constexpr int64_t kNarrowFwdPairsPercent = 85;
 
-/// Query rows per forward CTA (pack heads x tile rows) of plan_tiles: fwd_block_m(pack)
-/// except on the Hopper forward without GQA packing, where `fwd_rows` (64 or 128)
-/// decides, or when it is 0, 64 if the 64-row tiles (64-key steps) under `m` and
+/// Query rows per forward CTA (pack heads x tile rows) of plan_tiles at head_dim:
+/// `fwd_rows` when it is not 0 (64, or 128 as fwd_rows_reason allows);
+/// otherwise fwd_block_m(pack, head_dim), except on the Hopper forward without
+/// GQA packing, where it is 64 if the 64-row tiles (64-key steps) under `m` and
 /// `s` execute at most kNarrowFwdPairsPercent of the pairs of the 128-row tiles
-/// (128-key steps), else 128. Throws std::invalid_argument for a fwd_rows other
-/// than 0, 64 or 128, or one the pack / path cannot run.
-int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path, int fwd_rows);
+/// (128-key steps), else 128. Throws std::invalid_argument for a fwd_rows
+/// fwd_rows_reason refuses.
+int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path, int fwd_rows, int head_dim);
 
 /// Work lists of the flex path for a BlockMask `bm` (block sizes 64 or 128) of a
 /// padded batch of `batch` rows with heads_q query heads: forward items are
-/// `fwd_rows`-row tiles of the query blocks (0 = q_block: one CTA per block; 64 with
-/// q_block 128: two CTAs per block walking its lists, flex_fwd_rows), dQ items the kDqBlockM-row
+/// `fwd_rows`-row tiles of the query blocks (64 with q_block 128: two CTAs per block
+/// walking its lists; 0 = flex_fwd_rows(bm, sm80, head_dim): one CTA per block up to
+/// head_dim kMaxWideFwdHeadDim), dQ items the kDqBlockM-row
 /// tiles, dK/dV items the bwd_block_n(bwd)-key tiles (the Hopper backward's
 /// 128 need kv_block 128), each ordered by the blocks its lists hold (longest
 /// first; ties in (row, start) order). Every tile is listed, also those with no
@@ -86,7 +88,7 @@ int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path,
 /// other block sizes, a batch that does not match bm, or a dK/dV tile that is
 /// not inside one KV block.
 TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPath bwd = BwdPath::sm80,
-                          int fwd_rows = 0);
+                          int fwd_rows = 0, int head_dim = 128);
 
 /// Key steps (of kFwdBlockN keys) per query block above which the Hopper flex
 /// forward keeps one 128-row CTA per block: below, each block's two 64-row halves
@@ -95,10 +97,11 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPa
 /// packed CodeAlpaca Llama-3-8B (about 6 steps per block): docs/results/2026-11-27-h100-session11.md.
 constexpr int kFlexShortWalkSteps = 16;
 
-/// Query rows per forward CTA of the flex path: 64 for the Hopper forward
-/// (`path` FwdPath::sm90) of 128-row blocks whose mean key steps per query block
-/// are at most kFlexShortWalkSteps, else bm.q_block.
-int flex_fwd_rows(const BlockMask& bm, FwdPath path);
+/// Query rows per forward CTA of the flex path: 64 for 128-row blocks above head
+/// dim kMaxWideFwdHeadDim and on the Hopper forward (`path` FwdPath::sm90) for
+/// 128-row blocks whose mean key steps per query block are at most
+/// kFlexShortWalkSteps, else bm.q_block.
+int flex_fwd_rows(const BlockMask& bm, FwdPath path, int head_dim);
 
 /// CSR of the inverse of an offset_bias table: for each bias entry e in [0, size),
 /// the keys j with offset[j] = e in ascending order, as keys[ptr[e] .. ptr[e+1]).

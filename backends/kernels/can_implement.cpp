@@ -16,7 +16,7 @@ const char* direction_name(Direction d) { return d == Direction::forward ? "forw
 std::string instance_reason(const AttnParams& p, const InstanceKey& want, std::span<const InstanceKey> built) {
   const Direction dir = want.direction;
   const int32_t path = want.path;
-  if (std::find(built.begin(), built.end(), want) != built.end()) return {};
+  if (has_instance(want, built)) return {};
   const bool any_dim = std::any_of(built.begin(), built.end(), [&](const InstanceKey& k) {
     return k.head_dim == p.head_dim;
   });
@@ -62,6 +62,10 @@ std::string instantiated_head_dims(std::span<const InstanceKey> built) {
   return out;
 }
 
+bool has_instance(const InstanceKey& key, std::span<const InstanceKey> built) {
+  return std::find(built.begin(), built.end(), key) != built.end();
+}
+
 InstanceKey instance_key(const AttnParams& p, const LaunchShape& s) {
   const bool fwd = s.direction == Direction::forward;
   return {s.direction, fwd ? static_cast<int32_t>(s.fwd_path) : static_cast<int32_t>(s.bwd_path), p.head_dim, p.dtype};
@@ -69,7 +73,8 @@ InstanceKey instance_key(const AttnParams& p, const LaunchShape& s) {
 
 int fwd_rows_resolved(const AttnParams& p, const LaunchShape& shape) {
   if (shape.rows != 0) return shape.rows;
-  return shape.flex ? p.bm.q_block : fwd_block_m(shape.pack);
+  if (!shape.flex) return fwd_block_m(shape.pack, p.head_dim);
+  return p.bm.q_block == kFwdBlockMWide && p.head_dim > kMaxWideFwdHeadDim ? kFwdBlockM : p.bm.q_block;
 }
 
 std::string block_sizes_reason(int q_block, int kv_block) {
@@ -87,18 +92,19 @@ std::string pack_reason(int pack, int group) {
   return {};
 }
 
-std::string fwd_rows_reason(int pack, int rows, FwdPath path, bool flex, int q_block) {
+std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head_dim) {
+  const bool wide_ok = head_dim <= kMaxWideFwdHeadDim;
   if (flex) {
-    if (rows == q_block || (rows == kFwdBlockM && q_block == kFwdBlockMWide && path == FwdPath::sm90)) return {};
+    if ((rows == q_block && (rows == kFwdBlockM || wide_ok)) || (rows == kFwdBlockM && q_block == kFwdBlockMWide))
+      return {};
     return "forward CTAs of " + std::to_string(rows) + " rows for query blocks of " + std::to_string(q_block) +
-           " (whole blocks, or 64-row halves of 128-row blocks on the Hopper forward)";
+           " at head_dim " + std::to_string(head_dim) + " (whole blocks, or 64-row halves of 128-row blocks; 128 " +
+           "rows up to head_dim " + std::to_string(kMaxWideFwdHeadDim) + ")";
   }
-  if (rows == fwd_block_m(pack)) return {};
-  if (pack == 1 && rows == kFwdBlockM && path == FwdPath::sm90) return {};
-  if (pack == 1 && rows == kFwdBlockM)
-    return "forward CTAs of 64 rows without GQA packing run on the Hopper forward only";
-  return "forward CTAs of " + std::to_string(rows) + " rows with GQA pack " + std::to_string(pack) + " (it runs " +
-         std::to_string(fwd_block_m(pack)) + (pack == 1 ? ", or 64 on the Hopper forward)" : ")");
+  if (rows == kFwdBlockM || (rows == kFwdBlockMWide && pack == 1 && wide_ok)) return {};
+  return "forward CTAs of " + std::to_string(rows) + " rows with GQA pack " + std::to_string(pack) + " at head_dim " +
+         std::to_string(head_dim) + " (it runs " + std::to_string(fwd_block_m(pack, head_dim)) +
+         (fwd_block_m(pack, head_dim) == kFwdBlockMWide ? " or 64)" : ")");
 }
 
 std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<const InstanceKey> built) {
@@ -125,7 +131,7 @@ std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<c
   if (s.flex)
     if (std::string why = flex_reason(p, s); !why.empty()) return why;
   if (s.direction == Direction::forward)
-    return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.fwd_path, s.flex, p.bm.q_block);
+    return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.flex, p.bm.q_block, p.head_dim);
   return {};
 }
 

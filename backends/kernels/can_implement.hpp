@@ -35,6 +35,10 @@ struct InstanceKey {
 /// build tree). Empty in a build without CUDA.
 std::span<const InstanceKey> compiled_instances();
 
+/// Whether `built` holds the instance `key` (e.g. the Hopper kernels of a head
+/// dim: the backends' automatic path choice runs the portable ones otherwise).
+bool has_instance(const InstanceKey& key, std::span<const InstanceKey> built = compiled_instances());
+
 /// The launch-shape half of a launch's arguments (LaunchArgs, attn_launch.hpp,
 /// adds the work lists, tensor maps and stream): what can_implement() decides on.
 struct LaunchShape {
@@ -54,7 +58,8 @@ struct LaunchShape {
 InstanceKey instance_key(const AttnParams& p, const LaunchShape& shape);
 
 /// The forward CTA rows `shape` runs (shape.rows, or its default when 0):
-/// flex: p.bm.q_block; otherwise fwd_block_m(shape.pack).
+/// flex: p.bm.q_block (64-row halves of 128-row blocks above kMaxWideFwdHeadDim);
+/// otherwise fwd_block_m(shape.pack, p.head_dim).
 int fwd_rows_resolved(const AttnParams& p, const LaunchShape& shape);
 
 /// Why the flex path cannot walk a BlockMask of q_block x kv_block blocks (empty
@@ -65,11 +70,11 @@ std::string block_sizes_reason(int q_block, int kv_block);
 /// can): pack must be 1, 2 or 4 (it divides kFwdWarps) and divide the group.
 std::string pack_reason(int pack, int group);
 
-/// Why forward CTAs of `rows` query rows cannot run (empty when they can):
-/// fwd_block_m(pack) always; 64 rows without packing only on the Hopper forward
-/// (`path` sm90). With `flex`, q_block rows (64 or 128), or 64-row halves of
-/// 128-row blocks on the Hopper forward.
-std::string fwd_rows_reason(int pack, int rows, FwdPath path, bool flex, int q_block);
+/// Why forward CTAs of `rows` query rows cannot run at `head_dim` (empty when they
+/// can), on either forward path: 64 rows always (GQA-packed or not); 128 rows
+/// without packing up to kMaxWideFwdHeadDim. With `flex`, q_block rows (64 or 128,
+/// 128 up to kMaxWideFwdHeadDim), or 64-row halves of 128-row blocks.
+std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head_dim);
 
 /// Why the kernel family cannot run problem `p` with launch shape `shape`
 /// (empty when it can). Decides on: element type (fp16 / bf16), Dqk = Dv, an

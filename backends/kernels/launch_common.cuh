@@ -35,7 +35,7 @@ template <int D, bool Bf16>
 void dsum(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
   const int64_t rows = q_numel / (static_cast<int64_t>(p.heads_q) * D);
   if (rows == 0) return;
-  constexpr int kThreads = 256, kRowsPerBlock = kThreads / (D / 8);
+  constexpr int kThreads = 256, kRowsPerBlock = kThreads / dsum_threads_per_row(D);
   const dim3 grid(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(p.heads_q));
   attn_bwd_dsum_kernel<D, Bf16><<<grid, kThreads, 0, st>>>(p, rows);
   ATTNBENCH_CHECK(cudaGetLastError());

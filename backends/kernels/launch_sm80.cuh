@@ -56,22 +56,27 @@ void dq_sm80(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, cu
 
 }  // namespace detail
 
-/// Forward: wide tiles (two m-tiles per warp) without packing, 16-row warps with
-/// it; flex: one CTA per query block (128 rows: wide tile; 64: narrow).
+/// Forward: wide tiles (two m-tiles per warp, 128 rows) or 16-row warps (64
+/// rows: GQA-packed, head dims above 128, or asked for), as the plan's rows say
+/// (fwd_rows_resolved); flex: one CTA per query block or per 64-row half. Head
+/// dims above 128 have no wide tile (its O and S would need 2 x 160 registers
+/// per thread at D 256: can_implement refuses it).
 template <int D, bool Bf16>
 void run_forward_sm80(const AttnParams& p, const LaunchArgs& a) {
   static_assert(16 * 2 * kFwdWarps == kFwdBlockMWide && 16 * kFwdWarps == kFwdBlockM, "tile rows");
   using namespace detail;
   const int rows = fwd_rows_resolved(p, a.shape);
-  if (a.shape.flex) {
-    if (rows == kFwdBlockMWide)
-      forward_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, a.stream);
-    else
-      forward_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, a.stream);
-    return;
+  if constexpr (D <= kMaxWideFwdHeadDim) {
+    if (rows == kFwdBlockMWide) {
+      if (a.shape.flex)
+        forward_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, a.stream);
+      else
+        forward_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide)>(p, a.q_items, a.n_q_items, 1, a.stream);
+      return;
+    }
   }
-  if (a.shape.pack == 1)
-    forward_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide)>(p, a.q_items, a.n_q_items, 1, a.stream);
+  if (a.shape.flex)
+    forward_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, a.stream);
   else
     forward_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM)>(p, a.q_items, a.n_q_items, a.shape.pack, a.stream);
 }

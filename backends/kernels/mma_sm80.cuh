@@ -96,21 +96,22 @@ __device__ __forceinline__ float2 unpack2(uint32_t r) {
 }
 
 /// A [Rows x D] tile of 16-bit elements in shared memory, rows of D / 8 chunks of
-/// 16 bytes. Chunk c of row r is stored at chunk c ^ (r % 8) (D >= 64), or
-/// c ^ ((r / 2) % 4) for 32-element rows (two rows per 128-byte line): the 8 row
-/// addresses an ldmatrix phase reads (8 consecutive rows, one chunk) fall in 8
-/// distinct 16-byte bank groups, so ldmatrix and cp.async are free of bank
-/// conflicts. D must be 32 or a multiple of 64.
+/// 16 bytes. A row is cut into groups of 8 chunks (128 bytes) and, when D is an
+/// odd multiple of 32, a last group of 4: chunk c of row r in a group of 8 is
+/// stored at chunk c ^ (r % 8) of its group, in a group of 4 at c ^ ((r / 2) % 4).
+/// The 8 row addresses an ldmatrix phase reads (8 consecutive rows, one chunk)
+/// then fall in 8 distinct 16-byte bank groups for every D that is a multiple
+/// of 32 (with 64-byte groups the row stride is 64 bytes mod 128, which flips
+/// the bank-group bit the XOR leaves alone), so ldmatrix and cp.async are free
+/// of bank conflicts. D = 32, 64, 96, 128, 256 ...
 template <int D>
 struct SwizzledTile {
-  static_assert(D == 32 || D % 64 == 0, "rows of 4 chunks or of a multiple of 8 chunks");
+  static_assert(D % 32 == 0, "rows of whole 64-byte groups");
+  static constexpr int kFullGroups = D / 64;  ///< groups of 8 chunks per row
   /// Element offset of the first element of chunk c of row r.
   __device__ __forceinline__ static int offset(int r, int c) {
-    if constexpr (D == 32) {
-      return r * D + ((c ^ ((r >> 1) & 3)) << 3);
-    } else {
-      return r * D + ((c ^ (r & 7)) << 3);
-    }
+    if (c < 8 * kFullGroups) return r * D + ((c ^ (r & 7)) << 3);
+    return r * D + ((c ^ ((r >> 1) & 3)) << 3);  // the last group of 4 (c ^ x stays in it: x < 4)
   }
 };
 
