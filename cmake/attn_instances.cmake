@@ -27,10 +27,11 @@ function(_attn_write path text)
   file(WRITE "${path}" "${text}")
 endfunction()
 
-# Head dims the Hopper kernels implement (wgmma n64 / n128 tiles of O, 128-byte
-# swizzled rows of whole 64-element chunks). Every other head dim of HEAD_DIMS
-# gets the portable instances only; the backends then run it there.
-set(_attn_sm90_head_dims 64 128)
+# Head dims the Hopper kernels implement: tiles of whole 64-column swizzle chunks,
+# wgmma n64 / n128 products of O (96 runs in 128-wide tiles with zero columns:
+# sm90::tile_dim). Every other head dim of HEAD_DIMS gets the portable instances
+# only; the backends then run it there.
+set(_attn_sm90_head_dims 64 96 128)
 # Head dims the portable kernels implement: rows of whole 32-element groups
 # (SwizzledTile) that the GPU suites run; 256 at most (registers of the dK / dV
 # accumulators).

@@ -24,7 +24,8 @@ class FlashBackend : public Backend {
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("flash", why); }
   Support supports(const Problem& p) const override {
-    const std::string why = unsupported_reason(p, Placement::padded);
+    std::string why = unsupported_reason(p, Placement::padded);
+    if (why.empty()) why = asked_path_reason(p, Placement::padded, paths_);
     return why.empty() ? Support::yes() : Support::no(why);
   }
   std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {

@@ -37,7 +37,8 @@ class FlexBackend : public Backend {
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("flex", why); }
   Support supports(const Problem& p) const override {
-    const std::string why = unsupported_reason(p, Placement::block_mask);
+    std::string why = unsupported_reason(p, Placement::block_mask);
+    if (why.empty()) why = asked_path_reason(p, Placement::block_mask, paths_);
     if (!why.empty()) return Support::no(why);
     if (dbias_ == kernels::DbiasMode::deterministic && flex::dbias_scratch_bytes(p) > kMaxScratchBytes)
       return Support::no("flex: the deterministic dBias scratch would take " +

@@ -558,10 +558,33 @@ std::string block_mask_reason(const Problem& p) {
 
 }  // namespace
 
+namespace {
+
+const char* backend_prefix(Placement placement) {
+  return placement == Placement::documents ? "varlen: " : placement == Placement::block_mask ? "flex: " : "flash: ";
+}
+
+}  // namespace
+
+std::string asked_path_reason(const Problem& p, Placement placement, const KernelPaths& paths) {
+  const kernels::AttnParams shape = shape_params(p, p.batch, kernels::kFwdBlockMWide);
+  kernels::LaunchShape s;
+  s.flex = placement == Placement::block_mask;
+  if (paths.fwd == KernelPath::sm90) {
+    s.direction = kernels::Direction::forward;
+    s.fwd_path = kernels::FwdPath::sm90;
+    if (std::string why = kernels::can_implement(shape, s); !why.empty()) return backend_prefix(placement) + why;
+  }
+  if (paths.bwd == KernelPath::sm90 && !s.flex) {
+    s.direction = kernels::Direction::backward;
+    s.bwd_path = kernels::BwdPath::sm90;
+    if (std::string why = kernels::can_implement(shape, s); !why.empty()) return backend_prefix(placement) + why;
+  }
+  return {};
+}
+
 std::string unsupported_reason(const Problem& p, Placement placement) {
-  const std::string who = placement == Placement::documents ? "varlen: "
-                          : placement == Placement::block_mask ? "flex: "
-                                                               : "flash: ";
+  const std::string who = backend_prefix(placement);
   // What the kernels themselves can run: the family's one capability check, on
   // the portable path (every CUDA build instantiates it; the Hopper path is chosen
   // per instance where it can run, fused_instance.cpp).

@@ -118,6 +118,13 @@ std::string flex_intervals_refusal(const Problem& p);
 /// 32-bit position limits.
 std::string unsupported_reason(const Problem& p, Placement placement);
 
+/// Why the Hopper kernels a variant asks for (option fwd_path / bwd_path = sm90)
+/// cannot run `p` with `placement` (empty when none is asked for or they can):
+/// kernels::can_implement() of that direction on the Hopper path, e.g. a head dim
+/// without Hopper instances. Prefixed with the backend name as unsupported_reason.
+/// (The flex Hopper backward's own limits: flex_bwd_sm90_refusal.)
+std::string asked_path_reason(const Problem& p, Placement placement, const KernelPaths& paths);
+
 /// Why the flex path's Hopper backward cannot run `p` with BlockMask blocks of
 /// `block` and dBias mode `dbias` (empty when it can): kernels::can_implement()
 /// of that launch (its 128-key tiles are one KV block, it has no rel_bias dBias,

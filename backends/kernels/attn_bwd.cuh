@@ -432,7 +432,7 @@ __device__ __forceinline__ void flush_offset_bias(const AttnParams& p, const Seq
 
 /// dK = scale * acc and dV = acc for the thread's two keys; keys past lk hold
 /// zeros (nothing accumulated), nothing is written past store_k.
-template <bool Bf16, int kDt>
+template <bool Bf16, int kDt, int kDtStore = kDt>
 __device__ __forceinline__ void dkdv_store(const AttnParams& p, const SeqInfo& si, int b, int kvh,
                                            const int (&key_row)[2], int qd, const Acc (&dk)[kDt],
                                            const Acc (&dv)[kDt]) {
@@ -443,7 +443,7 @@ __device__ __forceinline__ void dkdv_store(const AttnParams& p, const SeqInfo& s
     uint16_t* krow = static_cast<uint16_t*>(p.dk) + k_off(p, si, b, j, kvh);
     uint16_t* vrow = static_cast<uint16_t*>(p.dv) + v_off(p, si, b, j, kvh);
 #pragma unroll
-    for (int dt = 0; dt < kDt; ++dt) {
+    for (int dt = 0; dt < kDtStore; ++dt) {
       *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * qd) =
           pack2<Bf16>(dk[dt].c[2 * r] * p.scale, dk[dt].c[2 * r + 1] * p.scale);
       *reinterpret_cast<uint32_t*>(vrow + dt * 8 + 2 * qd) = pack2<Bf16>(dv[dt].c[2 * r], dv[dt].c[2 * r + 1]);
@@ -649,7 +649,7 @@ __device__ __forceinline__ void dq_accumulate(const Acc (&ds)[kNt], const uint16
 /// dQ = scale * acc of the thread's two rows row_t of query head h (the m16n8
 /// accumulator layout: columns 8 dt + 2 qd ..+1) in the element type, for rows
 /// before store_q. The epilogue of both deterministic dQ kernels.
-template <bool Bf16, int kDt>
+template <bool Bf16, int kDt, int kDtStore = kDt>
 __device__ __forceinline__ void dq_store_rows(const AttnParams& p, const SeqInfo& si, int b, int h,
                                               const int (&row_t)[2], int qd, const Acc (&dq)[kDt]) {
 #pragma unroll
@@ -658,7 +658,7 @@ __device__ __forceinline__ void dq_store_rows(const AttnParams& p, const SeqInfo
     if (t >= si.store_q) continue;
     uint16_t* row = static_cast<uint16_t*>(p.dq) + q_off(p, si, b, t, h);
 #pragma unroll
-    for (int dt = 0; dt < kDt; ++dt)
+    for (int dt = 0; dt < kDtStore; ++dt)
       *reinterpret_cast<uint32_t*>(row + dt * 8 + 2 * qd) =
           pack2<Bf16>(dq[dt].c[2 * r] * p.scale, dq[dt].c[2 * r + 1] * p.scale);
   }

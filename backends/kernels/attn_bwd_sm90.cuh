@@ -137,7 +137,8 @@ __device__ __forceinline__ void ds_barrier(int wg) {
 
 /// dQ accumulator += this warp's m64n64 dQ fragment (rows t0 + g, t0 + g + 8 of
 /// query head h, columns c0 ..), float2 atomics (sm_90: only built there); rows
-/// past lq are skipped.
+/// past lq and columns past the head dim DH (a tile wider than it) are skipped.
+template <int DH>
 __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int t0, int c0,
                                            int g, int qd, const Acc (&dq)[8]) {
 #if ATTNBENCH_SM90A
@@ -147,8 +148,11 @@ __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& s
     if (t >= si.lq) continue;
     float* row = p.dq_accum + q_off(p, si, b, t, h) + c0 + 2 * qd;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 8; ++nt) {
+      if constexpr (DH % 64 != 0)
+        if (c0 + nt * 8 >= DH) break;
       atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(dq[nt].c[2 * r], dq[nt].c[2 * r + 1]));
+    }
   }
 #else
   (void)p, (void)si, (void)b, (void)h, (void)t0, (void)c0, (void)g, (void)qd, (void)dq;
@@ -211,11 +215,12 @@ __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInf
 /// There the LSE / Dsum warp also leaves the KeySpan of each step's rows, and a
 /// warpgroup skips the partial steps whose rows see none of its 64 keys (with kDq
 /// the two warpgroups meet once per step, so they never skip).
-template <int D, bool Bf16, bool kFlex = false, bool kDq = true>
+template <int DH, bool Bf16, bool kFlex = false, bool kDq = true>
 __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     attn_bwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items,
                          const __grid_constant__ BwdTensorMaps maps) {
 #if ATTNBENCH_SM90A
+  constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kBlockN = kBwdSm90BlockN, kBlockM = kBwdSm90BlockM, kStages = kBwdSm90Stages;
   constexpr int kConsumers = 256, kDt = D / 8;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
@@ -344,7 +349,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
         sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
         sm90::fence_acc(dq);
-        bwd_add_dq(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, g, qd, dq);
+        bwd_add_dq<DH>(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, g, qd, dq);
       } else {
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 2)
       }
@@ -357,7 +362,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias)
         flush_offset_bias(p, si, b, kvh, key_row, qd, dbias);
     }
-    dkdv_store<Bf16, kDt>(p, si, b, kvh, key_row, qd, dk, dv);
+    dkdv_store<Bf16, kDt, DH / 8>(p, si, b, kvh, key_row, qd, dk, dv);
   }
 #else
   (void)p;

@@ -66,11 +66,12 @@ static_assert(128 * (kDqSm90ProducerRegs + kDqSm90ConsumerRegs) <= 65536 / 2,
 /// tile's rows are skipped. A stage is released once the dQ product that reads its K
 /// retires. Rows a box reads past a sequence
 /// (padding, the next THD sequence) are masked (P = dS = 0), so they must be finite.
-template <int D, bool Bf16, bool kFlex = false>
+template <int DH, bool Bf16, bool kFlex = false>
 __global__ void __launch_bounds__(kDqSm90Threads, 2)
     attn_dq_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack,
                         const __grid_constant__ KvTensorMaps maps) {
 #if ATTNBENCH_SM90A
+  constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kBlockM = kDqSm90BlockM, kBlockN = kDqSm90BlockN, kStages = dq_sm90_stages<D>(), kConsumers = 128;
   constexpr int kNt = kBlockN / 8, kDt = D / 8;
   using RowTile = sm90::Sw128Tile<kBlockM, D>;
@@ -95,9 +96,9 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
     if (tid == kConsumers) sm90::produce_kv_tiles<kBlockN, D, kStages>(p, si, b, kvh, steps, maps, sm);
   } else {  // the consumer warpgroup
     sm90::regs_inc<kDqSm90ConsumerRegs>();
-    load_packed_rows<kBlockM, D, kConsumers, RowTile>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
+    load_packed_rows<kBlockM, D, kConsumers, RowTile, DH>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
                                                       [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
-    load_packed_rows<kBlockM, D, kConsumers, RowTile>(sdO, static_cast<const uint16_t*>(p.dout), m0, Mq, si.lq, h0,
+    load_packed_rows<kBlockM, D, kConsumers, RowTile, DH>(sdO, static_cast<const uint16_t*>(p.dout), m0, Mq, si.lq, h0,
                                                       [&](int t, int h) { return o_off(p, si, b, t, h); }, tid);
     const int wh = h0 + (warp * 16) / Mq;
     const int wt0 = m0 + (warp * 16) % Mq;
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
     if (ds_stage >= 0) {
       sm90::pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
     }
-    dq_store_rows<Bf16, kDt>(p, si, b, wh, row_t, qd, dq);
+    dq_store_rows<Bf16, kDt, DH / 8>(p, si, b, wh, row_t, qd, dq);
   }
 #else
   (void)p;

@@ -153,7 +153,7 @@ __device__ __forceinline__ void fwd_pv(const Acc (&s)[kMT][kNt], const uint16_t*
 /// Epilogue of one query row t of head h (half r of the thread's accumulator
 /// rows): O = acc / l and LSE = ln 2 * (m + log2 l); O = 0 and LSE = -inf for rows
 /// with no allowed key (l = 0) and padding rows; nothing past store_q.
-template <bool Bf16, int kDt>
+template <bool Bf16, int kDt, int kDtStore = kDt>
 __device__ __forceinline__ void fwd_store_row(const AttnParams& p, const SeqInfo& si, int b, int t, int h, int qd,
                                               const Acc (&o)[kDt], int r, float m_run, float l_part) {
   const float l = quad_sum(l_part);
@@ -162,7 +162,7 @@ __device__ __forceinline__ void fwd_store_row(const AttnParams& p, const SeqInfo
   if (t >= si.store_q) return;
   uint16_t* orow = static_cast<uint16_t*>(p.o) + o_off(p, si, b, t, h);
 #pragma unroll
-  for (int dt = 0; dt < kDt; ++dt)
+  for (int dt = 0; dt < kDtStore; ++dt)
     *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * qd) = pack2<Bf16>(o[dt].c[2 * r] * inv, o[dt].c[2 * r + 1] * inv);
   if (qd == 0) p.lse[lse_off(p, si, b, t, h)] = live ? (m_run + log2f(l)) * kLn2 : -INFINITY;
 }

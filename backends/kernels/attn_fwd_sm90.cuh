@@ -131,11 +131,12 @@ constexpr int fwd_sm90_consumer_regs() {
 /// stage, after issuing a pending P V). Rows past a sequence's
 /// keys that a box reads (the next sequence's tokens in THD, padding rows, or
 /// zeros past the tensor) are masked like any key past lk.
-template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
+template <int DH, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack,
                          const __grid_constant__ KvTensorMaps maps) {
 #if ATTNBENCH_SM90A
+  constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kConsumers = kWG * 128, kBlockM = 64 * kWG, kStages = kFwdSm90Stages;
   constexpr int kNt = kBlockN / 8, kDt = D / 8;
   static_assert((kNt == 8 || kNt == 16) && (kDt == 8 || kDt == 16), "wgmma n64 / n128 shapes");
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     if (tid == kConsumers) sm90::produce_kv_tiles<kBlockN, D, kStages>(p, si, b, kvh, steps, maps, sm);
   } else {  // consumer warpgroups
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG>()>();
-    load_packed_rows<kBlockM, D, kConsumers, QTile>(sm.rows[0], static_cast<const uint16_t*>(p.q), m0, Mq, si.lq,
+    load_packed_rows<kBlockM, D, kConsumers, QTile, DH>(sm.rows[0], static_cast<const uint16_t*>(p.q), m0, Mq, si.lq,
                                                     h0, [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
     const int wh = h0 + (warp * 16) / Mq;
     const int wt0 = m0 + (warp * 16) % Mq;
@@ -218,8 +219,8 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     if (p_stage >= 0) {
       sm90::pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
     }
-    fwd_store_row<Bf16, kDt>(p, si, b, row0, wh, qd, o, 0, m_run[0], l_run[0]);
-    fwd_store_row<Bf16, kDt>(p, si, b, row1, wh, qd, o, 1, m_run[1], l_run[1]);
+    fwd_store_row<Bf16, kDt, DH / 8>(p, si, b, row0, wh, qd, o, 0, m_run[0], l_run[0]);
+    fwd_store_row<Bf16, kDt, DH / 8>(p, si, b, row1, wh, qd, o, 1, m_run[1], l_run[1]);
   }
 #else
   (void)p;

@@ -41,11 +41,12 @@ __device__ __forceinline__ void load_kv_tile(uint16_t* sK, uint16_t* sV, const u
 
 /// cp.async the query-side rows (Q or dO) of a CTA tile of kRows rows: row r is
 /// position m0 + r % Mq of query head h0 + r / Mq (GQA packing: Mq = kRows / pack),
-/// at X + off(t, h); positions past lq zero-filled; tile layout `Layout`.
-template <int kRows, int D, int kThreads, class Layout = SwizzledTile<D>, class Offset>
+/// at X + off(t, h); positions past lq and columns past kCols (the head dim of a
+/// wider tile) zero-filled; tile layout `Layout`.
+template <int kRows, int D, int kThreads, class Layout = SwizzledTile<D>, int kCols = D, class Offset>
 __device__ __forceinline__ void load_packed_rows(uint16_t* s, const uint16_t* X, int m0, int Mq, int lq, int h0,
                                                  Offset off, int tid) {
-  load_tile_async<kRows, D, kThreads, Layout>(
+  load_tile_async<kRows, D, kThreads, Layout, kCols>(
       s,
       [&](int r) -> const uint16_t* {
         const int t = m0 + r % Mq;

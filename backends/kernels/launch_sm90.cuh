@@ -4,7 +4,8 @@
 // deterministic dQ kernel of attn_dq_sm90.cuh), dense and flex. Included once
 // per generated instance file, which is compiled for sm_90a alone
 // (cmake/attn_instances.cmake): no stub of these kernels exists for other
-// architectures.
+// architectures. D is the head dim; the kernels' tiles are sm90::tile_dim(D)
+// wide (128 at head dim 96).
 #pragma once
 
 #include "backends/kernels/attn_bwd_sm90.cuh"
@@ -21,7 +22,7 @@ template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, const KvTensorMaps& maps,
                         cudaStream_t st) {
   constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN, kFlex>;
-  constexpr size_t smem = fwd_sm90_smem_bytes<D, kWG, kBlockN>();
+  constexpr size_t smem = fwd_sm90_smem_bytes<sm90::tile_dim(D), kWG, kBlockN>();
   allow_smem<kernel>(smem);
   const int64_t blocks = TileScheduler::ctas(n, p.heads_q / pack);
   if (blocks == 0) return;
@@ -37,7 +38,7 @@ void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_
                cudaStream_t st) {
   if constexpr (kDq) dq_accum_zero(p, q_numel, st);
   constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex, kDq>;
-  constexpr size_t smem = bwd_sm90_smem_bytes<D>();
+  constexpr size_t smem = bwd_sm90_smem_bytes<sm90::tile_dim(D)>();
   allow_smem<kernel>(smem);
   const int64_t blocks = TileScheduler::ctas(n_k, p.heads_kv);
   if (blocks > 0) {
@@ -53,7 +54,7 @@ template <int D, bool Bf16, bool kFlex>
 void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, const KvTensorMaps& maps,
              cudaStream_t st) {
   constexpr auto kernel = attn_dq_sm90_kernel<D, Bf16, kFlex>;
-  constexpr size_t smem = dq_sm90_smem_bytes<D>();
+  constexpr size_t smem = dq_sm90_smem_bytes<sm90::tile_dim(D)>();
   allow_smem<kernel>(smem);
   const int64_t blocks = TileScheduler::ctas(n_q, p.heads_q / pack);
   if (blocks == 0) return;

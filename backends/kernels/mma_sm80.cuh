@@ -119,9 +119,12 @@ struct SwizzledTile {
 /// all `Threads` threads of the CTA taking 16-byte chunks in turn. Row r comes
 /// from `row_ptr(r)` (a const 16-bit element pointer, or nullptr for a row to
 /// zero-fill). `Layout::offset(r, c)` places 16-byte unit c of row r (default
-/// SwizzledTile; the Hopper path passes its 128-byte swizzled tile).
-template <int Rows, int D, int Threads, class Layout = SwizzledTile<D>, class RowPtr>
+/// SwizzledTile; the Hopper path passes its 128-byte swizzled tile). Only the
+/// first kCols columns exist in memory (the head dim, when the tile is wider:
+/// the Hopper tiles of head dim 96 are 128 wide); the others are zero-filled.
+template <int Rows, int D, int Threads, class Layout = SwizzledTile<D>, int kCols = D, class RowPtr>
 __device__ __forceinline__ void load_tile_async(uint16_t* smem, RowPtr row_ptr, int tid) {
+  static_assert(kCols % 8 == 0 && kCols <= D, "whole 16-byte chunks of the tile");
   constexpr int kChunksPerRow = D / 8;
   constexpr int kChunks = Rows * kChunksPerRow;
   const uint32_t base = smem_u32(smem);
@@ -129,6 +132,8 @@ __device__ __forceinline__ void load_tile_async(uint16_t* smem, RowPtr row_ptr, 
   for (int idx = tid; idx < kChunks; idx += Threads) {
     const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
     const uint16_t* src = row_ptr(r);
+    if constexpr (kCols < D)
+      if (c >= kCols / 8) src = nullptr;
     const uint32_t dst = base + 2u * static_cast<uint32_t>(Layout::offset(r, c));
     cp_async_16(dst, src ? src + c * 8 : nullptr, src != nullptr);
   }

@@ -41,6 +41,14 @@
 
 namespace attnbench::kernels::sm90 {
 
+/// Width of the shared-memory tiles (and of the wgmma products) of the Hopper
+/// kernels for a head dim: whole 64-column swizzle chunks. Head dim 96 runs in
+/// 128-wide tiles whose last 32 columns are zeros (TMA boxes past the tensor's
+/// head dim are zero-filled, cp.async rows are filled with zeros there), so S, dP
+/// and the columns < 96 of every product are exact; stores and dQ adds stop at the
+/// head dim. The cost: products 4 / 3 the size of the head dim's own.
+__host__ __device__ constexpr int tile_dim(int head_dim) { return (head_dim + 63) / 64 * 64; }
+
 /// [Rows x D] tile of 16-bit elements in the 128-byte swizzled layout (above).
 template <int Rows, int D>
 struct Sw128Tile {

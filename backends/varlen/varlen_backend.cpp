@@ -25,7 +25,8 @@ class VarlenBackend : public Backend {
   Device device() const override { return Device::cuda; }
   bool available(std::string* why) const override { return sm80_available("varlen", why); }
   Support supports(const Problem& p) const override {
-    const std::string why = unsupported_reason(p, Placement::documents);
+    std::string why = unsupported_reason(p, Placement::documents);
+    if (why.empty()) why = asked_path_reason(p, Placement::documents, paths_);
     if (!why.empty()) return Support::no(why);
     if (pack_ > 0 && p.group_size() % pack_ != 0)
       return Support::no("varlen: pack=" + std::to_string(pack_) + " does not divide the GQA group " +

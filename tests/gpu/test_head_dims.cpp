@@ -3,10 +3,11 @@
 // float64 reference under the correctness rule: ragged lengths around the tiles,
 // Sq != Sk in both causal alignments, GQA 4:1 and MQA, sliding windows, padding,
 // documents, softcap and alibi, flex's learnable biases with dBias, both dtypes,
-// and both dQ modes (deterministic: bitwise repeatable). These head dims have
-// portable (mma.sync) kernels only: the tests also pin that the automatic path
-// choice runs them there, and the reasons for what stays unsupported (Dqk != Dv,
-// fp32, head dims without an instance).
+// and both dQ modes (deterministic: bitwise repeatable), on the automatic
+// kernel paths (head dim 96: the Hopper kernels in 128-wide tiles on an H100;
+// 256: the portable mma.sync kernels) and on the portable ones. The tests also pin
+// the path choice and the reasons for what stays unsupported (Dqk != Dv, fp32,
+// head dims without an instance).
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -35,28 +36,34 @@ Problem with_mod(Problem p, ScoreMod::Kind k, double param = 0) {
   return p;
 }
 
-/// flash in both dQ modes (deterministic: bitwise checked).
+/// flash in both dQ modes (deterministic: bitwise checked) on the automatic
+/// paths (the Hopper kernels at head dim 96 on an H100), and on the portable ones.
 void flash_case(const Problem& p) {
   check_gpu_case(*variant("flash[deterministic=true]"), p, true);
   check_gpu_case(*variant("flash[deterministic=false]"), p, false);
+  check_gpu_case(*variant("flash[deterministic=true,fwd_path=sm80,bwd_path=sm80]"), p, true);
 }
 
 constexpr int64_t kDims[] = {96, 256};
 
 }  // namespace
 
-TEST_CASE("head dims 96 and 256: the automatic path is the portable one, with its reason") {
-  for (int64_t d : kDims) {
-    CAPTURE(d);
-    const Problem p = with_causal(make_problem(1, 2, 1, 130, 130, d, DType::bf16));
-    const ProblemData in = make_inputs(p);
-    const nlohmann::json e = variant("flash")->prepare(p, in)->extra();
-    CHECK(e["fwd_path"] == "sm80");
-    CHECK(e["bwd_path"] == "sm80");
-    // Asking for the Hopper kernels is refused with the reason, not run.
-    const Support s = variant("flash[fwd_path=sm90]")->supports(p);
-    if (!s.ok) CHECK(s.reason.find("no Hopper (sm90) forward kernel for head_dim " + std::to_string(d)) !=
-                     std::string::npos);
+TEST_CASE("head dims 96 and 256: the automatic paths, and the refusal of Hopper kernels at 256") {
+  // Head dim 96 takes the Hopper kernels where head dim 128 does (128-wide tiles); 256 has portable ones only.
+  const Problem p128 = with_causal(make_problem(1, 2, 1, 130, 130, 128, DType::bf16));
+  const nlohmann::json e128 = variant("flash")->prepare(p128, make_inputs(p128))->extra();
+  const Problem p96 = with_causal(make_problem(1, 2, 1, 130, 130, 96, DType::bf16));
+  const nlohmann::json e96 = variant("flash")->prepare(p96, make_inputs(p96))->extra();
+  CHECK(e96["fwd_path"] == e128["fwd_path"]);
+  CHECK(e96["bwd_path"] == e128["bwd_path"]);
+  const Problem p256 = with_causal(make_problem(1, 2, 1, 130, 130, 256, DType::bf16));
+  const nlohmann::json e256 = variant("flash")->prepare(p256, make_inputs(p256))->extra();
+  CHECK(e256["fwd_path"] == "sm80");
+  CHECK(e256["bwd_path"] == "sm80");
+  if (e128["fwd_path"] == "sm90") {  // asked for, the Hopper kernels at 256 are refused with the reason
+    const Support s = variant("flash[fwd_path=sm90]")->supports(p256);
+    CHECK_FALSE(s.ok);
+    CHECK(s.reason.find("no Hopper (sm90) forward kernel for head_dim 256") != std::string::npos);
   }
 }
 
