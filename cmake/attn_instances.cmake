@@ -27,11 +27,13 @@ function(_attn_write path text)
   file(WRITE "${path}" "${text}")
 endfunction()
 
-# Head dims the Hopper kernels implement: tiles of whole 64-column swizzle chunks,
-# wgmma n64 / n128 products of O (96 runs in 128-wide tiles with zero columns:
-# sm90::tile_dim). Every other head dim of HEAD_DIMS gets the portable instances
-# only; the backends then run it there.
-set(_attn_sm90_head_dims 64 96 128)
+# Head dims the Hopper kernels implement, per direction: tiles of whole 64-column
+# swizzle chunks (96 runs in 128-wide tiles with zero columns: sm90::tile_dim);
+# the forward also at 256 (64-key steps, two stages). The backward's dK / dV
+# accumulators of 128 keys do not fit the registers above 128. Other head dims
+# of HEAD_DIMS get the portable instances only; the backends run them there.
+set(_attn_sm90_forward_head_dims 64 96 128 256)
+set(_attn_sm90_backward_head_dims 64 96 128)
 # Head dims the portable kernels implement: rows of whole 32-element groups
 # (SwizzledTile) that the GPU suites run; 256 at most (registers of the dK / dV
 # accumulators).
@@ -68,7 +70,7 @@ function(attnbench_kernel_instances)
     endif()
     foreach(direction forward backward)
       foreach(d IN LISTS ARG_HEAD_DIMS)
-        if(path STREQUAL "sm90" AND NOT d IN_LIST _attn_sm90_head_dims)
+        if(path STREQUAL "sm90" AND NOT d IN_LIST _attn_sm90_${direction}_head_dims)
           continue()  # the Hopper kernels' tiles exist for these head dims only
         endif()
         foreach(dtype bf16 fp16)

@@ -213,6 +213,12 @@ TEST_CASE("Hopper forward CTA rows: 64-row CTAs where they cut the executed pair
   CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm80, 0, 256) == 64);
   CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm80, 0, 96) == 128);
   CHECK_THROWS_AS(fwd_cta_rows(m, lens_of(128), 1, FwdPath::sm80, 128, 256), std::invalid_argument);
+  // The Hopper forward at 256: 128 rows of 64-key steps, 64 rows where they cut the pairs as at 128.
+  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm90, 128, 256) == 128);
+  CHECK(fwd_cta_rows(m, lens_of(4096), 1, FwdPath::sm90, 0, 256) == 128);
+  CHECK(fwd_cta_rows(mw, lens_of(8192), 1, FwdPath::sm90, 0, 256) == 64);
+  const TilePlan t256 = plan_tiles(m, lens_of(256), 2, 1, 1, 256, FwdPath::sm90, BwdPath::sm80, 128);
+  CHECK(t256.tile_keys == 64);
   // The plan follows: 64-row tiles of 64-key steps, with the executed pairs of that tile.
   const TilePlan t = plan_tiles(m, lens_of(256), 2, 1, 1, 128, FwdPath::sm90, BwdPath::sm80, 64);
   CHECK(t.tile_rows == 64);

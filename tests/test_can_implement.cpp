@@ -14,13 +14,14 @@ namespace {
 
 /// Both directions and paths of head dims 64 and 128 in both dtypes (a Hopper build).
 /// The instances of a build for sm_90a with portable kernels at `dims` (the
-/// Hopper ones up to 128 only, as cmake/attn_instances.cmake generates them).
+/// Hopper backward up to 128 only, the forward up to 256, as
+/// cmake/attn_instances.cmake generates them).
 std::vector<InstanceKey> hopper_build(std::initializer_list<int32_t> dims = {64, 128}) {
   std::vector<InstanceKey> keys;
   for (Direction d : {Direction::forward, Direction::backward})
     for (int32_t path : {0, 1})
       for (int32_t hd : dims)
-        if (path == 0 || hd <= 128)
+        if (path == 0 || hd <= (d == Direction::forward ? 256 : 128))
           for (ElemType t : {ElemType::bf16, ElemType::fp16}) keys.push_back({d, path, hd, t});
   return keys;
 }
@@ -94,8 +95,9 @@ TEST_CASE("can_implement names the element type, head dims and the missing insta
   CHECK(instantiated_head_dims(wide_dims) == "64, 96, 128, 256");
   CHECK(can_implement(dense(8, 2, 96), bwd(BwdPath::sm90), wide_dims).empty());
   CHECK(can_implement(dense(8, 2, 256), bwd(BwdPath::sm80), wide_dims).empty());
-  CHECK(can_implement(dense(8, 2, 256), fwd(1, 0, FwdPath::sm90), wide_dims) ==
-        "no Hopper (sm90) forward kernel for head_dim 256 bf16 in this build");
+  CHECK(can_implement(dense(8, 2, 256), fwd(1, 0, FwdPath::sm90), wide_dims).empty());
+  CHECK(can_implement(dense(8, 2, 256), bwd(BwdPath::sm90), wide_dims) ==
+        "no Hopper (sm90) backward kernel for head_dim 256 bf16 in this build");
   CHECK(has_instance({Direction::backward, 0, 256, ElemType::fp16}, wide_dims));
   CHECK_FALSE(has_instance({Direction::backward, 1, 256, ElemType::fp16}, wide_dims));
   CHECK(can_implement(dense(8, 2, 192), fwd(), wide_dims) ==
@@ -119,6 +121,9 @@ TEST_CASE("can_implement: heads, GQA pack, CTA rows, sequences") {
   CHECK(can_implement(dense(8, 2, 256), fwd(1, 128), wide_dims) ==
         "forward CTAs of 128 rows with GQA pack 1 at head_dim 256 (it runs 64)");
   CHECK(fwd_rows_resolved(dense(8, 2, 96), fwd(1)) == 128);
+  // The Hopper forward has a 128-row tile at 256 (two warpgroups, 64-key steps).
+  CHECK(fwd_rows_resolved(dense(8, 2, 256), fwd(1, 0, FwdPath::sm90)) == 128);
+  CHECK(can_implement(dense(8, 2, 256), fwd(1, 128, FwdPath::sm90), wide_dims).empty());
   CHECK(can_implement(dense(8, 2, 96), fwd(1), wide_dims).empty());
   AttnParams p = dense();
   p.num_seqs = kMaxSequences + 1;

@@ -21,17 +21,21 @@
 
 namespace attnbench::kernels {
 
-/// K / V stages of the Hopper forward: tile t + 1 loads while tile t computes and
-/// the P V of tile t - 1 is still reading its V, so three.
-constexpr int kFwdSm90Stages = 3;
+/// K / V stages of the Hopper forward at tile width D: tile t + 1 loads while tile
+/// t computes and the P V of tile t - 1 is still reading its V, so three; two
+/// above 128 (at 256, Q 64 KB + 3 x 64 KB would not fit the 227 KB of a CTA).
+template <int D>
+constexpr int fwd_sm90_stages() {
+  return D > 128 ? 2 : 3;
+}
 
 /// Shared memory of attn_fwd_sm90_kernel (sm90::KvStageStorage): the Q tile,
-/// kFwdSm90Stages stages of K and V tiles, the stages' full / empty barriers and
-/// each consumer warp's KeySpan. 224 KB at head_dim 128 with 128-row, 128-key tiles
-/// (the H100 allows 227 KB per CTA); 112 KB with 64-row, 64-key tiles (two CTAs per
-/// SM).
+/// fwd_sm90_stages<D>() stages of K and V tiles, the stages' full / empty
+/// barriers and each consumer warp's KeySpan. 224 KB at head_dim 128 with 128-row,
+/// 128-key tiles (the H100 allows 227 KB per CTA); 112 KB with 64-row, 64-key
+/// tiles (two CTAs per SM); 192 KB at 256 with 128-row, 64-key tiles.
 template <int D, int kWG, int kBlockN>
-using FwdSm90Storage = sm90::KvStageStorage<1, 64 * kWG, kBlockN, D, kFwdSm90Stages, 4 * kWG>;
+using FwdSm90Storage = sm90::KvStageStorage<1, 64 * kWG, kBlockN, D, fwd_sm90_stages<D>(), 4 * kWG>;
 template <int D, int kWG, int kBlockN>
 constexpr size_t fwd_sm90_smem_bytes() {
   return sizeof(FwdSm90Storage<D, kWG, kBlockN>);
@@ -65,17 +69,25 @@ __device__ __forceinline__ void p_operand(const Acc (&s)[kNt], uint32_t (&pa)[kN
 
 /// Issue O (m64 x D) += P V for one V tile as one commit group: P from registers
 /// (they must stay unchanged until the group retires), V read MN-major
-/// (transposed) from its Sw128Tile.
+/// (transposed) from its Sw128Tile. D 256: two m64n128 products per k-step, on
+/// O's column halves (V's chunks 0-1 and 2-3).
 template <int D, bool Bf16, int kBlockN, int kNp, int kDt>
 __device__ __forceinline__ void pv(const uint32_t (&pa)[kNp][4], uint32_t v_addr, Acc (&o)[kDt]) {
+  static_assert(kDt == 8 || kDt == 16 || kDt == 32, "O of 64, 128 or 256 columns");
+  constexpr int kChunkBytes = Sw128Tile<kBlockN, D>::kChunkBytes;
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kNp; ++kk) {
-    const uint64_t b = desc_mn_major(v_addr, Sw128Tile<kBlockN, D>::kChunkBytes, kk);
-    if constexpr (kDt == 16)
+    const uint64_t b = desc_mn_major(v_addr, kChunkBytes, kk);
+    if constexpr (kDt == 32) {
+      wgmma_rs_n128<Bf16, 1>(*reinterpret_cast<Acc(*)[16]>(&o[0]), pa[kk], b, 1);
+      wgmma_rs_n128<Bf16, 1>(*reinterpret_cast<Acc(*)[16]>(&o[16]), pa[kk],
+                             desc_mn_major(v_addr + 2 * kChunkBytes, kChunkBytes, kk), 1);
+    } else if constexpr (kDt == 16) {
       wgmma_rs_n128<Bf16, 1>(o, pa[kk], b, 1);
-    else
+    } else {
       wgmma_rs_n64<Bf16, 1>(o, pa[kk], b, 1);
+    }
   }
   wgmma_commit();
 }
@@ -119,7 +131,7 @@ constexpr int fwd_sm90_consumer_regs() {
 ///
 /// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
 /// the producer (its registers handed to the consumers with setmaxnreg); one of
-/// its threads streams the K / V tiles through kFwdSm90Stages stages with TMA
+/// its threads streams the K / V tiles through fwd_sm90_stages<D>() stages with TMA
 /// bulk tensor copies (`maps`, 128-byte swizzled boxes that land in the
 /// Sw128Tile layout), each stage completing its `full` barrier by transaction
 /// bytes. The consumer warpgroups never wait for each other: per key tile t they
@@ -137,9 +149,9 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
                          const __grid_constant__ KvTensorMaps maps) {
 #if ATTNBENCH_SM90A
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
-  constexpr int kConsumers = kWG * 128, kBlockM = 64 * kWG, kStages = kFwdSm90Stages;
+  constexpr int kConsumers = kWG * 128, kBlockM = 64 * kWG, kStages = fwd_sm90_stages<D>();
   constexpr int kNt = kBlockN / 8, kDt = D / 8;
-  static_assert((kNt == 8 || kNt == 16) && (kDt == 8 || kDt == 16), "wgmma n64 / n128 shapes");
+  static_assert((kNt == 8 || kNt == 16) && (kDt == 8 || kDt == 16 || kDt == 32), "wgmma n64 / n128 shapes");
   using QTile = sm90::Sw128Tile<kBlockM, D>;
   using Storage = FwdSm90Storage<D, kWG, kBlockN>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];

@@ -77,7 +77,7 @@ struct LaunchArgs {
   /// Flex backward: floats of p.dbias_scratch (deterministic dBias).
   int64_t scratch_floats = 0;
   /// Hopper forward (fwd_path sm90): K / V maps with boxes of the forward's key
-  /// step (make_kv_tensor_maps with fwd_block_n(rows, sm90); flex: kFwdBlockN).
+  /// step (make_kv_tensor_maps with fwd_block_n(rows, sm90, head_dim); flex: kFwdBlockN).
   const KvTensorMaps* kv_maps = nullptr;
   /// Hopper backward (bwd_path sm90): make_bwd_tensor_maps.
   const BwdTensorMaps* bwd_maps = nullptr;

@@ -151,18 +151,19 @@ constexpr int kMaxRelBiasDistance = 8191;
 constexpr int kFwdWarps = 4;     ///< forward: warps per CTA
 constexpr int kFwdBlockM = 64;   ///< forward: query rows per CTA with GQA packing (1 m-tile of 16 rows per warp)
 constexpr int kFwdBlockMWide = 128;  ///< forward: query rows per CTA without packing (32 rows per warp)
-/// The largest head dim with a wide (128-row, two m-tiles per warp) portable
-/// forward tile: above it O and S of two m-tiles outgrow the registers.
-constexpr int kMaxWideFwdHeadDim = 128;
-/// Forward query rows per CTA for a GQA pack at a head dim (pack 1: the wide tile
-/// up to kMaxWideFwdHeadDim; 64 rows otherwise).
-constexpr int fwd_block_m(int pack, int head_dim) {
-  return pack == 1 && head_dim <= kMaxWideFwdHeadDim ? kFwdBlockMWide : kFwdBlockM;
-}
 /// Which forward kernel runs: the portable mma.sync kernel (attn_fwd.cuh, sm_80
 /// and up) or the Hopper wgmma kernel (attn_fwd_sm90.cuh, sm_90a builds on
 /// compute capability 9.0).
 enum class FwdPath : int32_t { sm80 = 0, sm90 = 1 };
+/// The largest head dim with a wide (128-row) forward tile on a path: portable
+/// 128 (two m-tiles per warp: above it O and S outgrow the registers); Hopper 256
+/// (two consumer warpgroups of 64 rows, 64-key steps above head dim 128).
+constexpr int max_wide_fwd_head_dim(FwdPath path) { return path == FwdPath::sm90 ? 256 : 128; }
+/// Forward query rows per CTA for a GQA pack at a head dim on a path (pack 1: the
+/// wide tile up to max_wide_fwd_head_dim(path); 64 rows otherwise).
+constexpr int fwd_block_m(int pack, int head_dim, FwdPath path = FwdPath::sm80) {
+  return pack == 1 && head_dim <= max_wide_fwd_head_dim(path) ? kFwdBlockMWide : kFwdBlockM;
+}
 /// Which dK/dV kernel runs: the portable one (attn_bwd.cuh, both dQ modes) or the
 /// Hopper one (attn_bwd_sm90.cuh: wgmma, TMA; atomic dQ, non-flex).
 enum class BwdPath : int32_t { sm80 = 0, sm90 = 1 };
@@ -174,10 +175,12 @@ constexpr int kFwdBlockN = 64;   ///< forward: keys per mainloop step
 /// The one definition of the forward tile shape, by query rows per CTA
 /// (`cta_rows`: kFwdBlockMWide or kFwdBlockM): the launcher instantiates the
 /// kernel with it and plan_tiles() plans with it.
-constexpr int fwd_block_n(int cta_rows, FwdPath path = FwdPath::sm80) {
-  // Hopper, 128-row tiles: 128 keys per step (m64n128 wgmmas, FlashAttention-3's
-  // tile for head_dim 128); 64-row tiles (GQA-packed, or narrow: fwd_cta_rows) keep 64.
-  return path == FwdPath::sm90 && cta_rows == kFwdBlockMWide ? 128 : kFwdBlockN;
+constexpr int fwd_block_n(int cta_rows, FwdPath path = FwdPath::sm80, int head_dim = 128) {
+  // Hopper, 128-row tiles up to head_dim 128: 128 keys per step (m64n128 wgmmas,
+  // FlashAttention-3's tile for head_dim 128); above (shared memory: Q 64 KB and two
+  // stages of 64 KB of K and V at 256) and for 64-row tiles (GQA-packed, or narrow:
+  // fwd_cta_rows), 64.
+  return path == FwdPath::sm90 && cta_rows == kFwdBlockMWide && head_dim <= 128 ? 128 : kFwdBlockN;
 }
 constexpr int kBwdBlockN = 64;   ///< dK/dV: keys per CTA (4 warps)
 /// dK/dV keys per CTA of a backward path (the Hopper kernel: two warpgroups of 64).

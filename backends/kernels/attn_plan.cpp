@@ -29,18 +29,19 @@ std::vector<WorkItem> longest_first(std::vector<WorkItem> items, const std::vect
 
 int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path, int fwd_rows, int head_dim) {
   if (fwd_rows != 0) {
-    if (const std::string why = fwd_rows_reason(pack, fwd_rows, false, 0, head_dim); !why.empty())
+    if (const std::string why = fwd_rows_reason(pack, fwd_rows, false, 0, head_dim, path); !why.empty())
       throw std::invalid_argument("plan_tiles: " + why);
     return fwd_rows;
   }
-  if (pack != 1 || path != FwdPath::sm90) return fwd_block_m(pack, head_dim);
+  if (pack != 1 || path != FwdPath::sm90) return fwd_block_m(pack, head_dim, path);
+  const int wide_keys = fwd_block_n(kFwdBlockMWide, path, head_dim);
   // Pairs the 128-row tiles (128-key steps) and the 64-row tiles (64-key steps) execute.
   int64_t wide = 0, narrow = 0;
   for (size_t b = 0; b < s.lq.size(); ++b) {
     int first;
     for (int m0 = 0; m0 < s.store_q[b]; m0 += kFwdBlockMWide)
-      wide += int64_t{key_tiles(m, s.lq[b], s.lk[b], m0, kFwdBlockMWide, kFwdBlockMWide, &first)} * kFwdBlockMWide *
-              kFwdBlockMWide;
+      wide += int64_t{key_tiles(m, s.lq[b], s.lk[b], m0, kFwdBlockMWide, wide_keys, &first)} * kFwdBlockMWide *
+              wide_keys;
     for (int m0 = 0; m0 < s.store_q[b]; m0 += kFwdBlockM)
       narrow += int64_t{key_tiles(m, s.lq[b], s.lk[b], m0, kFwdBlockM, kFwdBlockN, &first)} * kFwdBlockM * kFwdBlockN;
   }
@@ -54,7 +55,7 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
   TilePlan t;
   t.pack = pack;
   t.tile_rows = rows / pack;
-  t.tile_keys = fwd_block_n(rows, path);
+  t.tile_keys = fwd_block_n(rows, path, head_dim);
   t.dq_tile_rows = kDqBlockM / pack;
   t.bwd_tile_keys = bwd_block_n(bwd);
   const int bwd_rows = bwd_block_m(head_dim, bwd);
@@ -87,7 +88,7 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
 }
 
 int flex_fwd_rows(const BlockMask& bm, FwdPath path, int head_dim) {
-  if (bm.q_block == kFwdBlockMWide && head_dim > kMaxWideFwdHeadDim) return kFwdBlockM;
+  if (bm.q_block == kFwdBlockMWide && head_dim > max_wide_fwd_head_dim(path)) return kFwdBlockM;
   if (path != FwdPath::sm90 || bm.q_block != kFwdBlockMWide || bm.kv_num_blocks.empty()) return static_cast<int>(bm.q_block);
   int64_t blocks = 0;
   for (size_t r = 0; r < bm.kv_num_blocks.size(); ++r) blocks += bm.kv_num_blocks[r] + bm.full_kv_num_blocks[r];
@@ -110,7 +111,8 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPa
     throw std::invalid_argument("plan_block_tiles: dK/dV tiles of " + std::to_string(t.bwd_tile_keys) +
                                 " keys do not fit KV blocks of " + std::to_string(bm.kv_block));
   if (fwd_rows == 0) fwd_rows = flex_fwd_rows(bm, FwdPath::sm80, head_dim);
-  if (const std::string why = fwd_rows_reason(1, fwd_rows, true, static_cast<int>(bm.q_block), head_dim);
+  // The plan does not know the path: rows the Hopper forward allows (the launch asks can_implement).
+  if (const std::string why = fwd_rows_reason(1, fwd_rows, true, static_cast<int>(bm.q_block), head_dim, FwdPath::sm90);
       !why.empty())
     throw std::invalid_argument("plan_block_tiles: " + why);
   t.tile_rows = fwd_rows;

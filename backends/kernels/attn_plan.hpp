@@ -79,7 +79,7 @@ int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path,
 /// padded batch of `batch` rows with heads_q query heads: forward items are
 /// `fwd_rows`-row tiles of the query blocks (64 with q_block 128: two CTAs per block
 /// walking its lists; 0 = flex_fwd_rows(bm, sm80, head_dim): one CTA per block up to
-/// head_dim kMaxWideFwdHeadDim), dQ items the kDqBlockM-row
+/// head_dim 128), dQ items the kDqBlockM-row
 /// tiles, dK/dV items the bwd_block_n(bwd)-key tiles (the Hopper backward's
 /// 128 need kv_block 128), each ordered by the blocks its lists hold (longest
 /// first; ties in (row, start) order). Every tile is listed, also those with no
@@ -98,7 +98,7 @@ TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPa
 constexpr int kFlexShortWalkSteps = 16;
 
 /// Query rows per forward CTA of the flex path: 64 for 128-row blocks above head
-/// dim kMaxWideFwdHeadDim and on the Hopper forward (`path` FwdPath::sm90) for
+/// dim max_wide_fwd_head_dim(path) and on the Hopper forward (`path` FwdPath::sm90) for
 /// 128-row blocks whose mean key steps per query block are at most
 /// kFlexShortWalkSteps, else bm.q_block.
 int flex_fwd_rows(const BlockMask& bm, FwdPath path, int head_dim);

@@ -73,8 +73,9 @@ InstanceKey instance_key(const AttnParams& p, const LaunchShape& s) {
 
 int fwd_rows_resolved(const AttnParams& p, const LaunchShape& shape) {
   if (shape.rows != 0) return shape.rows;
-  if (!shape.flex) return fwd_block_m(shape.pack, p.head_dim);
-  return p.bm.q_block == kFwdBlockMWide && p.head_dim > kMaxWideFwdHeadDim ? kFwdBlockM : p.bm.q_block;
+  if (!shape.flex) return fwd_block_m(shape.pack, p.head_dim, shape.fwd_path);
+  return p.bm.q_block == kFwdBlockMWide && p.head_dim > max_wide_fwd_head_dim(shape.fwd_path) ? kFwdBlockM
+                                                                                               : p.bm.q_block;
 }
 
 std::string block_sizes_reason(int q_block, int kv_block) {
@@ -92,19 +93,20 @@ std::string pack_reason(int pack, int group) {
   return {};
 }
 
-std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head_dim) {
-  const bool wide_ok = head_dim <= kMaxWideFwdHeadDim;
+std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head_dim, FwdPath path) {
+  const int wide_max = max_wide_fwd_head_dim(path);
+  const bool wide_ok = head_dim <= wide_max;
   if (flex) {
     if ((rows == q_block && (rows == kFwdBlockM || wide_ok)) || (rows == kFwdBlockM && q_block == kFwdBlockMWide))
       return {};
     return "forward CTAs of " + std::to_string(rows) + " rows for query blocks of " + std::to_string(q_block) +
            " at head_dim " + std::to_string(head_dim) + " (whole blocks, or 64-row halves of 128-row blocks; 128 " +
-           "rows up to head_dim " + std::to_string(kMaxWideFwdHeadDim) + ")";
+           "rows up to head_dim " + std::to_string(wide_max) + " on this path)";
   }
   if (rows == kFwdBlockM || (rows == kFwdBlockMWide && pack == 1 && wide_ok)) return {};
   return "forward CTAs of " + std::to_string(rows) + " rows with GQA pack " + std::to_string(pack) + " at head_dim " +
-         std::to_string(head_dim) + " (it runs " + std::to_string(fwd_block_m(pack, head_dim)) +
-         (fwd_block_m(pack, head_dim) == kFwdBlockMWide ? " or 64)" : ")");
+         std::to_string(head_dim) + " (it runs " + std::to_string(fwd_block_m(pack, head_dim, path)) +
+         (fwd_block_m(pack, head_dim, path) == kFwdBlockMWide ? " or 64)" : ")");
 }
 
 std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<const InstanceKey> built) {
@@ -131,7 +133,7 @@ std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<c
   if (s.flex)
     if (std::string why = flex_reason(p, s); !why.empty()) return why;
   if (s.direction == Direction::forward)
-    return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.flex, p.bm.q_block, p.head_dim);
+    return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.flex, p.bm.q_block, p.head_dim, s.fwd_path);
   return {};
 }
 

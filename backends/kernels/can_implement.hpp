@@ -58,8 +58,9 @@ struct LaunchShape {
 InstanceKey instance_key(const AttnParams& p, const LaunchShape& shape);
 
 /// The forward CTA rows `shape` runs (shape.rows, or its default when 0):
-/// flex: p.bm.q_block (64-row halves of 128-row blocks above kMaxWideFwdHeadDim);
-/// otherwise fwd_block_m(shape.pack, p.head_dim).
+/// flex: p.bm.q_block (64-row halves of 128-row blocks above
+/// max_wide_fwd_head_dim of the path); otherwise fwd_block_m(shape.pack,
+/// p.head_dim, shape.fwd_path).
 int fwd_rows_resolved(const AttnParams& p, const LaunchShape& shape);
 
 /// Why the flex path cannot walk a BlockMask of q_block x kv_block blocks (empty
@@ -70,11 +71,11 @@ std::string block_sizes_reason(int q_block, int kv_block);
 /// can): pack must be 1, 2 or 4 (it divides kFwdWarps) and divide the group.
 std::string pack_reason(int pack, int group);
 
-/// Why forward CTAs of `rows` query rows cannot run at `head_dim` (empty when they
-/// can), on either forward path: 64 rows always (GQA-packed or not); 128 rows
-/// without packing up to kMaxWideFwdHeadDim. With `flex`, q_block rows (64 or 128,
-/// 128 up to kMaxWideFwdHeadDim), or 64-row halves of 128-row blocks.
-std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head_dim);
+/// Why forward CTAs of `rows` query rows cannot run at `head_dim` on forward path
+/// `path` (empty when they can): 64 rows always (GQA-packed or not); 128 rows
+/// without packing up to max_wide_fwd_head_dim(path). With `flex`, q_block rows
+/// (64, or 128 up to that head dim), or 64-row halves of 128-row blocks.
+std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head_dim, FwdPath path);
 
 /// Why the kernel family cannot run problem `p` with launch shape `shape`
 /// (empty when it can). Decides on: element type (fp16 / bf16), Dqk = Dv, an

@@ -66,7 +66,7 @@ void run_forward_sm80(const AttnParams& p, const LaunchArgs& a) {
   static_assert(16 * 2 * kFwdWarps == kFwdBlockMWide && 16 * kFwdWarps == kFwdBlockM, "tile rows");
   using namespace detail;
   const int rows = fwd_rows_resolved(p, a.shape);
-  if constexpr (D <= kMaxWideFwdHeadDim) {
+  if constexpr (D <= max_wide_fwd_head_dim(FwdPath::sm80)) {
     if (rows == kFwdBlockMWide) {
       if (a.shape.flex)
         forward_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, a.stream);

@@ -93,10 +93,10 @@ void run_forward_sm90(const AttnParams& p, const LaunchArgs& a) {
     return;
   }
   if (rows == kFwdBlockMWide)
-    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide, FwdPath::sm90)>(p, a.q_items, a.n_q_items,
+    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide, FwdPath::sm90, D)>(p, a.q_items, a.n_q_items,
                                                                                a.shape.pack, maps, a.stream);
   else
-    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM, FwdPath::sm90)>(p, a.q_items, a.n_q_items, a.shape.pack,
+    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM, FwdPath::sm90, D)>(p, a.q_items, a.n_q_items, a.shape.pack,
                                                                            maps, a.stream);
 }
 

@@ -4,8 +4,8 @@
 // Sq != Sk in both causal alignments, GQA 4:1 and MQA, sliding windows, padding,
 // documents, softcap and alibi, flex's learnable biases with dBias, both dtypes,
 // and both dQ modes (deterministic: bitwise repeatable), on the automatic
-// kernel paths (head dim 96: the Hopper kernels in 128-wide tiles on an H100;
-// 256: the portable mma.sync kernels) and on the portable ones. The tests also pin
+// kernel paths (on an H100, head dim 96: the Hopper kernels in 128-wide tiles;
+// 256: the Hopper forward and the portable mma.sync backward) and on the portable ones. The tests also pin
 // the path choice and the reasons for what stays unsupported (Dqk != Dv, fp32,
 // head dims without an instance).
 #include <doctest/doctest.h>
@@ -48,8 +48,9 @@ constexpr int64_t kDims[] = {96, 256};
 
 }  // namespace
 
-TEST_CASE("head dims 96 and 256: the automatic paths, and the refusal of Hopper kernels at 256") {
-  // Head dim 96 takes the Hopper kernels where head dim 128 does (128-wide tiles); 256 has portable ones only.
+TEST_CASE("head dims 96 and 256: the automatic paths, and the refusal of the Hopper backward at 256") {
+  // Head dim 96 takes the Hopper kernels where head dim 128 does (128-wide tiles); 256 the Hopper forward
+  // and the portable backward.
   const Problem p128 = with_causal(make_problem(1, 2, 1, 130, 130, 128, DType::bf16));
   const nlohmann::json e128 = variant("flash")->prepare(p128, make_inputs(p128))->extra();
   const Problem p96 = with_causal(make_problem(1, 2, 1, 130, 130, 96, DType::bf16));
@@ -58,12 +59,13 @@ TEST_CASE("head dims 96 and 256: the automatic paths, and the refusal of Hopper 
   CHECK(e96["bwd_path"] == e128["bwd_path"]);
   const Problem p256 = with_causal(make_problem(1, 2, 1, 130, 130, 256, DType::bf16));
   const nlohmann::json e256 = variant("flash")->prepare(p256, make_inputs(p256))->extra();
-  CHECK(e256["fwd_path"] == "sm80");
+  CHECK(e256["fwd_path"] == e128["fwd_path"]);
   CHECK(e256["bwd_path"] == "sm80");
-  if (e128["fwd_path"] == "sm90") {  // asked for, the Hopper kernels at 256 are refused with the reason
-    const Support s = variant("flash[fwd_path=sm90]")->supports(p256);
+  if (e128["fwd_path"] == "sm90") {  // asked for, the Hopper backward at 256 is refused with the reason
+    CHECK(variant("flash[fwd_path=sm90]")->supports(p256).ok);
+    const Support s = variant("flash[bwd_path=sm90]")->supports(p256);
     CHECK_FALSE(s.ok);
-    CHECK(s.reason.find("no Hopper (sm90) forward kernel for head_dim 256") != std::string::npos);
+    CHECK(s.reason.find("no Hopper (sm90) backward kernel for head_dim 256") != std::string::npos);
   }
 }
 
