@@ -8,7 +8,7 @@
 //                                                                (TMA + wgmma) where it runs, sm80 = portable
 //   bwd_path       flash, varlen, flex  auto|sm80|sm90           the backward kernels (flex: sm90 = Hopper
 //                                                                dK/dV with dQ by float32 atomics)
-//   fwd_rows       flash, varlen        auto|64|128              Hopper forward CTA rows without GQA packing
+//   fwd_rows       flash, varlen        auto|64|128              forward CTA rows without GQA packing
 //                                                                (auto = kernels::fwd_cta_rows' choice)
 //   deterministic  flash, varlen        false|true               dQ by its own kernel instead of atomics
 //   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
@@ -65,11 +65,12 @@ inline OptionSpec bwd_path_option(bool flex) {
            : "backward kernels: auto = Hopper dK/dV where it runs (either dQ mode), sm80 = portable, sm90 = Hopper");
 }
 
-/// fwd_rows: query rows per Hopper forward CTA without GQA packing.
+/// fwd_rows: query rows per forward CTA without GQA packing.
 inline OptionSpec fwd_rows_option() {
   return OptionSpec::choice("fwd_rows", "auto", {"auto", "64", "128"},
-                            "Hopper forward CTA rows without GQA packing: auto = 64 where 64-row tiles execute at "
-                            "most 85% of the 128-row tiles' pairs (kernels::fwd_cta_rows), else 128");
+                            "forward CTA rows without GQA packing: auto = on the Hopper forward 64 where 64-row "
+                            "tiles execute at most 85% of the 128-row tiles' pairs (kernels::fwd_cta_rows), else "
+                            "128; on the portable one 128 up to head_dim 128, else 64");
 }
 /// The fwd_rows option's value as FusedOptions::fwd_rows (0 = auto).
 inline int parse_fwd_rows(const std::string& s) { return s == "64" ? 64 : s == "128" ? 128 : 0; }
