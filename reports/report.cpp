@@ -22,6 +22,7 @@
 #include "harness/model/block_mask.hpp"
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/model/json_fast.hpp"
 #include "harness/model/json_util.hpp"
 #include "reports/journal.hpp"
 #include "harness/measure/measure.hpp"
@@ -243,9 +244,12 @@ class RowKeys {
  public:
   explicit RowKeys(const std::string& file) : file_(file) {}
   void add(const nlohmann::json& row, size_t i) {
+    jsonu::require_object(row, file_, jsonu::child_path("/results", i));
+    add(row.value("case_id", ""), row_variant(row), i);
+  }
+  /// add() of a row with this case_id and variant.
+  void add(const std::string& case_id, const std::string& variant, size_t i) {
     const std::string rp = jsonu::child_path("/results", i);
-    jsonu::require_object(row, file_, rp);
-    const std::string case_id = row.value("case_id", ""), variant = row_variant(row);
     const auto [at, fresh] = first_row_.emplace(case_id + '\0' + variant, i);
     if (!fresh)
       throw InputError(file_, rp,
@@ -278,17 +282,67 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
   return doc;
 }
 
-nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version) {
+namespace {
+
+std::atomic<uint64_t> rows_read_fast{0};
+
+/// A row's (case_id, variant) as row_key() reads them, when RapidJSON's row is
+/// an object whose case_id, variant and backend are strings or absent (else
+/// false: the nlohmann path gives the error row.value() gives).
+bool fast_key(const rapidjson::Value& row, std::string& case_id, std::string& variant) {
+  if (!row.IsObject()) return false;
+  auto text = [&](const char* key, std::string& out) {
+    const auto m = row.FindMember(key);
+    if (m == row.MemberEnd()) return true;
+    if (!m->value.IsString()) return false;
+    out.assign(m->value.GetString(), m->value.GetStringLength());
+    return true;
+  };
+  const auto v = row.FindMember("variant");
+  if (v != row.MemberEnd() && v->value.IsString()) variant.assign(v->value.GetString(), v->value.GetStringLength());
+  else if (!text("backend", variant)) return false;
+  return text("case_id", case_id);
+}
+
+}  // namespace
+
+uint64_t report_rows_read_fast() { return rows_read_fast.load(); }
+
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version,
+                             const std::vector<std::string>* members) {
   RowKeys keys(file);
   int row_version = 0;  // the version stated before "results" (0: not yet)
-  nlohmann::json doc = jsonu::stream_file(file, "results", [&](nlohmann::json&& row, size_t i, const nlohmann::json& root) {
+  auto version_from = [&](const nlohmann::json& root) {
     if (row_version == 0 && root.contains("schema_version"))  // before any row is read against the schema
       row_version = checked_version(root, file);
+  };
+  auto slow_row = [&](nlohmann::json&& row, size_t i, const nlohmann::json& root) {
+    version_from(root);
     keys.add(row, i);
     validate_report_row(row, file, jsonu::child_path("/results", i));
     if (row_version > 0 && row_version < 3) upgrade_row(row);  // a row before variants
     on_row(std::move(row), i);
-  });
+  };
+  // The members handed: those asked for and what the key and upgrade_row() read.
+  std::vector<std::string> wanted;
+  if (members != nullptr) {
+    wanted = *members;
+    wanted.insert(wanted.end(), {"case_id", "backend", "variant"});
+  }
+  auto fast_row = [&](const rapidjson::Value& row, size_t i, const nlohmann::json& root) {
+    std::string case_id, variant;
+    // The quick schema check's "valid" is final (validate_report_row() starts
+    // with it); a row it does not accept goes the nlohmann way, where valijson decides.
+    if (!fast_key(row, case_id, variant) || !row_passes_quick_check(row))
+      return slow_row(jsonu::to_nlohmann(row), i, root);
+    version_from(root);
+    keys.add(case_id, variant, i);
+    nlohmann::json r = jsonu::to_nlohmann(row, members != nullptr ? &wanted : nullptr);
+    if (row_version > 0 && row_version < 3) upgrade_row(r);
+    rows_read_fast.fetch_add(1, std::memory_order_relaxed);
+    on_row(std::move(r), i);
+  };
+  nlohmann::json doc = jsonu::stream_file_fast(file, "results", fast_row, slow_row);
   jsonu::require_object(doc, file, "");
   const int version = checked_version(doc, file);
   validate_report_schema(doc, file);  // the header; "results" is [] here

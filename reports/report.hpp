@@ -173,8 +173,22 @@ using RowSink = std::function<void(nlohmann::json&& row, size_t index)>;
 /// schema, "results" an empty array, an older header marked "upgraded_from": its
 /// version; `file_version`, when given, receives the version the file states.
 /// Memory: one row, the header and one (case_id, variant) key per row.
-/// Throws InputError as load_report() does, and whatever `on_row` throws.
-nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version = nullptr);
+/// The file is read by jsonu::stream_file_fast() (RapidJSON): a row that the
+/// quick schema check (reports/schema_fast.hpp) accepts is checked and handed
+/// without nlohmann's parser; any other row, and every row from where the fast
+/// reader steps back, takes the nlohmann path with valijson, so the rows handed
+/// and every error are the same either way. `members`, when given, names the
+/// members of a row `on_row` reads: rows are then handed with those members
+/// (and case_id, backend, variant) only, the rest left out (a row of the
+/// nlohmann path comes whole). Throws InputError as load_report() does, and
+/// whatever `on_row` throws.
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version = nullptr,
+                             const std::vector<std::string>* members = nullptr);
+
+/// How many rows stream_report() has handed through its fast path (RapidJSON
+/// and the quick schema check) in this process: what tests read to see that the
+/// fast path is taken.
+uint64_t report_rows_read_fast();
 
 /// "<case_id>|<variant>", the identity of a row across runs (row_variant()).
 std::string row_key(const nlohmann::json& row);

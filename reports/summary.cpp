@@ -109,6 +109,9 @@ namespace {
 /// rows' variants and medians are kept, for the winners.
 class SummaryBuilder {
  public:
+  /// The members of a row add() reads, besides its key (case_id, backend, variant).
+  static inline const std::vector<std::string> kMembers = {"status", "timing", "reason", "message", "check", "extra"};
+
   void add(const nlohmann::json& row) {
     const std::string id = row.value("case_id", std::string()), backend = row_variant(row),
                       status = row.value("status", std::string());
@@ -157,7 +160,7 @@ ReportSummary summarize_report(const nlohmann::json& report) {
 
 ReportSummary summarize_report_file(const std::string& file) {
   SummaryBuilder b;
-  (void)stream_report(file, [&](nlohmann::json&& row, size_t) { b.add(row); });
+  (void)stream_report(file, [&](nlohmann::json&& row, size_t) { b.add(row); }, nullptr, &SummaryBuilder::kMembers);
   return b.finish();
 }
 
