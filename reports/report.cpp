@@ -309,7 +309,7 @@ bool fast_key(const rapidjson::Value& row, std::string& case_id, std::string& va
 uint64_t report_rows_read_fast() { return rows_read_fast.load(); }
 
 nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version,
-                             const std::vector<std::string>* members) {
+                             const nlohmann::json* parts) {
   RowKeys keys(file);
   int row_version = 0;  // the version stated before "results" (0: not yet)
   auto version_from = [&](const nlohmann::json& root) {
@@ -323,11 +323,11 @@ nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int
     if (row_version > 0 && row_version < 3) upgrade_row(row);  // a row before variants
     on_row(std::move(row), i);
   };
-  // The members handed: those asked for and what the key and upgrade_row() read.
-  std::vector<std::string> wanted;
-  if (members != nullptr) {
-    wanted = *members;
-    wanted.insert(wanted.end(), {"case_id", "backend", "variant"});
+  // The parts handed: those asked for and what the key and upgrade_row() read.
+  nlohmann::json wanted;
+  if (parts != nullptr) {
+    wanted = *parts;
+    for (const char* key : {"case_id", "backend", "variant"}) wanted[key] = true;
   }
   auto fast_row = [&](const rapidjson::Value& row, size_t i, const nlohmann::json& root) {
     std::string case_id, variant;
@@ -337,7 +337,7 @@ nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int
       return slow_row(jsonu::to_nlohmann(row), i, root);
     version_from(root);
     keys.add(case_id, variant, i);
-    nlohmann::json r = jsonu::to_nlohmann(row, members != nullptr ? &wanted : nullptr);
+    nlohmann::json r = jsonu::to_nlohmann(row, parts != nullptr ? &wanted : nullptr);
     if (row_version > 0 && row_version < 3) upgrade_row(r);
     rows_read_fast.fetch_add(1, std::memory_order_relaxed);
     on_row(std::move(r), i);

@@ -177,13 +177,14 @@ using RowSink = std::function<void(nlohmann::json&& row, size_t index)>;
 /// quick schema check (reports/schema_fast.hpp) accepts is checked and handed
 /// without nlohmann's parser; any other row, and every row from where the fast
 /// reader steps back, takes the nlohmann path with valijson, so the rows handed
-/// and every error are the same either way. `members`, when given, names the
-/// members of a row `on_row` reads: rows are then handed with those members
-/// (and case_id, backend, variant) only, the rest left out (a row of the
-/// nlohmann path comes whole). Throws InputError as load_report() does, and
-/// whatever `on_row` throws.
+/// and every error are the same either way. `parts`, when given, names the
+/// parts of a row that `on_row` reads, as jsonu::to_nlohmann()'s `keep` (e.g.
+/// {"status": true, "check": {"pass": true}}): rows are then handed with those
+/// parts (and case_id, backend, variant) only, the rest left out, so that the
+/// fast path builds less (a row of the nlohmann path comes whole). Throws
+/// InputError as load_report() does, and whatever `on_row` throws.
 nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version = nullptr,
-                             const std::vector<std::string>* members = nullptr);
+                             const nlohmann::json* parts = nullptr);
 
 /// How many rows stream_report() has handed through its fast path (RapidJSON
 /// and the quick schema check) in this process: what tests read to see that the

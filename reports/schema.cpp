@@ -133,7 +133,7 @@ void validate_report_schema(const nlohmann::json& doc, const std::string& file) 
 
 bool row_passes_quick_check(const rapidjson::Value& row) {
   const ParsedSchema& parsed = report_schema(true);
-  return parsed.fast && parsed.fast->check(row) == SchemaAnswer::valid;
+  return parsed.fast && parsed.fast->check_rapidjson(row) == SchemaAnswer::valid;
 }
 
 void validate_report_row(const nlohmann::json& row, const std::string& file, const std::string& row_path) {

@@ -326,7 +326,7 @@ void CompiledSchema::compile_keywords(Node& n, const nlohmann::json& s, const st
 }
 
 SchemaAnswer CompiledSchema::check(const nlohmann::json& value) const { return run(root_, value); }
-SchemaAnswer CompiledSchema::check(const rapidjson::Value& value) const { return run(root_, value); }
+SchemaAnswer CompiledSchema::check_rapidjson(const rapidjson::Value& value) const { return run(root_, value); }
 
 template <class V>
 SchemaAnswer CompiledSchema::run(int index, const V& v) const {
@@ -410,17 +410,22 @@ SchemaAnswer CompiledSchema::run_object(const Node& n, const V& v) const {
   Fold all;
   size_t required_seen = 0;
   // Members mostly come sorted by name (nlohmann writes them so): each search
-  // starts where the last one ended, back to a binary search when a name sorts lower.
-  auto p = n.properties.begin();
+  // starts where the last one ended (one comparison when the member is the
+  // next property), back to a binary search when a name sorts lower.
+  const auto begin = n.properties.begin(), end = n.properties.end();
+  auto p = begin;
+  auto order = [&](auto at, std::string_view key) { return at == end ? 1 : std::string_view(at->name).compare(key); };
   for (const auto& [key, value] : A::members(v)) {
-    if (p == n.properties.end() || std::string_view(p->name) > key)
-      p = std::lower_bound(n.properties.begin(), n.properties.end(), key,
-                           [](const Node::Property& q, std::string_view k) { return q.name < k; });
-    else
-      while (p != n.properties.end() && std::string_view(p->name) < key) ++p;
-    if (p != n.properties.end() && p->name == key) {
-      required_seen += p->required;
-      if (!all.add(run(p->schema, value))) return all.answer();
+    int c = order(p, key);
+    if (c > 0) {
+      p = std::lower_bound(begin, end, key, [](const Node::Property& q, std::string_view k) { return q.name < k; });
+      c = order(p, key);
+    }
+    while (c < 0) c = order(++p, key);
+    if (c == 0) {
+      const Node::Property& property = *p++;
+      required_seen += property.required;
+      if (!all.add(run(property.schema, value))) return all.answer();
     } else if (n.additional_false) {
       return SchemaAnswer::invalid;
     } else if (n.additional >= 0 && !all.add(run(n.additional, value))) {

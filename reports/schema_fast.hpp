@@ -58,9 +58,9 @@ class CompiledSchema {
   /// Check `value`. Cost: one walk of the value's nodes that the schema
   /// describes, no allocation except for propertyNames keys.
   SchemaAnswer check(const nlohmann::json& value) const;
-  /// The same check of a RapidJSON value (jsonu::stream_file_fast()), with the
+  /// check() of a RapidJSON value (jsonu::stream_file_fast()), with the
   /// same answers: numbers typed as nlohmann types them (json_fast.hpp).
-  SchemaAnswer check(const rapidjson::Value& value) const;
+  SchemaAnswer check_rapidjson(const rapidjson::Value& value) const;
 
  private:
   struct Node;

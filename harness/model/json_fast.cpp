@@ -126,6 +126,10 @@ bool duplicate_member(const rapidjson::Value& v) {
   const size_t n = v.MemberCount();
   if (n < 2) return false;
   const auto first = v.MemberBegin();
+  auto name = [&](size_t i) { return std::string_view(first[i].name.GetString(), first[i].name.GetStringLength()); };
+  size_t sorted = 1;  // names strictly increasing (as nlohmann writes them): none repeats
+  while (sorted < n && name(sorted - 1) < name(sorted)) ++sorted;
+  if (sorted == n) return false;
   if (n <= 16) {
     for (size_t i = 0; i < n; ++i)
       for (size_t j = i + 1; j < n; ++j)
@@ -278,7 +282,8 @@ class FastBuilder {
 void set_fast_json_reading(bool on) { fast_switch() = on; }
 bool fast_json_reading() { return fast_switch(); }
 
-nlohmann::json to_nlohmann(const rapidjson::Value& v, const std::vector<std::string>* members) {
+nlohmann::json to_nlohmann(const rapidjson::Value& v, const nlohmann::json* keep) {
+  if (keep != nullptr && !keep->is_object()) keep = nullptr;  // true: the whole value
   switch (v.GetType()) {
     case rapidjson::kNullType: return nullptr;
     case rapidjson::kFalseType: return false;
@@ -292,7 +297,7 @@ nlohmann::json to_nlohmann(const rapidjson::Value& v, const std::vector<std::str
       nlohmann::json out = nlohmann::json::array();
       auto& a = out.get_ref<nlohmann::json::array_t&>();
       a.reserve(v.Size());
-      for (const auto& e : v.GetArray()) a.push_back(to_nlohmann(e));
+      for (const auto& e : v.GetArray()) a.push_back(to_nlohmann(e, keep));
       return out;
     }
     case rapidjson::kObjectType: {
@@ -300,8 +305,14 @@ nlohmann::json to_nlohmann(const rapidjson::Value& v, const std::vector<std::str
       auto& o = out.get_ref<nlohmann::json::object_t&>();
       for (auto m = v.MemberBegin(); m != v.MemberEnd(); ++m) {
         std::string name(m->name.GetString(), m->name.GetStringLength());
-        if (members && std::find(members->begin(), members->end(), name) == members->end()) continue;
-        o.emplace(std::move(name), to_nlohmann(m->value));
+        const nlohmann::json* sub = nullptr;
+        if (keep != nullptr) {
+          const auto it = keep->find(name);
+          if (it == keep->end()) continue;
+          sub = &*it;
+        }
+        // Members mostly come sorted (nlohmann writes them so): the end is the hint.
+        o.emplace_hint(o.end(), std::move(name), to_nlohmann(m->value, sub));
       }
       return out;
     }

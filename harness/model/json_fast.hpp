@@ -39,9 +39,13 @@ nlohmann::json stream_file_fast(const std::string& file, const std::string& arra
                                 const ElementSink& slow);
 
 /// `v` as nlohmann JSON, as parse_text() would have built it from the same
-/// text. With `members` given (an object `v` only), just those members of `v`
-/// (the others left out). Recursion: one level per nesting level of `v`.
-nlohmann::json to_nlohmann(const rapidjson::Value& v, const std::vector<std::string>* members = nullptr);
+/// text; with `keep`, only the parts `keep` names: an object `keep` keeps, of
+/// an object, the members it has as keys, each converted with its value as
+/// `keep` (`true`: the whole member), and applies to every element of an
+/// array; a `keep` that is not an object keeps everything. E.g. {"status":
+/// true, "check": {"tensors": {"pass": true}}} keeps a row's status and its
+/// tensors' "pass". Recursion: one level per nesting level of `v`.
+nlohmann::json to_nlohmann(const rapidjson::Value& v, const nlohmann::json* keep = nullptr);
 
 /// Whether stream_file_fast() reads with RapidJSON (default: on, unless the
 /// environment sets ATTNBENCH_FAST_JSON=0). Process-wide; for tests and for
