@@ -290,3 +290,36 @@ TEST_CASE("attnbench compare: an invalid row exits 2 naming file and field, with
   CHECK(out_fast.find(bad.string()) != std::string::npos);
   CHECK(out_fast.find("/results/" + std::to_string(row) + "/timing/fwd/samples_ms/0") != std::string::npos);
 }
+
+TEST_CASE("compare_report_files reads NEW on a second thread: BASE's error first, then NEW's, as one thread would") {
+  json doc = load_report(kBaseline);
+  json bad_base = doc, bad_new = doc;
+  bad_base["results"][2]["status"] = "maybe";
+  bad_new["results"][4]["status"] = 7;
+  json dup_new = doc;
+  dup_new["results"].push_back(dup_new["results"][1]);
+  const fs::path bb = scratch("t_bad_base.json"), bn = scratch("t_bad_new.json"), dn = scratch("t_dup_new.json");
+  test::write_file(bb, bad_base.dump(1));
+  test::write_file(bn, bad_new.dump(1));
+  test::write_file(dn, dup_new.dump(1));
+  auto error_of = [](const fs::path& b, const fs::path& n) {
+    try {
+      compare_report_files(b.string(), n.string());
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string both = error_of(bb, bn), only_new = error_of(kBaseline, bn), dup = error_of(kBaseline, dn);
+  CHECK(both.find(bb.string()) != std::string::npos);
+  CHECK(both.find("/results/2/status") != std::string::npos);
+  CHECK(only_new.find(bn.string()) != std::string::npos);
+  CHECK(only_new.find("/results/4/status") != std::string::npos);
+  CHECK(dup.find("duplicate row") != std::string::npos);
+  CHECK(error_of(bb, dn) == both);  // BASE's error, not NEW's duplicate
+  // and the comparison of good files is the one compare_reports() makes of the loaded reports
+  const Comparison streamed = compare_report_files(kBaseline, kRerun);
+  const Comparison whole = compare_reports(load_report(kBaseline), load_report(kRerun), kBaseline, kRerun);
+  CHECK(streamed.markdown() == whole.markdown());
+  CHECK(streamed.to_json() == whole.to_json());
+}
