@@ -750,7 +750,8 @@ nlohmann::json Comparison::to_json() const {
   nlohmann::json j = json_head();
   for (const auto& [key, produce] : comparison_arrays(*this)) {
     nlohmann::json& array = j[key] = nlohmann::json::array();
-    produce([&](const nlohmann::json& e) { array.push_back(e); });
+    produce(jsonu::ElementWriter([&](const nlohmann::json& e) { array.push_back(e); },
+                                 [&](std::string_view text) { array.push_back(nlohmann::json::parse(text)); }));
   }
   return j;
 }

@@ -472,8 +472,11 @@ nlohmann::json merge_reports(const std::vector<std::pair<std::string, nlohmann::
 namespace {
 
 /// The rows of a streamed merge, kept on disk until the header is known: an
-/// unlinked file next to the output holding each placed row's compact JSON;
-/// memory is one (offset, length, input) record per output row.
+/// unlinked file next to the output holding each placed row, as the output
+/// will hold it (jsonu::dump_streamed_element()) when the row is final (it has
+/// "derived", "variant" and "options": normalise_row() leaves it as it is),
+/// else as compact JSON to be read back and normalised; memory is one (offset,
+/// length, input, final) record per output row.
 class RowSpill {
  public:
   explicit RowSpill(const std::string& output) {
@@ -490,9 +493,11 @@ class RowSpill {
 
   /// Store `row` (row `index` of input `input`) in output slot `slot` (a new slot is slots()).
   void put(size_t slot, size_t input, size_t index, const nlohmann::json& row) {
-    const std::string text = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const bool final = row.contains("derived") && row.contains("variant") && row.contains("options");
+    const std::string text = final ? jsonu::dump_streamed_element(row)
+                                   : row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     write_at(end_, text);
-    const Record r{end_, text.size(), input, index};
+    const Record r{end_, text.size(), input, index, final};
     if (slot < records_.size()) records_[slot] = r;  // --replace: the later row, in the earlier one's place
     else records_.push_back(r);
     end_ += text.size();
@@ -500,8 +505,10 @@ class RowSpill {
   size_t slots() const { return records_.size(); }
   size_t input_of(size_t slot) const { return records_[slot].input; }
   size_t index_of(size_t slot) const { return records_[slot].index; }
-  /// The row in `slot`.
-  nlohmann::json get(size_t slot) const {
+  /// True when `slot` holds its row as the output will (text()), else as compact JSON.
+  bool final_of(size_t slot) const { return records_[slot].final; }
+  /// The text stored for `slot`.
+  std::string text(size_t slot) const {
     const Record& r = records_[slot];
     std::string text(r.length, '\0');
     size_t done = 0;
@@ -511,7 +518,7 @@ class RowSpill {
       if (n <= 0) throw std::runtime_error("cannot read back " + path_ + ": " + std::strerror(errno));
       done += static_cast<size_t>(n);
     }
-    return nlohmann::json::parse(text);
+    return text;
   }
 
  private:
@@ -519,6 +526,7 @@ class RowSpill {
     uint64_t offset;
     size_t length;
     size_t input, index;  ///< the row's input and its index in that input's "results"
+    bool final;           ///< stored as the output holds it
   };
   void write_at(uint64_t at, const std::string& text) {
     size_t done = 0;
@@ -598,7 +606,11 @@ MergeTotals merge_report_files(const std::vector<std::string>& files, const std:
   const std::map<std::string, jsonu::ArrayProducer> arrays = {
       {"results", [&](const jsonu::ElementWriter& emit) {
          for (size_t slot = 0; slot < spill->slots(); ++slot) {
-           nlohmann::json row = spill->get(slot);
+           if (spill->final_of(slot)) {
+             emit.dumped(spill->text(slot));
+             continue;
+           }
+           nlohmann::json row = nlohmann::json::parse(spill->text(slot));
            const size_t k = spill->input_of(slot);
            normalise_row(row, headers[k], versions[k], files[k], spill->index_of(slot));
            emit(row);
