@@ -398,6 +398,9 @@ class Merger {
     return it->second;
   }
   size_t slots() const { return index_.size(); }
+  /// The slot of a row from no input: a new one when its (case_id, variant) is
+  /// not placed yet, else the placed row's (first wins; nothing replaced).
+  size_t place_new_row(const nlohmann::json& row) { return index_.emplace(row_key(row), index_.size()).first->second; }
 
   /// The header fields an input adds: its "merged_from" entry (`rows`: its row
   /// count), the earliest start, the latest finish, ceilings, backends.
@@ -556,16 +559,99 @@ void normalise_row(nlohmann::json& row, const nlohmann::json& header, int versio
 
 }  // namespace
 
+struct MergedReportWriter::Impl {
+  Impl(const std::string& out, const MergeOptions& opts, Rank r) : output(out), merger(opts), rank(std::move(r)) {
+    try {
+      spill = std::make_unique<RowSpill>(output);
+    } catch (const std::runtime_error& e) {
+      throw InputError(output, "", e.what());
+    }
+  }
+  /// Store `row` in `slot` and note its rank.
+  void put(size_t slot, size_t input, size_t index, const nlohmann::json& row) {
+    spill->put(slot, input, index, row);  // a write failure: std::runtime_error naming the scratch file
+    if (!rank) return;
+    if (slot < ranks.size()) ranks[slot] = rank(row);
+    else ranks.push_back(rank(row));
+  }
+  void start(const std::string& file, const nlohmann::json& header) {
+    if (!started) merger.start(file, header);
+    started = true;
+  }
+  std::string output;
+  Merger merger;
+  Rank rank;
+  std::unique_ptr<RowSpill> spill;
+  std::vector<std::pair<size_t, size_t>> ranks;  ///< per slot, with `rank`
+  bool started = false;
+};
+
+MergedReportWriter::MergedReportWriter(const std::string& output, const MergeOptions& opts, Rank rank)
+    : impl_(std::make_unique<Impl>(output, opts, std::move(rank))) {}
+
+MergedReportWriter::~MergedReportWriter() = default;
+
+void MergedReportWriter::add_row(const std::string& file, size_t input, size_t index, const nlohmann::json& row) {
+  impl_->put(impl_->merger.place_row(file, index, row), input, index, row);
+}
+
+bool MergedReportWriter::add_row_if_new(const nlohmann::json& row) {
+  const size_t before = impl_->merger.slots();
+  const size_t slot = impl_->merger.place_new_row(row);
+  if (slot < before) return false;
+  impl_->put(slot, SIZE_MAX, 0, row);
+  return true;
+}
+
+void MergedReportWriter::check_environment(const std::string& file, const nlohmann::json& header) {
+  impl_->start(file, header);
+  impl_->merger.check_environment(file, header);
+}
+
+void MergedReportWriter::add_input(const std::string& file, const nlohmann::json& header, size_t rows) {
+  impl_->start(file, header);
+  impl_->merger.add_input(file, header, rows);
+}
+
+size_t MergedReportWriter::rows() const { return impl_->spill->slots(); }
+
+nlohmann::json MergedReportWriter::header() const { return impl_->merger.header(); }
+
+void MergedReportWriter::write(const nlohmann::json& header, const Normalise& normalise) {
+  RowSpill& spill = *impl_->spill;
+  std::vector<size_t> order(spill.slots());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (impl_->rank)
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return impl_->ranks[a] < impl_->ranks[b]; });
+  // The output: the header's members and "results" in the order nlohmann writes
+  // them (write_json_atomic() of the document), the rows read back one at a time.
+  const std::map<std::string, jsonu::ArrayProducer> arrays = {
+      {"results", [&](const jsonu::ElementWriter& emit) {
+         for (const size_t slot : order) {
+           if (spill.final_of(slot)) {
+             emit.dumped(spill.text(slot));
+             continue;
+           }
+           nlohmann::json row = nlohmann::json::parse(spill.text(slot));
+           if (normalise && spill.input_of(slot) != SIZE_MAX) normalise(row, spill.input_of(slot), spill.index_of(slot));
+           emit(row);
+         }
+       }}};
+  try {
+    AtomicFileWriter out(impl_->output);
+    jsonu::dump_streamed(header, arrays, [&](std::string_view text) { out.write(text); });
+    out.write("\n");
+    out.commit();
+  } catch (const std::runtime_error& e) {
+    if (dynamic_cast<const InputError*>(&e)) throw;
+    throw InputError(impl_->output, "", e.what());
+  }
+}
+
 MergeTotals merge_report_files(const std::vector<std::string>& files, const std::string& output,
                                const MergeOptions& opts) {
   if (files.empty()) throw InputError("<command line>", "", "merge needs at least one report");
-  Merger m(opts);
-  std::unique_ptr<RowSpill> spill;
-  try {
-    spill = std::make_unique<RowSpill>(output);
-  } catch (const std::runtime_error& e) {
-    throw InputError(output, "", e.what());
-  }
+  MergedReportWriter merged(output, opts);
   std::vector<nlohmann::json> headers;
   std::vector<int> versions;
   // The first merge error (environment, duplicate row) in the order merge_reports()
@@ -581,51 +667,29 @@ MergeTotals merge_report_files(const std::vector<std::string>& files, const std:
       ++rows;
       if (merge_error || row_error) return;  // reading on for input errors only
       try {
-        spill->put(m.place_row(file, i, row), k, i, row);
+        merged.add_row(file, k, i, row);
       } catch (const InputError& e) {
         row_error = e;
       }
     }, &version);
     versions.push_back(version);
-    if (k == 0) m.start(file, header);
     if (!merge_error) {
       try {
-        m.check_environment(file, header);  // merge_reports() checks it before the rows
+        merged.check_environment(file, header);  // merge_reports() checks it before the rows
       } catch (const InputError& e) {
         merge_error = e;
       }
       if (!merge_error && row_error) merge_error = row_error;
     }
-    m.add_input(file, header, rows);
+    merged.add_input(file, header, rows);
     header.erase("results");
     headers.push_back(std::move(header));
   }
   if (merge_error) throw *merge_error;
-  // The output: the header's members and "results" in the order nlohmann writes
-  // them (write_json_atomic of merge_reports()'s document), the rows read back one at a time.
-  const std::map<std::string, jsonu::ArrayProducer> arrays = {
-      {"results", [&](const jsonu::ElementWriter& emit) {
-         for (size_t slot = 0; slot < spill->slots(); ++slot) {
-           if (spill->final_of(slot)) {
-             emit.dumped(spill->text(slot));
-             continue;
-           }
-           nlohmann::json row = nlohmann::json::parse(spill->text(slot));
-           const size_t k = spill->input_of(slot);
-           normalise_row(row, headers[k], versions[k], files[k], spill->index_of(slot));
-           emit(row);
-         }
-       }}};
-  try {
-    AtomicFileWriter out(output);
-    jsonu::dump_streamed(m.header(), arrays, [&](std::string_view text) { out.write(text); });
-    out.write("\n");
-    out.commit();
-  } catch (const std::runtime_error& e) {
-    if (dynamic_cast<const InputError*>(&e)) throw;
-    throw InputError(output, "", e.what());
-  }
-  return {files.size(), spill->slots()};
+  merged.write(merged.header(), [&](nlohmann::json& row, size_t k, size_t index) {
+    normalise_row(row, headers[k], versions[k], files[k], index);
+  });
+  return {files.size(), merged.rows()};
 }
 
 // ------------------------------------------------------------------ mask thumbnail
