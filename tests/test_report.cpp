@@ -37,8 +37,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kSource = ATTNBENCH_SOURCE_DIR;
-const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
-const std::string kRerun = kSource + "/ci/baselines/example-h100-rerun.json";
+const std::string& kBaseline = test::kBaselineReport;
+const std::string& kRerun = test::kRerunReport;
 
 fs::path scratch(const std::string& name) { return test::scratch_path("report", name); }
 
@@ -275,13 +275,6 @@ TEST_CASE("merge concatenates shards and guards environments and duplicates") {
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 /// What `attnbench merge` wrote before it streamed: write_json_atomic() of
 /// merge_reports() on the loaded inputs.
 std::string whole_merge(const std::vector<std::string>& files, const MergeOptions& o) {
@@ -289,7 +282,7 @@ std::string whole_merge(const std::vector<std::string>& files, const MergeOption
   for (const auto& f : files) docs.emplace_back(f, load_report(f));
   const fs::path out = scratch("whole_merge.json");
   write_json_atomic(out.string(), merge_reports(docs, o));
-  return read_text(out);
+  return test::read_file(out);
 }
 
 /// The InputError's "file: path: message" of merging `files` whole, or "" when it merges.
@@ -334,7 +327,7 @@ TEST_CASE("merge_report_files streams the inputs and writes byte for byte what m
     CAPTURE(c.files.size());
     const MergeTotals t = merge_report_files(c.files, out.string(), c.o);
     const std::string expected = whole_merge(c.files, c.o);
-    CHECK(read_text(out) == expected);
+    CHECK(test::read_file(out) == expected);
     CHECK(t.reports == c.files.size());
     CHECK(t.rows == json::parse(expected)["results"].size());
   }
@@ -391,7 +384,7 @@ TEST_CASE("MergedReportWriter (run --gpus): ranked rows and rows from no input, 
   json header = m.header();
   header["command"] = "attnbench run --gpus all";
   m.write(header);
-  CHECK(read_text(out) == read_text(expected));
+  CHECK(test::read_file(out) == test::read_file(expected));
   CHECK(m.rows() == whole["results"].size());
   // a row repeated across inputs is refused, naming it
   MergedReportWriter dup(scratch("gpus_dup.json").string(), MergeOptions{true, false});
@@ -421,7 +414,7 @@ TEST_CASE("merge_report_files: the errors of load_report on every input first, t
     const std::string expected = whole_merge_error(files, {});
     REQUIRE_FALSE(expected.empty());
     CHECK_THROWS_WITH_AS(merge_report_files(files, out.string()), expected.c_str(), InputError);
-    CHECK(read_text(out) == "keep me");
+    CHECK(test::read_file(out) == "keep me");
   }
   CHECK_THROWS_WITH_AS(merge_report_files({kBaseline}, "/nonexistent-dir/out.json"),
                        doctest::Contains("/nonexistent-dir/out.json"), InputError);

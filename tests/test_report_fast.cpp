@@ -32,17 +32,11 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kSource = ATTNBENCH_SOURCE_DIR;
-const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
-const std::string kRerun = kSource + "/ci/baselines/example-h100-rerun.json";
+const std::string& kBaseline = test::kBaselineReport;
+const std::string& kRerun = test::kRerunReport;
 
 fs::path scratch(const std::string& name) { return test::scratch_path("report_fast", name); }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 /// Fast reading on or off for one scope.
 class FastReading {
@@ -211,7 +205,7 @@ TEST_CASE("compare, summary and merge: the same output with fast reading on and 
     c.write_json([&](std::string_view s) { o.json_text += s; });
     o.summary = summarize_report_file(neu.string()).text();
     merge_report_files({base.string(), neu.string()}, out.string(), MergeOptions{true, true});
-    o.merged = read_text(out);
+    o.merged = test::read_file(out);
     o.fast_rows = report_rows_read_fast() - before;
     return o;
   };
