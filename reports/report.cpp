@@ -318,8 +318,11 @@ nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int
   };
   auto slow_row = [&](nlohmann::json&& row, size_t i, const nlohmann::json& root) {
     version_from(root);
-    keys.add(row, i);
+    // The schema before the key (as load_report() validates the document before
+    // its keys): a row whose case_id is not a string is exit 2 naming it.
+    jsonu::require_object(row, file, jsonu::child_path("/results", i));
     validate_report_row(row, file, jsonu::child_path("/results", i));
+    keys.add(row, i);
     if (row_version > 0 && row_version < 3) upgrade_row(row);  // a row before variants
     on_row(std::move(row), i);
   };

@@ -283,6 +283,16 @@ TEST_CASE("attnbench compare: an invalid row exits 2 naming file and field, with
   CHECK(out_fast == out_slow);
   CHECK(out_fast.find(bad.string()) != std::string::npos);
   CHECK(out_fast.find("/results/" + std::to_string(row) + "/timing/fwd/samples_ms/0") != std::string::npos);
+  // a case_id that is not a string: the schema's error (exit 2), not a JSON library's (exit 3)
+  json odd = load_report(kBaseline);
+  odd["results"][1]["case_id"] = 5;
+  test::write_file(bad, odd.dump(1));
+  for (const char* fast : {"1", "0"}) {
+    const auto [code, out] = test::run_command(std::string("ATTNBENCH_FAST_JSON=") + fast + " " + cmd);
+    CAPTURE(out);
+    CHECK(code == 2);
+    CHECK(out.find(bad.string() + ": /results/1/case_id: does not match") != std::string::npos);
+  }
 }
 
 TEST_CASE("compare_report_files reads NEW on a second thread: BASE's error first, then NEW's, as one thread would") {
