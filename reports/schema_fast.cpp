@@ -418,7 +418,7 @@ SchemaAnswer CompiledSchema::run_object(const Node& n, const V& v) const {
   for (const auto& [key, value] : A::members(v)) {
     int c = order(p, key);
     if (c > 0) {
-      p = std::lower_bound(begin, end, key, [](const Node::Property& q, std::string_view k) { return q.name < k; });
+      p = std::lower_bound(begin, end, key, [](const Node::Property& q, std::string_view k) { return std::string_view(q.name) < k; });
       c = order(p, key);
     }
     while (c < 0) c = order(++p, key);

@@ -288,10 +288,10 @@ TEST_CASE("attnbench compare: an invalid row exits 2 naming file and field, with
   odd["results"][1]["case_id"] = 5;
   test::write_file(bad, odd.dump(1));
   for (const char* fast : {"1", "0"}) {
-    const auto [code, out] = test::run_command(std::string("ATTNBENCH_FAST_JSON=") + fast + " " + cmd);
-    CAPTURE(out);
-    CHECK(code == 2);
-    CHECK(out.find(bad.string() + ": /results/1/case_id: does not match") != std::string::npos);
+    const std::pair<int, std::string> r = test::run_command(std::string("ATTNBENCH_FAST_JSON=") + fast + " " + cmd);
+    CAPTURE(r.second);
+    CHECK(r.first == 2);
+    CHECK(r.second.find(bad.string() + ": /results/1/case_id: does not match") != std::string::npos);
   }
 }
 
