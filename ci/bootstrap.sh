@@ -7,11 +7,12 @@
 # read unvalidated, with a note. libsqlite3-dev and libsqlitecpp-dev hold the
 # results history's SQLite store (required); libpq-dev its PostgreSQL client
 # (optional for the build: without it postgresql:// databases are refused). The
-# PostgreSQL server is only for its test (ci/install_postgres.sh).
+# PostgreSQL server is only for its test (ci/install_postgres.sh). rapidjson-dev
+# is the fast reader of large reports (required).
 set -euo pipefail
 
 packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev libvalijson-dev
-          libsqlite3-dev libsqlitecpp-dev libpq-dev zlib1g-dev)
+          rapidjson-dev libsqlite3-dev libsqlitecpp-dev libpq-dev zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

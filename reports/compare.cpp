@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -302,6 +304,19 @@ struct RowDigest {
   bool matched = false;               ///< BASE rows: NEW has a row with this key
 };
 
+/// The parts of a row that digest() reads (effective_status(), status_detail(),
+/// nonfinite_count(), deterministic_of(), setup_ms_of(), timing_of()), besides
+/// its key (case_id, backend, variant): what compare_report_files() asks
+/// stream_report() for. A part read here and not named there would read as absent
+/// (tests/test_report_fast.cpp compares the two paths).
+const nlohmann::json& digest_parts() {
+  static const nlohmann::json parts = {
+      {"status", true}, {"message", true}, {"reason", true}, {"extra", true}, {"timing", true},
+      {"check", {{"mode", true}, {"pass", true}, {"worst_ratio", true}, {"nonfinite", true},
+                 {"tensors", {{"pass", true}, {"checked", true}, {"nan_mismatch", true}, {"unwritten", true}}}}}};
+  return parts;
+}
+
 /// The digest of row `index` of `file`. Throws InputError for a malformed timing.
 RowDigest digest(const nlohmann::json& row, const std::string& file, size_t index, bool keep_detail) {
   RowDigest d;
@@ -340,9 +355,18 @@ class Comparer {
     base_.push_back(std::move(d));
   }
 
-  void add_new(const nlohmann::json& row, size_t index) {
-    const RowDigest n = digest(row, cmp_.new_file, index, true);
+  void add_new(const nlohmann::json& row, size_t index) { compare_new(digest_new(row, index)); }
+
+  /// The checks of add_new() that may throw (the digest, a duplicate key), in
+  /// its order; NEW's rows may be digested before BASE is read (compare_new()).
+  RowDigest digest_new(const nlohmann::json& row, size_t index) {
+    RowDigest n = digest(row, cmp_.new_file, index, true);
     if (!new_keys_.insert(n.key).second) duplicate_row(n, cmp_.new_file, index);
+    return n;
+  }
+
+  /// The rest of add_new(), once every BASE row is in; throws nothing.
+  void compare_new(const RowDigest& n) {
     if (n.status == "unchecked") cmp_.unchecked.push_back(n.key);
     const auto bit = base_at_.find(n.key);
     if (bit == base_at_.end()) {
@@ -469,8 +493,38 @@ Comparison compare_report_files(const std::string& base_file, const std::string&
                                 const CompareOptions& options) {
   Comparison cmp = start_comparison(base_file, new_file, options);
   Comparer c(cmp, cmp.options);
-  const nlohmann::json base = stream_report(base_file, [&](nlohmann::json&& row, size_t i) { c.add_base(row, i); });
-  const nlohmann::json neu = stream_report(new_file, [&](nlohmann::json&& row, size_t i) { c.add_new(row, i); });
+  // NEW is read on a second thread while BASE is read here (each file read by
+  // one thread, nothing handed between them row by row): NEW's rows wait as
+  // digests until every BASE row is in, then are compared in NEW's order. The
+  // errors are those of reading BASE, then NEW, on one thread: BASE's first
+  // (NEW's reader is then stopped), NEW's next.
+  struct Stopped {};
+  std::atomic<bool> stop{false};
+  std::vector<RowDigest> pending;
+  nlohmann::json neu;
+  std::exception_ptr new_error;
+  std::thread new_reader([&] {
+    try {
+      neu = stream_report(new_file, [&](nlohmann::json&& row, size_t i) {
+        if (stop.load(std::memory_order_relaxed)) throw Stopped{};
+        pending.push_back(c.digest_new(row, i));
+      }, nullptr, &digest_parts());
+    } catch (...) {
+      new_error = std::current_exception();
+    }
+  });
+  nlohmann::json base;
+  try {
+    base = stream_report(base_file, [&](nlohmann::json&& row, size_t i) { c.add_base(row, i); }, nullptr,
+                         &digest_parts());
+  } catch (...) {
+    stop = true;
+    new_reader.join();
+    throw;
+  }
+  new_reader.join();
+  if (new_error) std::rethrow_exception(new_error);
+  for (const RowDigest& n : pending) c.compare_new(n);
   compare_headers(cmp, base, neu);
   c.finish();
   return cmp;
@@ -696,7 +750,8 @@ nlohmann::json Comparison::to_json() const {
   nlohmann::json j = json_head();
   for (const auto& [key, produce] : comparison_arrays(*this)) {
     nlohmann::json& array = j[key] = nlohmann::json::array();
-    produce([&](const nlohmann::json& e) { array.push_back(e); });
+    produce(jsonu::ElementWriter([&](const nlohmann::json& e) { array.push_back(e); },
+                                 [&](std::string_view text) { array.push_back(nlohmann::json::parse(text)); }));
   }
   return j;
 }

@@ -125,26 +125,28 @@ void JournalWriter::append(const nlohmann::json& line) {
 }
 
 JournalContents read_journal(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  JournalContents out = read_journal(path, [&](nlohmann::json&& row) { rows.push_back(std::move(row)); });
+  out.rows = std::move(rows);
+  return out;
+}
+
+JournalContents read_journal(const std::string& path, const JournalRowSink& on_row) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot read the journal");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
   JournalContents out;
   std::set<std::string> keys;
-  size_t pos = 0, line_no = 0;
-  while (pos < text.size()) {
-    const size_t nl = text.find('\n', pos);
+  size_t line_no = 0;
+  std::string line;
+  while (std::getline(in, line)) {
     ++line_no;
-    if (nl == std::string::npos) {  // torn last line: the writer died mid-write
+    if (in.eof()) {  // torn last line (no line break): the writer died mid-write
       out.dropped_partial = 1;
       break;
     }
-    const std::string line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    out.complete_bytes = pos;
+    out.complete_bytes += line.size() + 1;
     const std::string where = "line " + std::to_string(line_no);
-    const nlohmann::json j = jsonu::parse_text(line, path + " " + where);  // InputError names file and line
+    nlohmann::json j = jsonu::parse_text(line, path + " " + where);  // InputError names file and line
     if (!j.is_object()) throw InputError(path, "", where + ": expected a JSON object");
     if (line_no == 1) {
       if (!j.contains("attnbench_journal") || j["attnbench_journal"] != kJournalVersion || !j.contains("header"))
@@ -154,12 +156,11 @@ JournalContents read_journal(const std::string& path) {
       continue;
     }
     if (j.contains("row")) {
-      const auto& r = j["row"];
+      auto& r = j["row"];
       if (!r.is_object() || !r.contains("case_id") || !r.contains("backend") || !r["case_id"].is_string() ||
           !r["backend"].is_string())
         throw InputError(path, "", where + ": a row needs string case_id and backend");
-      if (keys.insert(row_key(r)).second)
-        out.rows.push_back(r);
+      if (keys.insert(row_key(r)).second) on_row(std::move(r));
     } else if (j.contains("field") && j["field"].is_string()) {
       out.header[j["field"].get<std::string>()] = j.value("value", nlohmann::json());
     } else if (j.contains("resumed")) {
@@ -172,6 +173,7 @@ JournalContents read_journal(const std::string& path) {
       out.header["interrupted"] = j["interrupted"];
     }
   }
+  if (in.bad()) throw InputError(path, "", "cannot read the journal");
   if (line_no == 0 || out.header.is_null()) throw InputError(path, "", "empty journal");
   return out;
 }

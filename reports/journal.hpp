@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,15 @@ struct JournalContents {
 /// Read `path`. Throws InputError naming the file, the line ("line N") and the
 /// problem for a malformed complete line, a missing or wrong first line.
 JournalContents read_journal(const std::string& path);
+
+/// What read_journal() hands each finished row when streaming.
+using JournalRowSink = std::function<void(nlohmann::json&& row)>;
+
+/// read_journal() one line at a time: each finished row (first occurrence of
+/// each (case_id, backend)) goes to `on_row` as its line is read instead of into
+/// the result's `rows` (left empty). Memory: one line and a key per row. The
+/// same errors (rows before a malformed line have been handed by then).
+JournalContents read_journal(const std::string& path, const JournalRowSink& on_row);
 
 /// Cut a torn last line off the journal at `path` (truncate it to
 /// `j.complete_bytes`), so appended lines start on a line of their own.

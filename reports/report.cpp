@@ -22,6 +22,7 @@
 #include "harness/model/block_mask.hpp"
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/model/json_fast.hpp"
 #include "harness/model/json_util.hpp"
 #include "reports/journal.hpp"
 #include "harness/measure/measure.hpp"
@@ -243,9 +244,12 @@ class RowKeys {
  public:
   explicit RowKeys(const std::string& file) : file_(file) {}
   void add(const nlohmann::json& row, size_t i) {
+    jsonu::require_object(row, file_, jsonu::child_path("/results", i));
+    add(row.value("case_id", ""), row_variant(row), i);
+  }
+  /// add() of a row with this case_id and variant.
+  void add(const std::string& case_id, const std::string& variant, size_t i) {
     const std::string rp = jsonu::child_path("/results", i);
-    jsonu::require_object(row, file_, rp);
-    const std::string case_id = row.value("case_id", ""), variant = row_variant(row);
     const auto [at, fresh] = first_row_.emplace(case_id + '\0' + variant, i);
     if (!fresh)
       throw InputError(file_, rp,
@@ -278,17 +282,70 @@ nlohmann::json report_from_json(nlohmann::json doc, const std::string& file) {
   return doc;
 }
 
-nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version) {
+namespace {
+
+std::atomic<uint64_t> rows_read_fast{0};
+
+/// A row's (case_id, variant) as row_key() reads them, when RapidJSON's row is
+/// an object whose case_id, variant and backend are strings or absent (else
+/// false: the nlohmann path gives the error row.value() gives).
+bool fast_key(const rapidjson::Value& row, std::string& case_id, std::string& variant) {
+  if (!row.IsObject()) return false;
+  auto text = [&](const char* key, std::string& out) {
+    const auto m = row.FindMember(key);
+    if (m == row.MemberEnd()) return true;
+    if (!m->value.IsString()) return false;
+    out.assign(m->value.GetString(), m->value.GetStringLength());
+    return true;
+  };
+  const auto v = row.FindMember("variant");
+  if (v != row.MemberEnd() && v->value.IsString()) variant.assign(v->value.GetString(), v->value.GetStringLength());
+  else if (!text("backend", variant)) return false;
+  return text("case_id", case_id);
+}
+
+}  // namespace
+
+uint64_t report_rows_read_fast() { return rows_read_fast.load(); }
+
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version,
+                             const nlohmann::json* parts) {
   RowKeys keys(file);
   int row_version = 0;  // the version stated before "results" (0: not yet)
-  nlohmann::json doc = jsonu::stream_file(file, "results", [&](nlohmann::json&& row, size_t i, const nlohmann::json& root) {
+  auto version_from = [&](const nlohmann::json& root) {
     if (row_version == 0 && root.contains("schema_version"))  // before any row is read against the schema
       row_version = checked_version(root, file);
-    keys.add(row, i);
+  };
+  auto slow_row = [&](nlohmann::json&& row, size_t i, const nlohmann::json& root) {
+    version_from(root);
+    // The schema before the key (as load_report() validates the document before
+    // its keys): a row whose case_id is not a string is exit 2 naming it.
+    jsonu::require_object(row, file, jsonu::child_path("/results", i));
     validate_report_row(row, file, jsonu::child_path("/results", i));
+    keys.add(row, i);
     if (row_version > 0 && row_version < 3) upgrade_row(row);  // a row before variants
     on_row(std::move(row), i);
-  });
+  };
+  // The parts handed: those asked for and what the key and upgrade_row() read.
+  nlohmann::json wanted;
+  if (parts != nullptr) {
+    wanted = *parts;
+    for (const char* key : {"case_id", "backend", "variant"}) wanted[key] = true;
+  }
+  auto fast_row = [&](const rapidjson::Value& row, size_t i, const nlohmann::json& root) {
+    std::string case_id, variant;
+    // The quick schema check's "valid" is final (validate_report_row() starts
+    // with it); a row it does not accept goes the nlohmann way, where valijson decides.
+    if (!fast_key(row, case_id, variant) || !row_passes_quick_check(row))
+      return slow_row(jsonu::to_nlohmann(row), i, root);
+    version_from(root);
+    keys.add(case_id, variant, i);
+    nlohmann::json r = jsonu::to_nlohmann(row, parts != nullptr ? &wanted : nullptr);
+    if (row_version > 0 && row_version < 3) upgrade_row(r);
+    rows_read_fast.fetch_add(1, std::memory_order_relaxed);
+    on_row(std::move(r), i);
+  };
+  nlohmann::json doc = jsonu::stream_file_fast(file, "results", fast_row, slow_row);
   jsonu::require_object(doc, file, "");
   const int version = checked_version(doc, file);
   validate_report_schema(doc, file);  // the header; "results" is [] here
@@ -344,6 +401,9 @@ class Merger {
     return it->second;
   }
   size_t slots() const { return index_.size(); }
+  /// The slot of a row from no input: a new one when its (case_id, variant) is
+  /// not placed yet, else the placed row's (first wins; nothing replaced).
+  size_t place_new_row(const nlohmann::json& row) { return index_.emplace(row_key(row), index_.size()).first->second; }
 
   /// The header fields an input adds: its "merged_from" entry (`rows`: its row
   /// count), the earliest start, the latest finish, ceilings, backends.
@@ -418,8 +478,11 @@ nlohmann::json merge_reports(const std::vector<std::pair<std::string, nlohmann::
 namespace {
 
 /// The rows of a streamed merge, kept on disk until the header is known: an
-/// unlinked file next to the output holding each placed row's compact JSON;
-/// memory is one (offset, length, input) record per output row.
+/// unlinked file next to the output holding each placed row, as the output
+/// will hold it (jsonu::dump_streamed_element()) when the row is final (it has
+/// "derived", "variant" and "options": normalise_row() leaves it as it is),
+/// else as compact JSON to be read back and normalised; memory is one (offset,
+/// length, input, final) record per output row.
 class RowSpill {
  public:
   explicit RowSpill(const std::string& output) {
@@ -436,9 +499,11 @@ class RowSpill {
 
   /// Store `row` (row `index` of input `input`) in output slot `slot` (a new slot is slots()).
   void put(size_t slot, size_t input, size_t index, const nlohmann::json& row) {
-    const std::string text = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const bool final = row.contains("derived") && row.contains("variant") && row.contains("options");
+    const std::string text = final ? jsonu::dump_streamed_element(row)
+                                   : row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     write_at(end_, text);
-    const Record r{end_, text.size(), input, index};
+    const Record r{end_, text.size(), input, index, final};
     if (slot < records_.size()) records_[slot] = r;  // --replace: the later row, in the earlier one's place
     else records_.push_back(r);
     end_ += text.size();
@@ -446,8 +511,10 @@ class RowSpill {
   size_t slots() const { return records_.size(); }
   size_t input_of(size_t slot) const { return records_[slot].input; }
   size_t index_of(size_t slot) const { return records_[slot].index; }
-  /// The row in `slot`.
-  nlohmann::json get(size_t slot) const {
+  /// True when `slot` holds its row as the output will (text()), else as compact JSON.
+  bool final_of(size_t slot) const { return records_[slot].final; }
+  /// The text stored for `slot`.
+  std::string text(size_t slot) const {
     const Record& r = records_[slot];
     std::string text(r.length, '\0');
     size_t done = 0;
@@ -457,7 +524,7 @@ class RowSpill {
       if (n <= 0) throw std::runtime_error("cannot read back " + path_ + ": " + std::strerror(errno));
       done += static_cast<size_t>(n);
     }
-    return nlohmann::json::parse(text);
+    return text;
   }
 
  private:
@@ -465,6 +532,7 @@ class RowSpill {
     uint64_t offset;
     size_t length;
     size_t input, index;  ///< the row's input and its index in that input's "results"
+    bool final;           ///< stored as the output holds it
   };
   void write_at(uint64_t at, const std::string& text) {
     size_t done = 0;
@@ -494,16 +562,99 @@ void normalise_row(nlohmann::json& row, const nlohmann::json& header, int versio
 
 }  // namespace
 
+struct MergedReportWriter::Impl {
+  Impl(const std::string& out, const MergeOptions& opts, Rank r) : output(out), merger(opts), rank(std::move(r)) {
+    try {
+      spill = std::make_unique<RowSpill>(output);
+    } catch (const std::runtime_error& e) {
+      throw InputError(output, "", e.what());
+    }
+  }
+  /// Store `row` in `slot` and note its rank.
+  void put(size_t slot, size_t input, size_t index, const nlohmann::json& row) {
+    spill->put(slot, input, index, row);  // a write failure: std::runtime_error naming the scratch file
+    if (!rank) return;
+    if (slot < ranks.size()) ranks[slot] = rank(row);
+    else ranks.push_back(rank(row));
+  }
+  void start(const std::string& file, const nlohmann::json& header) {
+    if (!started) merger.start(file, header);
+    started = true;
+  }
+  std::string output;
+  Merger merger;
+  Rank rank;
+  std::unique_ptr<RowSpill> spill;
+  std::vector<std::pair<size_t, size_t>> ranks;  ///< per slot, with `rank`
+  bool started = false;
+};
+
+MergedReportWriter::MergedReportWriter(const std::string& output, const MergeOptions& opts, Rank rank)
+    : impl_(std::make_unique<Impl>(output, opts, std::move(rank))) {}
+
+MergedReportWriter::~MergedReportWriter() = default;
+
+void MergedReportWriter::add_row(const std::string& file, size_t input, size_t index, const nlohmann::json& row) {
+  impl_->put(impl_->merger.place_row(file, index, row), input, index, row);
+}
+
+bool MergedReportWriter::add_row_if_new(const nlohmann::json& row) {
+  const size_t before = impl_->merger.slots();
+  const size_t slot = impl_->merger.place_new_row(row);
+  if (slot < before) return false;
+  impl_->put(slot, SIZE_MAX, 0, row);
+  return true;
+}
+
+void MergedReportWriter::check_environment(const std::string& file, const nlohmann::json& header) {
+  impl_->start(file, header);
+  impl_->merger.check_environment(file, header);
+}
+
+void MergedReportWriter::add_input(const std::string& file, const nlohmann::json& header, size_t rows) {
+  impl_->start(file, header);
+  impl_->merger.add_input(file, header, rows);
+}
+
+size_t MergedReportWriter::rows() const { return impl_->spill->slots(); }
+
+nlohmann::json MergedReportWriter::header() const { return impl_->merger.header(); }
+
+void MergedReportWriter::write(const nlohmann::json& header, const Normalise& normalise) {
+  RowSpill& spill = *impl_->spill;
+  std::vector<size_t> order(spill.slots());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (impl_->rank)
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return impl_->ranks[a] < impl_->ranks[b]; });
+  // The output: the header's members and "results" in the order nlohmann writes
+  // them (write_json_atomic() of the document), the rows read back one at a time.
+  const std::map<std::string, jsonu::ArrayProducer> arrays = {
+      {"results", [&](const jsonu::ElementWriter& emit) {
+         for (const size_t slot : order) {
+           if (spill.final_of(slot)) {
+             emit.dumped(spill.text(slot));
+             continue;
+           }
+           nlohmann::json row = nlohmann::json::parse(spill.text(slot));
+           if (normalise && spill.input_of(slot) != SIZE_MAX) normalise(row, spill.input_of(slot), spill.index_of(slot));
+           emit(row);
+         }
+       }}};
+  try {
+    AtomicFileWriter out(impl_->output);
+    jsonu::dump_streamed(header, arrays, [&](std::string_view text) { out.write(text); });
+    out.write("\n");
+    out.commit();
+  } catch (const std::runtime_error& e) {
+    if (dynamic_cast<const InputError*>(&e)) throw;
+    throw InputError(impl_->output, "", e.what());
+  }
+}
+
 MergeTotals merge_report_files(const std::vector<std::string>& files, const std::string& output,
                                const MergeOptions& opts) {
   if (files.empty()) throw InputError("<command line>", "", "merge needs at least one report");
-  Merger m(opts);
-  std::unique_ptr<RowSpill> spill;
-  try {
-    spill = std::make_unique<RowSpill>(output);
-  } catch (const std::runtime_error& e) {
-    throw InputError(output, "", e.what());
-  }
+  MergedReportWriter merged(output, opts);
   std::vector<nlohmann::json> headers;
   std::vector<int> versions;
   // The first merge error (environment, duplicate row) in the order merge_reports()
@@ -519,47 +670,29 @@ MergeTotals merge_report_files(const std::vector<std::string>& files, const std:
       ++rows;
       if (merge_error || row_error) return;  // reading on for input errors only
       try {
-        spill->put(m.place_row(file, i, row), k, i, row);
+        merged.add_row(file, k, i, row);
       } catch (const InputError& e) {
         row_error = e;
       }
     }, &version);
     versions.push_back(version);
-    if (k == 0) m.start(file, header);
     if (!merge_error) {
       try {
-        m.check_environment(file, header);  // merge_reports() checks it before the rows
+        merged.check_environment(file, header);  // merge_reports() checks it before the rows
       } catch (const InputError& e) {
         merge_error = e;
       }
       if (!merge_error && row_error) merge_error = row_error;
     }
-    m.add_input(file, header, rows);
+    merged.add_input(file, header, rows);
     header.erase("results");
     headers.push_back(std::move(header));
   }
   if (merge_error) throw *merge_error;
-  // The output: the header's members and "results" in the order nlohmann writes
-  // them (write_json_atomic of merge_reports()'s document), the rows read back one at a time.
-  const std::map<std::string, jsonu::ArrayProducer> arrays = {
-      {"results", [&](const jsonu::ElementWriter& emit) {
-         for (size_t slot = 0; slot < spill->slots(); ++slot) {
-           nlohmann::json row = spill->get(slot);
-           const size_t k = spill->input_of(slot);
-           normalise_row(row, headers[k], versions[k], files[k], spill->index_of(slot));
-           emit(row);
-         }
-       }}};
-  try {
-    AtomicFileWriter out(output);
-    jsonu::dump_streamed(m.header(), arrays, [&](std::string_view text) { out.write(text); });
-    out.write("\n");
-    out.commit();
-  } catch (const std::runtime_error& e) {
-    if (dynamic_cast<const InputError*>(&e)) throw;
-    throw InputError(output, "", e.what());
-  }
-  return {files.size(), spill->slots()};
+  merged.write(merged.header(), [&](nlohmann::json& row, size_t k, size_t index) {
+    normalise_row(row, headers[k], versions[k], files[k], index);
+  });
+  return {files.size(), merged.rows()};
 }
 
 // ------------------------------------------------------------------ mask thumbnail

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -173,8 +174,23 @@ using RowSink = std::function<void(nlohmann::json&& row, size_t index)>;
 /// schema, "results" an empty array, an older header marked "upgraded_from": its
 /// version; `file_version`, when given, receives the version the file states.
 /// Memory: one row, the header and one (case_id, variant) key per row.
-/// Throws InputError as load_report() does, and whatever `on_row` throws.
-nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version = nullptr);
+/// The file is read by jsonu::stream_file_fast() (RapidJSON): a row that the
+/// quick schema check (reports/schema_fast.hpp) accepts is checked and handed
+/// without nlohmann's parser; any other row, and every row from where the fast
+/// reader steps back, takes the nlohmann path with valijson, so the rows handed
+/// and every error are the same either way. `parts`, when given, names the
+/// parts of a row that `on_row` reads, as jsonu::to_nlohmann()'s `keep` (e.g.
+/// {"status": true, "check": {"pass": true}}): rows are then handed with those
+/// parts (and case_id, backend, variant) only, the rest left out, so that the
+/// fast path builds less (a row of the nlohmann path comes whole). Throws
+/// InputError as load_report() does, and whatever `on_row` throws.
+nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int* file_version = nullptr,
+                             const nlohmann::json* parts = nullptr);
+
+/// How many rows stream_report() has handed through its fast path (RapidJSON
+/// and the quick schema check) in this process: what tests read to see that the
+/// fast path is taken.
+uint64_t report_rows_read_fast();
 
 /// "<case_id>|<variant>", the identity of a row across runs (row_variant()).
 std::string row_key(const nlohmann::json& row);
@@ -193,6 +209,58 @@ struct MergeOptions {
 /// `inputs` are (file name, loaded document) pairs; at least one.
 nlohmann::json merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& inputs,
                              const MergeOptions& opts = {});
+
+/// A merged report assembled one row at a time and written once: rows placed by
+/// merge_reports()'s rules (a repeated (case_id, variant) refused, or with
+/// replace_duplicates put in the earlier row's place), its header merged from
+/// the inputs' as merge_reports() merges it, the rows waiting in an unlinked
+/// scratch file next to the output until write(). What merge_report_files()
+/// and `run --gpus` (harness/run/multi_gpu.cpp) write their reports with.
+/// Memory: per row its key and a 40-byte record, never a whole report.
+class MergedReportWriter {
+ public:
+  /// Orders the rows at write() (stably; else as placed): e.g. a row's case and
+  /// backend positions in the scenario.
+  using Rank = std::function<std::pair<size_t, size_t>(const nlohmann::json& row)>;
+  /// What write() calls on a row of input number `input` (row `index` of its
+  /// "results") that was not stored final (one without "derived", "variant"
+  /// or "options"): e.g. normalise_row().
+  using Normalise = std::function<void(nlohmann::json& row, size_t input, size_t index)>;
+
+  /// Throws InputError naming `output` when the scratch file cannot be made.
+  MergedReportWriter(const std::string& output, const MergeOptions& opts, Rank rank = {});
+  ~MergedReportWriter();
+  MergedReportWriter(const MergedReportWriter&) = delete;
+  MergedReportWriter& operator=(const MergedReportWriter&) = delete;
+
+  /// Row `index` of input number `input` (file `file`). Throws InputError naming
+  /// the row when its (case_id, variant) is placed already (without
+  /// replace_duplicates); std::runtime_error when the scratch file fails.
+  void add_row(const std::string& file, size_t input, size_t index, const nlohmann::json& row);
+  /// A row from no input (never normalised), placed when its (case_id, variant)
+  /// is not placed yet; returns whether it was.
+  bool add_row_if_new(const nlohmann::json& row);
+  /// Throws InputError naming `file`'s /environment when it differs from the
+  /// first input's and that is not allowed (the first input's header, here or
+  /// in add_input(), starts the merged header).
+  void check_environment(const std::string& file, const nlohmann::json& header);
+  /// After input `file`'s rows: its header and row count (merged_from, started,
+  /// finished, ceilings, backends).
+  void add_input(const std::string& file, const nlohmann::json& header, size_t rows);
+  /// Rows placed.
+  size_t rows() const;
+  /// The merged header of the inputs so far (merge_reports()'s, no "results").
+  nlohmann::json header() const;
+  /// Write `header` (an object without "results") and the rows to the output
+  /// atomically (AtomicFileWriter): byte for byte write_json_atomic() of
+  /// `header` + "results". Throws InputError naming the output on I/O failure
+  /// (the output is then untouched), and what `normalise` throws.
+  void write(const nlohmann::json& header, const Normalise& normalise = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// What merge_report_files() wrote.
 struct MergeTotals {

@@ -10,6 +10,8 @@
 #include "harness/model/json_util.hpp"
 #include "reports/schema_fast.hpp"
 
+#include <rapidjson/document.h>
+
 #if defined(ATTNBENCH_HAVE_VALIJSON)
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
 #include <valijson/schema.hpp>
@@ -129,6 +131,11 @@ void validate_report_schema(const nlohmann::json& doc, const std::string& file) 
   validate_against(report_schema(), doc, file, "");
 }
 
+bool row_passes_quick_check(const rapidjson::Value& row) {
+  const ParsedSchema& parsed = report_schema(true);
+  return parsed.fast && parsed.fast->check_rapidjson(row) == SchemaAnswer::valid;
+}
+
 void validate_report_row(const nlohmann::json& row, const std::string& file, const std::string& row_path) {
   validate_against(report_schema(true), row, file, row_path);
 }
@@ -140,6 +147,8 @@ bool schema_validation_available() { return false; }
 bool fast_schema_check_available() { return false; }
 
 bool valijson_accepts(const nlohmann::json&, bool) { return true; }
+
+bool row_passes_quick_check(const rapidjson::Value&) { return true; }
 
 void validate_report_row(const nlohmann::json&, const std::string&, const std::string&) {}
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <rapidjson/fwd.h>
 
 namespace attnbench {
 
@@ -26,6 +27,13 @@ bool fast_schema_check_available();
 /// or its row definition (`row` true), without the quick check; true without
 /// valijson. What tests compare the quick check with.
 bool valijson_accepts(const nlohmann::json& value, bool row);
+
+/// The quick check alone of a row parsed by RapidJSON (stream_report()'s fast
+/// path) against the row definition: true when it says valid, which is final
+/// (validate_report_row() would accept the row); false when valijson must decide
+/// (the row then goes to validate_report_row()). True without valijson, whose
+/// build validates no row; false when the quick check is unavailable.
+bool row_passes_quick_check(const rapidjson::Value& row);
 
 /// The text of reports/report.schema.json as built into the binary.
 const std::string& report_schema_text();

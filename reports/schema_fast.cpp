@@ -4,6 +4,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <string_view>
+#include <utility>
+
+#include <rapidjson/document.h>
+
+#include "harness/model/json_fast.hpp"
 
 namespace attnbench {
 
@@ -99,11 +105,78 @@ size_t count_of(const nlohmann::json& j, const std::string& where) {
   return j.get<size_t>();
 }
 
-bool ascii(const std::string& s) {
+bool ascii(std::string_view s) {
   for (char c : s)
     if (static_cast<unsigned char>(c) >= 0x80) return false;
   return true;
 }
+
+/// How the check reads a value of each JSON library: nlohmann (documents,
+/// headers) and RapidJSON (rows read by jsonu::stream_file_fast()).
+template <class V>
+struct Access;
+
+template <>
+struct Access<nlohmann::json> {
+  using V = nlohmann::json;
+  static unsigned bits(const V& v) { return bits_of(v); }
+  static bool wraps(const V& v) { return wraps_in_valijson(v); }
+  static double number(const V& v) { return v.get<double>(); }
+  static std::string_view string(const V& v) { return v.get_ref<const std::string&>(); }
+  static size_t size(const V& v) { return v.size(); }
+  static const V& elements(const V& v) { return v; }
+  static bool contains(const V& v, const std::string& key) { return v.contains(key); }
+  static SchemaAnswer equal(const nlohmann::json& candidate, const V& v) { return equal3(candidate, v); }
+  /// Iterating an object gives (name, value) pairs.
+  static const nlohmann::json::object_t& members(const V& v) { return v.get_ref<const nlohmann::json::object_t&>(); }
+};
+
+template <>
+struct Access<rapidjson::Value> {
+  using V = rapidjson::Value;
+  static unsigned bits(const V& v) {
+    switch (v.GetType()) {
+      case rapidjson::kNullType: return kNull;
+      case rapidjson::kFalseType:
+      case rapidjson::kTrueType: return kBoolean;
+      case rapidjson::kNumberType: return v.IsDouble() ? kNumber : kInteger;
+      case rapidjson::kStringType: return kString;
+      case rapidjson::kArrayType: return kArray;
+      case rapidjson::kObjectType: return kObject;
+    }
+    return 0;
+  }
+  static bool wraps(const V& v) { return v.IsUint64() && !v.IsInt64(); }
+  static double number(const V& v) { return v.GetDouble(); }
+  static std::string_view string(const V& v) { return {v.GetString(), v.GetStringLength()}; }
+  static size_t size(const V& v) { return v.Size(); }
+  static auto elements(const V& v) { return v.GetArray(); }
+  static bool contains(const V& v, const std::string& key) {
+    return v.FindMember(rapidjson::StringRef(key.data(), key.size())) != v.MemberEnd();
+  }
+  static SchemaAnswer equal(const nlohmann::json& candidate, const V& v) {
+    if (v.IsArray() || v.IsObject()) return SchemaAnswer::unknown;
+    return equal3(candidate, jsonu::to_nlohmann(v));
+  }
+  /// Iterating an object gives (name, value) pairs.
+  struct Members {
+    const V& v;
+    struct It {
+      V::ConstMemberIterator m;
+      std::pair<std::string_view, const V&> operator*() const {
+        return {std::string_view(m->name.GetString(), m->name.GetStringLength()), m->value};
+      }
+      It& operator++() {
+        ++m;
+        return *this;
+      }
+      bool operator!=(const It& o) const { return m != o.m; }
+    };
+    It begin() const { return {v.MemberBegin()}; }
+    It end() const { return {v.MemberEnd()}; }
+  };
+  static Members members(const V& v) { return {v}; }
+};
 
 }  // namespace
 
@@ -253,43 +326,46 @@ void CompiledSchema::compile_keywords(Node& n, const nlohmann::json& s, const st
 }
 
 SchemaAnswer CompiledSchema::check(const nlohmann::json& value) const { return run(root_, value); }
+SchemaAnswer CompiledSchema::check_rapidjson(const rapidjson::Value& value) const { return run(root_, value); }
 
-SchemaAnswer CompiledSchema::run(int index, const nlohmann::json& v) const {
+template <class V>
+SchemaAnswer CompiledSchema::run(int index, const V& v) const {
+  using A = Access<V>;
   const Node& n = *nodes_[static_cast<size_t>(index)];
   if (n.always_false) return SchemaAnswer::invalid;
   if (n.ref >= 0) return run(n.ref, v);
-  const unsigned bits = bits_of(v);
+  const unsigned bits = A::bits(v);
   if (n.types != 0 && (n.types & bits) == 0) return SchemaAnswer::invalid;
   Fold all;
   if (n.has_enum) {
     Fold any(Fold::kAny);
     for (const auto& c : n.enum_values)
-      if (!any.add(equal3(c, v))) break;
+      if (!any.add(A::equal(c, v))) break;
     if (!all.add(any.answer())) return all.answer();
   }
   if (bits & (kInteger | kNumber)) {
     const bool bounded = n.minimum || n.maximum || n.exclusive_minimum || n.exclusive_maximum;
-    if (bounded && wraps_in_valijson(v)) {
+    if (bounded && A::wraps(v)) {
       all.add(SchemaAnswer::unknown);
     } else {
-      const double d = v.get<double>();
+      const double d = A::number(v);
       if ((n.minimum && d < *n.minimum) || (n.maximum && d > *n.maximum) ||
           (n.exclusive_minimum && d <= *n.exclusive_minimum) || (n.exclusive_maximum && d >= *n.exclusive_maximum))
         return SchemaAnswer::invalid;
     }
   } else if (bits & kString) {
-    const std::string& s = v.get_ref<const std::string&>();
+    const std::string_view s = A::string(v);
     if (n.min_length || n.max_length) {
       if (!ascii(s)) all.add(SchemaAnswer::unknown);  // valijson counts code points
       else if ((n.min_length && s.size() < *n.min_length) || (n.max_length && s.size() > *n.max_length))
         return SchemaAnswer::invalid;
     }
-    if (n.pattern && !std::regex_search(s, *n.pattern)) return SchemaAnswer::invalid;
+    if (n.pattern && !std::regex_search(s.begin(), s.end(), *n.pattern)) return SchemaAnswer::invalid;
   } else if (bits & kArray) {
-    if ((n.min_items && v.size() < *n.min_items) || (n.max_items && v.size() > *n.max_items))
-      return SchemaAnswer::invalid;
+    const size_t size = A::size(v);
+    if ((n.min_items && size < *n.min_items) || (n.max_items && size > *n.max_items)) return SchemaAnswer::invalid;
     if (n.items >= 0)
-      for (const auto& e : v)
+      for (const auto& e : A::elements(v))
         if (!all.add(run(n.items, e))) return all.answer();
   } else if (bits & kObject) {
     if (!all.add(run_object(n, v))) return all.answer();
@@ -323,24 +399,40 @@ SchemaAnswer CompiledSchema::run(int index, const nlohmann::json& v) const {
   return all.answer();
 }
 
-SchemaAnswer CompiledSchema::run_object(const Node& n, const nlohmann::json& v) const {
+template <class V>
+SchemaAnswer CompiledSchema::run_object(const Node& n, const V& v) const {
+  using A = Access<V>;
   for (const auto& r : n.required_others)
-    if (!v.contains(r)) return SchemaAnswer::invalid;
-  // The object's members and the schema's properties, both sorted by name, side by side.
+    if (!A::contains(v, r)) return SchemaAnswer::invalid;
+  // Each member against its property (found by name: the properties are sorted),
+  // else additionalProperties. Members' names are distinct (the parsers reject a
+  // repeated key), so counting the required ones seen tells whether all are there.
   Fold all;
   size_t required_seen = 0;
-  auto p = n.properties.begin();
-  for (const auto& [key, value] : v.get_ref<const nlohmann::json::object_t&>()) {
-    while (p != n.properties.end() && p->name < key) ++p;
-    if (p != n.properties.end() && p->name == key) {
-      required_seen += p->required;
-      if (!all.add(run(p->schema, value))) return all.answer();
+  // Members mostly come sorted by name (nlohmann writes them so): each search
+  // starts where the last one ended (one comparison when the member is the
+  // next property), back to a binary search when a name sorts lower.
+  const auto begin = n.properties.begin(), end = n.properties.end();
+  auto p = begin;
+  auto order = [&](auto at, std::string_view key) { return at == end ? 1 : std::string_view(at->name).compare(key); };
+  for (const auto& [key, value] : A::members(v)) {
+    int c = order(p, key);
+    if (c > 0) {
+      p = std::lower_bound(begin, end, key, [](const Node::Property& q, std::string_view k) { return std::string_view(q.name) < k; });
+      c = order(p, key);
+    }
+    while (c < 0) c = order(++p, key);
+    if (c == 0) {
+      const Node::Property& property = *p++;
+      required_seen += property.required;
+      if (!all.add(run(property.schema, value))) return all.answer();
     } else if (n.additional_false) {
       return SchemaAnswer::invalid;
     } else if (n.additional >= 0 && !all.add(run(n.additional, value))) {
       return all.answer();
     }
-    if (n.property_names >= 0 && !all.add(run(n.property_names, nlohmann::json(key)))) return all.answer();
+    if (n.property_names >= 0 && !all.add(run(n.property_names, nlohmann::json(std::string(key)))))
+      return all.answer();
   }
   if (required_seen < n.required_properties) return SchemaAnswer::invalid;
   return all.answer();

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <rapidjson/fwd.h>
 
 namespace attnbench {
 
@@ -57,13 +58,18 @@ class CompiledSchema {
   /// Check `value`. Cost: one walk of the value's nodes that the schema
   /// describes, no allocation except for propertyNames keys.
   SchemaAnswer check(const nlohmann::json& value) const;
+  /// check() of a RapidJSON value (jsonu::stream_file_fast()), with the
+  /// same answers: numbers typed as nlohmann types them (json_fast.hpp).
+  SchemaAnswer check_rapidjson(const rapidjson::Value& value) const;
 
  private:
   struct Node;
   int compile(const std::string& pointer);
   void compile_keywords(Node& n, const nlohmann::json& s, const std::string& pointer);
-  SchemaAnswer run(int node, const nlohmann::json& v) const;
-  SchemaAnswer run_object(const Node& n, const nlohmann::json& v) const;
+  template <class V>
+  SchemaAnswer run(int node, const V& v) const;
+  template <class V>
+  SchemaAnswer run_object(const Node& n, const V& v) const;
   const nlohmann::json* document_ = nullptr;  ///< while compiling only
   std::vector<std::unique_ptr<Node>> nodes_;
   std::map<std::string, int> compiled_;  ///< pointer -> node (a $ref seen twice, recursion)

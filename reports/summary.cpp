@@ -109,6 +109,19 @@ namespace {
 /// rows' variants and medians are kept, for the winners.
 class SummaryBuilder {
  public:
+  /// The parts of a row add() reads (median_of(), determinism_note(),
+  /// fail_origin()), besides its key (case_id, backend, variant), as
+  /// stream_report() takes them.
+  static const nlohmann::json& parts() {
+    static const nlohmann::json p = {
+        {"status", true}, {"reason", true}, {"message", true},
+        {"timing", {{"fwd", {{"median_ms", true}}}, {"fwd_bwd", {{"median_ms", true}}}}},
+        {"extra", {{"deterministic", true}, {"expected_deterministic", true}}},
+        {"check", {{"tensors", {{"pass", true}, {"nan_mismatch", true}, {"unwritten", true}, {"masked_nonzero", true},
+                                {"ratio", true}, {"r", true}, {"name", true}}}}}};
+    return p;
+  }
+
   void add(const nlohmann::json& row) {
     const std::string id = row.value("case_id", std::string()), backend = row_variant(row),
                       status = row.value("status", std::string());
@@ -157,7 +170,7 @@ ReportSummary summarize_report(const nlohmann::json& report) {
 
 ReportSummary summarize_report_file(const std::string& file) {
   SummaryBuilder b;
-  (void)stream_report(file, [&](nlohmann::json&& row, size_t) { b.add(row); });
+  (void)stream_report(file, [&](nlohmann::json&& row, size_t) { b.add(row); }, nullptr, &SummaryBuilder::parts());
   return b.finish();
 }
 

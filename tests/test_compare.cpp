@@ -33,8 +33,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kSource = ATTNBENCH_SOURCE_DIR;
-const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
-const std::string kRerun = kSource + "/ci/baselines/example-h100-rerun.json";
+const std::string& kBaseline = test::kBaselineReport;
+const std::string& kRerun = test::kRerunReport;
 
 fs::path scratch(const std::string& name) { return test::scratch_path("compare", name); }
 

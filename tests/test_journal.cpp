@@ -72,6 +72,16 @@ TEST_CASE("journal: rows, fields and the end are read back; a torn last line is 
   j = read_journal(p.string());
   CHECK(j.rows.size() == 2);
   CHECK(j.dropped_partial == 1);
+  // one line at a time: the same rows handed, none kept, the same header and ends
+  std::vector<json> handed;
+  const JournalContents s = read_journal(p.string(), [&](json&& r) { handed.push_back(std::move(r)); });
+  CHECK(s.rows.empty());
+  REQUIRE(handed.size() == 2);
+  CHECK(handed[0] == j.rows[0]);
+  CHECK(handed[1] == j.rows[1]);
+  CHECK(s.header == j.header);
+  CHECK(s.dropped_partial == 1);
+  CHECK(s.complete_bytes == whole);
   drop_torn_tail(p.string(), j);
   CHECK(fs::file_size(p) == whole);
   {

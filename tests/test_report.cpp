@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,8 +37,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kSource = ATTNBENCH_SOURCE_DIR;
-const std::string kBaseline = kSource + "/ci/baselines/example-h100.json";
-const std::string kRerun = kSource + "/ci/baselines/example-h100-rerun.json";
+const std::string& kBaseline = test::kBaselineReport;
+const std::string& kRerun = test::kRerunReport;
 
 fs::path scratch(const std::string& name) { return test::scratch_path("report", name); }
 
@@ -273,13 +275,6 @@ TEST_CASE("merge concatenates shards and guards environments and duplicates") {
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 /// What `attnbench merge` wrote before it streamed: write_json_atomic() of
 /// merge_reports() on the loaded inputs.
 std::string whole_merge(const std::vector<std::string>& files, const MergeOptions& o) {
@@ -287,7 +282,7 @@ std::string whole_merge(const std::vector<std::string>& files, const MergeOption
   for (const auto& f : files) docs.emplace_back(f, load_report(f));
   const fs::path out = scratch("whole_merge.json");
   write_json_atomic(out.string(), merge_reports(docs, o));
-  return read_text(out);
+  return test::read_file(out);
 }
 
 /// The InputError's "file: path: message" of merging `files` whole, or "" when it merges.
@@ -332,12 +327,70 @@ TEST_CASE("merge_report_files streams the inputs and writes byte for byte what m
     CAPTURE(c.files.size());
     const MergeTotals t = merge_report_files(c.files, out.string(), c.o);
     const std::string expected = whole_merge(c.files, c.o);
-    CHECK(read_text(out) == expected);
+    CHECK(test::read_file(out) == expected);
     CHECK(t.reports == c.files.size());
     CHECK(t.rows == json::parse(expected)["results"].size());
   }
   const json merged = load_report(out.string());  // and it reads back
   CHECK(merged["merged_from"].size() == 3);
+}
+
+TEST_CASE("MergedReportWriter (run --gpus): ranked rows and rows from no input, byte for byte the in-memory merge") {
+  // What `run --gpus` wrote before it streamed: merge_reports() of the shards,
+  // extra rows appended where their key is new, stably sorted by rank, header edited.
+  const json a = load_report(kBaseline), b = load_report(kRerun);
+  json s0 = a, s1 = a;
+  s0["results"] = json::array();
+  s1["results"] = json::array();
+  for (size_t i = 0; i < a["results"].size(); ++i) (i % 3 ? s1 : s0)["results"].push_back(a["results"][i]);
+  json extra = json::array();
+  size_t fresh = 0;
+  for (size_t i = 0; i < b["results"].size(); i += 2) {  // some already placed (same keys), some new
+    json r = b["results"][i];
+    if (i % 4 == 0) r["case_id"] = r["case_id"].get<std::string>() + "-extra", ++fresh;
+    r.erase("derived");  // stored as compact JSON, read back as is (never normalised)
+    extra.push_back(r);
+  }
+  std::map<std::string, size_t> case_pos;
+  for (const auto& r : a["results"]) case_pos.emplace(r["case_id"].get<std::string>(), case_pos.size());
+  auto rank = [&](const json& r) {
+    const auto it = case_pos.find(r.value("case_id", ""));
+    return std::make_pair(it == case_pos.end() ? size_t{0} : it->second, r.value("variant", "").size());
+  };
+  // in memory
+  json whole = merge_reports({{"s0", s0}, {"s1", s1}}, MergeOptions{true, false});
+  std::set<std::string> keys;
+  for (const auto& r : whole["results"]) keys.insert(row_key(r));
+  for (const auto& r : extra)
+    if (keys.insert(row_key(r)).second) whole["results"].push_back(r);
+  std::stable_sort(whole["results"].begin(), whole["results"].end(),
+                   [&](const json& x, const json& y) { return rank(x) < rank(y); });
+  whole["command"] = "attnbench run --gpus all";
+  const fs::path expected = scratch("gpus_whole.json"), out = scratch("gpus_streamed.json");
+  write_json_atomic(expected.string(), whole);
+  // streamed
+  MergedReportWriter m(out.string(), MergeOptions{true, false}, rank);
+  size_t placed = 0;
+  for (const auto& [name, doc] : std::vector<std::pair<std::string, json>>{{"s0", s0}, {"s1", s1}}) {
+    for (size_t i = 0; i < doc["results"].size(); ++i) m.add_row(name, placed, i, doc["results"][i]);
+    m.check_environment(name, doc);
+    m.add_input(name, doc, doc["results"].size());
+    ++placed;
+  }
+  size_t added = 0;
+  for (const auto& r : extra) added += m.add_row_if_new(r);
+  CHECK(added == fresh);
+  CHECK(added > 1);
+  json header = m.header();
+  header["command"] = "attnbench run --gpus all";
+  m.write(header);
+  CHECK(test::read_file(out) == test::read_file(expected));
+  CHECK(m.rows() == whole["results"].size());
+  // a row repeated across inputs is refused, naming it
+  MergedReportWriter dup(scratch("gpus_dup.json").string(), MergeOptions{true, false});
+  dup.add_row("s0", 0, 0, a["results"][0]);
+  CHECK_THROWS_WITH_AS(dup.add_row("s1", 1, 4, a["results"][0]),
+                       doctest::Contains("s1: /results/4: row (case_id"), InputError);
 }
 
 TEST_CASE("merge_report_files: the errors of load_report on every input first, then merge_reports', output untouched") {
@@ -361,7 +414,7 @@ TEST_CASE("merge_report_files: the errors of load_report on every input first, t
     const std::string expected = whole_merge_error(files, {});
     REQUIRE_FALSE(expected.empty());
     CHECK_THROWS_WITH_AS(merge_report_files(files, out.string()), expected.c_str(), InputError);
-    CHECK(read_text(out) == "keep me");
+    CHECK(test::read_file(out) == "keep me");
   }
   CHECK_THROWS_WITH_AS(merge_report_files({kBaseline}, "/nonexistent-dir/out.json"),
                        doctest::Contains("/nonexistent-dir/out.json"), InputError);

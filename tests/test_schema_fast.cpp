@@ -6,16 +6,19 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "harness/model/json_fast.hpp"
 #include "harness/model/json_util.hpp"
 #include "reports/schema.hpp"
 #include "reports/schema_fast.hpp"
 #include "test_util.hpp"
+#include "tests/report_mutations.hpp"
 #include "tests/schema_skip.hpp"
 
 using namespace attnbench;
@@ -46,47 +49,6 @@ std::vector<json> sample_rows() {
   return rows;
 }
 
-/// Every JSON pointer of `v`'s nodes (the root "").
-void pointers(const json& v, const std::string& at, std::vector<std::string>& out) {
-  out.push_back(at);
-  if (v.is_object())
-    for (const auto& [k, c] : v.items()) pointers(c, jsonu::child_path(at, k), out);
-  else if (v.is_array())
-    for (size_t i = 0; i < v.size(); ++i) pointers(v[i], jsonu::child_path(at, i), out);
-}
-
-/// `row` with one random change: a node replaced by a value of another kind, a
-/// member removed, an unknown member added, or a string or number nudged.
-json mutated(json row, test::Rng& rng) {
-  std::vector<std::string> ptrs;
-  pointers(row, "", ptrs);
-  const json::json_pointer p(ptrs[static_cast<size_t>(rng.uniform(1, static_cast<int64_t>(ptrs.size()) - 1))]);
-  static const std::vector<json> replacements = {nullptr, true, false, 0, -1, 1, 2.5, -0.5, 1.0, 3, "", "x", "inf",
-                                                 "nan", "pass", "fail", "unsupported", "error", "O", "fwd",
-                                                 json::array(), json::array({1}), json::object(),
-                                                 json::object({{"k", 1}}), 1e30, 18446744073709551615ULL};
-  switch (rng.uniform(0, 4)) {
-    case 0:  // replace
-      row[p] = replacements[static_cast<size_t>(rng.uniform(0, static_cast<int64_t>(replacements.size()) - 1))];
-      break;
-    case 1:  // remove
-      if (row[p.parent_pointer()].is_object()) row[p.parent_pointer()].erase(p.back());
-      else row[p] = nullptr;
-      break;
-    case 2:  // an unknown member in the enclosing object
-      if (row[p.parent_pointer()].is_object()) row[p.parent_pointer()]["zz_unknown"] = 1;
-      break;
-    case 3:  // nudge a number below zero or a string to empty / non-ASCII
-      if (row[p].is_number()) row[p] = -row[p].get<double>() - 1;
-      else if (row[p].is_string()) row[p] = rng.coin(0.5) ? std::string() : std::string("\xc3\xa9");
-      break;
-    default:  // a status with or without its message, reason, check
-      row["status"] = replacements[static_cast<size_t>(rng.uniform(14, 17))];
-      break;
-  }
-  return row;
-}
-
 }  // namespace
 
 TEST_CASE("the quick check never calls valid a row valijson refuses, and decides the rows runs write") {
@@ -104,8 +66,8 @@ TEST_CASE("the quick check never calls valid a row valijson refuses, and decides
   test::Rng rng{33};
   int refused = 0, accepted = 0, decided_valid = 0, decided_invalid = 0;
   for (int i = 0; i < 3000; ++i) {
-    json m = mutated(rows[static_cast<size_t>(i) % rows.size()], rng);
-    if (rng.coin(0.3)) m = mutated(std::move(m), rng);  // two changes
+    json m = test::mutated(rows[static_cast<size_t>(i) % rows.size()], rng);
+    if (rng.coin(0.3)) m = test::mutated(std::move(m), rng);  // two changes
     const bool vj = valijson_accepts(m, true);
     const SchemaAnswer fast = rows_schema.check(m);
     if (!vj && fast == SchemaAnswer::valid) FAIL_CHECK("quick check calls valid a row valijson refuses: " << m.dump());
@@ -131,7 +93,7 @@ TEST_CASE("the quick check never calls valid a row valijson refuses, and decides
   REQUIRE(valijson_accepts(header, false));
   int header_refused = 0;
   for (int i = 0; i < 600; ++i) {
-    json m = mutated(header, rng);
+    json m = test::mutated(header, rng);
     m["results"] = json::array();  // the mutation may have hit it: keep it an empty row list
     const bool vj = valijson_accepts(m, false);
     if (!vj && whole.check(m) == SchemaAnswer::valid) FAIL_CHECK("quick check calls valid a header valijson refuses: " << m.dump());
@@ -141,6 +103,46 @@ TEST_CASE("the quick check never calls valid a row valijson refuses, and decides
   doc["started"] = "yesterday";  // fails the time pattern
   CHECK_FALSE(valijson_accepts(doc, false));
   CHECK(whole.check(doc) == SchemaAnswer::invalid);
+}
+
+TEST_CASE("the quick check of a RapidJSON row answers as on its nlohmann form (stream_report's fast path)") {
+  const json schema = json::parse(report_schema_text());
+  const CompiledSchema rows_schema(json{{"$ref", "#/$defs/row"}, {"$defs", schema["$defs"]}});
+  const std::vector<json> rows = sample_rows();
+  test::Rng rng{34};
+  std::string text = "{\"results\": [";
+  std::vector<json> written;
+  for (int i = 0; i < 1500; ++i) {
+    json m = i < static_cast<int>(rows.size()) ? rows[static_cast<size_t>(i)]
+                                               : test::mutated(rows[static_cast<size_t>(i) % rows.size()], rng);
+    std::string row = m.dump();
+    if (i % 3 == 0 && m.is_object()) {  // members in reverse order: the check must not rely on sorted names
+      row.clear();
+      for (auto it = m.items().begin(); it != m.items().end(); ++it)
+        row = json(it.key()).dump() + ":" + it.value().dump() + (row.empty() ? "" : ",") + row;
+      row = "{" + row + "}";
+    }
+    text += (i ? "," : "") + row;
+    written.push_back(std::move(m));
+  }
+  text += "]}";
+  const fs::path file = test::scratch_path("schema_fast", "rows.json");
+  test::write_file(file, text);
+  size_t seen = 0;
+  std::map<SchemaAnswer, int> answers;
+  jsonu::stream_file_fast(
+      file.string(), "results",
+      [&](const rapidjson::Value& row, size_t i, const json&) {
+        ++seen;
+        const SchemaAnswer fast = rows_schema.check_rapidjson(row);
+        CHECK(fast == rows_schema.check(written[i]));
+        CHECK(fast == rows_schema.check(jsonu::to_nlohmann(row)));
+        ++answers[fast];
+      },
+      [&](json&&, size_t, const json&) { FAIL_CHECK("a row left the fast reader"); });
+  CHECK(seen == written.size());
+  CHECK(answers[SchemaAnswer::valid] > 300);
+  CHECK(answers[SchemaAnswer::invalid] > 300);
 }
 
 TEST_CASE("quick check keywords: strict types, enums across number kinds, conditions, refs, lengths") {

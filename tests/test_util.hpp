@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,16 @@ inline void write_file(const std::filesystem::path& path, const std::string& tex
   std::ofstream out(path, std::ios::binary);
   out << text;
 }
+
+/// The whole content of the file at `path` ("" when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// The kept reports of ci/baselines/: an H100 run (schema version 1) and its rerun.
+inline const std::string kBaselineReport = std::string(ATTNBENCH_SOURCE_DIR) + "/ci/baselines/example-h100.json";
+inline const std::string kRerunReport = std::string(ATTNBENCH_SOURCE_DIR) + "/ci/baselines/example-h100-rerun.json";
 
 /// Run a shell command; returns (exit status, or -1 when it did not exit normally;
 /// its stdout).

@@ -268,10 +268,13 @@ std::string indented(std::string text, int depth) {
   std::string out;
   out.reserve(text.size() + text.size() / 8);
   const std::string pad(static_cast<size_t>(depth), ' ');
-  for (char c : text) {
-    out += c;
-    if (c == '\n') out += pad;
+  size_t from = 0;
+  for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', from)) {
+    out.append(text, from, nl + 1 - from);
+    out += pad;
+    from = nl + 1;
   }
+  out.append(text, from, std::string::npos);
   return out;
 }
 
@@ -280,6 +283,8 @@ std::string dumped(const nlohmann::json& v, int depth) {
 }
 
 }  // namespace
+
+std::string dump_streamed_element(const nlohmann::json& element) { return dumped(element, 2); }
 
 void dump_streamed(const nlohmann::json& head, const std::map<std::string, ArrayProducer>& arrays,
                    const std::function<void(std::string_view)>& write) {
@@ -303,10 +308,11 @@ void dump_streamed(const nlohmann::json& head, const std::map<std::string, Array
       continue;
     }
     size_t n = 0;
-    a->second([&](const nlohmann::json& element) {
+    auto text = [&](std::string_view element) {
       write(n++ == 0 ? "[\n  " : ",\n  ");
-      write(dumped(element, 2));
-    });
+      write(element);
+    };
+    a->second(ElementWriter([&](const nlohmann::json& element) { text(dump_streamed_element(element)); }, text));
     write(n == 0 ? "[]" : "\n ]");
     ++a;
   }

@@ -58,8 +58,26 @@ using ElementSink = std::function<void(nlohmann::json&& element, size_t index, c
 /// InputErrors, and whatever `sink` throws.
 nlohmann::json stream_file(const std::string& file, const std::string& array_key, const ElementSink& sink);
 
-/// What a streamed member's producer (dump_streamed()) calls once per element.
-using ElementWriter = std::function<void(const nlohmann::json& element)>;
+/// What a streamed member's producer (dump_streamed()) calls once per element:
+/// with the element, or with dump_streamed_element() of it (text already written
+/// as dump_streamed() writes an element: kept, e.g. in a file, and copied as is).
+class ElementWriter {
+ public:
+  using Text = std::function<void(std::string_view)>;
+  ElementWriter(std::function<void(const nlohmann::json&)> element, Text text)
+      : element_(std::move(element)), text_(std::move(text)) {}
+  void operator()(const nlohmann::json& element) const { element_(element); }
+  /// An element given as dump_streamed_element() wrote it.
+  void dumped(std::string_view text) const { text_(text); }
+
+ private:
+  std::function<void(const nlohmann::json&)> element_;
+  Text text_;
+};
+
+/// An element of a streamed array as dump_streamed() writes it (nlohmann's dump
+/// at indent 1, nested two levels deep), for ElementWriter::dumped().
+std::string dump_streamed_element(const nlohmann::json& element);
 /// Produces the elements of one streamed array member, calling the writer once each.
 using ArrayProducer = std::function<void(const ElementWriter& emit)>;
 

@@ -289,20 +289,49 @@ RunSummary run_on_gpus(const Scenario& scenario, const RunOptions& opts, const s
   run_shards(shards, child_args);
 
   // Merge: every shard's journal (always current, even after a crash), then
-  // rows for what a failed shard left undone.
-  std::vector<std::pair<std::string, nlohmann::json>> docs;
+  // rows for what a failed shard left undone; each journal is read one line at
+  // a time and its rows wait in the merged report's scratch file
+  // (MergedReportWriter, reports/report.hpp), so memory is a key per row.
+  // Rows in the order an unsharded run writes them: scenario order, then --backends order.
+  std::map<std::string, size_t> case_pos, backend_pos;
+  for (size_t i = 0; i < scenario.cases.size(); ++i) case_pos[scenario.cases[i].id] = i;
+  for (size_t i = 0; i < names.size(); ++i) backend_pos[names[i]] = i;
+  auto pos = [](const std::map<std::string, size_t>& m, const std::string& k) {
+    const auto it = m.find(k);
+    return it == m.end() ? size_t{0} : it->second;
+  };
+  RunSummary sum;
+  sum.report_path = (dir / "report.json").string();
+  MergeOptions mo;
+  mo.allow_env_mismatch = true;  // one host; each shard's GPU is in its own journal
+  MergedReportWriter merged(sum.report_path, mo, [&](const nlohmann::json& r) {
+    return std::make_pair(pos(case_pos, r.value("case_id", "")), pos(backend_pos, row_variant(r)));
+  });
   nlohmann::json failure_rows = nlohmann::json::array(), shard_info = nlohmann::json::array();
+  size_t inputs = 0;
   for (const auto& s : shards) {
     const std::string jp = (s.dir / "journal.jsonl").string();
     std::set<std::string> have;
+    bool readable = false;
     if (std::filesystem::exists(jp)) {
-      try {
-        JournalContents j = read_journal(jp);
-        for (const auto& r : j.rows) have.insert(row_key(r));
-        docs.emplace_back(jp, report_from_journal(j));
+      try {  // a journal that does not read is left out whole
+        (void)read_journal(jp, [](nlohmann::json&&) {});
+        readable = true;
       } catch (const InputError& e) {
         std::fprintf(stderr, "attnbench: shard %d: %s\n", s.index, printable(e.what()).c_str());
       }
+    }
+    if (readable) {
+      size_t rows = 0;
+      JournalContents j = read_journal(jp, [&](nlohmann::json&& r) {
+        have.insert(row_key(r));
+        merged.add_row(jp, inputs, rows++, r);
+        sum.add(r.value("status", ""));
+      });
+      const nlohmann::json header = report_from_journal(j);  // "results": [] (the rows went to `merged`)
+      merged.check_environment(jp, header);
+      merged.add_input(jp, header, rows);
+      ++inputs;
     }
     // A shard that ended without all its rows (whatever its exit code) gets rows saying so.
     if (static_cast<int64_t>(have.size()) < s.expected && !stop_signal())
@@ -310,48 +339,25 @@ RunSummary run_on_gpus(const Scenario& scenario, const RunOptions& opts, const s
     shard_info.push_back({{"index", s.index}, {"gpu", s.gpu}, {"dir", s.dir.string()}, {"rows", have.size()},
                           {"ended", s.status ? describe(*s.status) : "did not start"}});
   }
-  nlohmann::json merged;
-  if (!docs.empty()) {
-    MergeOptions mo;
-    mo.allow_env_mismatch = true;  // one host; each shard's GPU is in its own journal
-    merged = merge_reports(docs, mo);
-  } else {
-    merged = make_report_header(opts.command_line, {{"name", scenario.name}, {"file", scenario.file}},
-                                opts.policy.to_json(), env::collect(opts.command_line, 0));
-    merged["results"] = nlohmann::json::array();
-  }
-  for (auto& r : failure_rows) merged["results"].push_back(r);
-  // Rows in the order an unsharded run writes them: scenario order, then --backends order.
-  std::map<std::string, size_t> case_pos, backend_pos;
-  for (size_t i = 0; i < scenario.cases.size(); ++i) case_pos[scenario.cases[i].id] = i;
-  for (size_t i = 0; i < names.size(); ++i) backend_pos[names[i]] = i;
-  auto& rows = merged["results"];
-  {  // one row per (case, backend), whatever the shards' journals held
-    std::set<std::string> keys;
-    nlohmann::json unique = nlohmann::json::array();
-    for (auto& r : rows)
-      if (keys.insert(row_key(r)).second) unique.push_back(std::move(r));
-    rows = std::move(unique);
-  }
-  std::stable_sort(rows.begin(), rows.end(), [&](const nlohmann::json& a, const nlohmann::json& b) {
-    return std::make_pair(case_pos[a.value("case_id", "")], backend_pos[row_variant(a)]) <
-           std::make_pair(case_pos[b.value("case_id", "")], backend_pos[row_variant(b)]);
-  });
-  merged["command"] = opts.command_line;
-  merged["backends"] = names;
-  merged["gpus"] = gpus;
-  merged["shards"] = shard_info;
-  RunSummary sum;
-  for (const auto& r : rows) sum.add(r.value("status", ""));
+  // one row per (case, backend), whatever the shards' journals held
+  for (const auto& r : failure_rows)
+    if (merged.add_row_if_new(r)) sum.add(r.value("status", ""));
+  nlohmann::json header = inputs > 0 ? merged.header()
+                                     : make_report_header(opts.command_line, {{"name", scenario.name}, {"file", scenario.file}},
+                                                          opts.policy.to_json(), env::collect(opts.command_line, 0));
+  header.erase("results");
+  header["command"] = opts.command_line;
+  header["backends"] = names;
+  header["gpus"] = gpus;
+  header["shards"] = shard_info;
   if (const int sig = stop_signal()) {
-    merged["finished"] = nullptr;
-    merged["interrupted"] = {{"signal", signal_name(sig)}, {"time", env::utc_now_iso8601()}};
+    header["finished"] = nullptr;
+    header["interrupted"] = {{"signal", signal_name(sig)}, {"time", env::utc_now_iso8601()}};
     sum.interrupted_signal = sig;
   } else {
-    merged["finished"] = env::utc_now_iso8601();
+    header["finished"] = env::utc_now_iso8601();
   }
-  sum.report_path = (dir / "report.json").string();
-  write_json_atomic(sum.report_path, merged);
+  merged.write(header);
   return sum;
 }
 

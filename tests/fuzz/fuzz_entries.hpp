@@ -7,8 +7,13 @@
 // crash or sanitizer report escapes and is a finding.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +23,7 @@
 #include "harness/model/block_mask.hpp"
 #include "harness/model/budget.hpp"
 #include "harness/model/errors.hpp"
+#include "harness/model/json_fast.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/npy.hpp"
@@ -71,9 +77,35 @@ inline void packing_data(const uint8_t* data, size_t size) {
 
 /// A report.json as compare, merge and report read it: load, compare with itself,
 /// merge with itself (replacing duplicates), render the HTML without charts.
+/// stream_report() (compare, merge, summary) of `text` as a file, with the
+/// RapidJSON reader on and off (harness/model/json_fast.hpp): the rows handed,
+/// the header and the error must be the same; std::abort() (a finding) if not.
+inline void report_streamed_both_ways(const std::string& text) {
+  static const std::string path =
+      (std::filesystem::temp_directory_path() / ("attnbench_fuzz_report_" + std::to_string(::getpid()) + ".json")).string();
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  auto outcome = [&](bool fast) {
+    const bool was = jsonu::fast_json_reading();
+    jsonu::set_fast_json_reading(fast);
+    std::string out;
+    auto shown = [](const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+    try {
+      const nlohmann::json header =
+          stream_report(path, [&](nlohmann::json&& row, size_t i) { out += std::to_string(i) + shown(row); });
+      out += "header " + shown(header);
+    } catch (const InputError& e) {
+      out += e.what();
+    }
+    jsonu::set_fast_json_reading(was);
+    return out;
+  };
+  if (outcome(true) != outcome(false)) std::abort();
+}
+
 inline void report(const uint8_t* data, size_t size) {
   try {
     const std::string text(reinterpret_cast<const char*>(data), size);
+    report_streamed_both_ways(text);
     nlohmann::json doc = report_from_json(jsonu::parse_text(text, "report.json"), "report.json");
     Comparison c = compare_reports(doc, doc, "base.json", "new.json", {});
     (void)c.markdown();
