@@ -335,12 +335,14 @@ __device__ __forceinline__ void dkdv_probs(const AttnParams& p, const SeqInfo& s
   }
 }
 
-/// dV += P^T dO, dK += dS^T Q with the A operands from registers; with
-/// kAtomicDq the warp's dS^T rows also go to shared memory (sdS) for dQ.
+/// dV += P^T dO, dK += dS^T Q with the A operands from registers, for the kDt
+/// column n-tiles of dK / dV from 16-byte chunk c0 on (0: all of them; a column
+/// split CTA: its half); with kAtomicDq the warp's dS^T rows also go to shared
+/// memory (sdS) for dQ.
 template <int D, bool Bf16, int kBlockM, int kDt, bool kAtomicDq>
 __device__ __forceinline__ void dkdv_accumulate(const Acc (&st)[kBlockM / 8], const Acc (&dpt)[kBlockM / 8],
                                                 const uint16_t* tQ, const uint16_t* tdO, uint16_t* sdS, int warp,
-                                                int lane, Acc (&dk)[kDt], Acc (&dv)[kDt]) {
+                                                int lane, Acc (&dk)[kDt], Acc (&dv)[kDt], int c0 = 0) {
   const int g = lane / 4, qd = lane % 4;
 #pragma unroll
   for (int kt = 0; kt < kBlockM / 16; ++kt) {
@@ -359,8 +361,8 @@ __device__ __forceinline__ void dkdv_accumulate(const Acc (&st)[kBlockM / 8], co
 #pragma unroll
     for (int dt = 0; dt < kDt; dt += 2) {
       uint32_t bo[4], bq[4];
-      load_b_kn<D>(tdO, kt * 16, dt, lane, bo);
-      load_b_kn<D>(tQ, kt * 16, dt, lane, bq);
+      load_b_kn<D>(tdO, kt * 16, c0 + dt, lane, bo);
+      load_b_kn<D>(tQ, kt * 16, c0 + dt, lane, bq);
       mma16816<Bf16>(dv[dt], pa, bo[0], bo[1]);
       mma16816<Bf16>(dv[dt + 1], pa, bo[2], bo[3]);
       mma16816<Bf16>(dk[dt], sa, bq[0], bq[1]);
@@ -370,20 +372,23 @@ __device__ __forceinline__ void dkdv_accumulate(const Acc (&st)[kBlockM / 8], co
 }
 
 /// Atomic dQ mode: dQ[kBlockM, D] += dS[kBlockM, kBlockN] K[kBlockN, D] for the
-/// query tile at m0 of head h, float32 atomics into p.dq_accum. Warp -> 16 query
-/// rows x D / (column groups) columns, in passes of 32 columns (few live registers
-/// beside dK and dV). Called after a barrier (sdS complete).
-template <int D, bool Bf16, int kWarps, int kBlockM>
+/// query tile at m0 of head h, float32 atomics into p.dq_accum; with kSplit > 1
+/// only the columns of split `split` (D / kSplit from split * D / kSplit). Warp ->
+/// 16 query rows x (those columns) / (column groups), in passes of 32 columns (few
+/// live registers beside dK and dV). Called after a barrier (sdS complete).
+template <int D, bool Bf16, int kWarps, int kBlockM, int kSplit = 1>
 __device__ __forceinline__ void dkdv_atomic_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int m0,
-                                               const uint16_t* sdS, const uint16_t* sK, int warp, int lane) {
+                                               const uint16_t* sdS, const uint16_t* sK, int warp, int lane,
+                                               int split = 0) {
   constexpr int kBlockN = 16 * kWarps;
-  constexpr int kRowGroups = kBlockM / 16, kColGroups = kWarps / kRowGroups, kDw = D / kColGroups;
+  constexpr int kRowGroups = kBlockM / 16, kColGroups = kWarps / kRowGroups, kDw = D / kSplit / kColGroups;
   constexpr int kPass = kDw % 32 == 0 ? 32 : 16;  // 16 at head_dim 96 (48 columns per group)
   static_assert(kDw % kPass == 0, "whole passes");
   const int rg = warp % kRowGroups, cg = warp / kRowGroups;
   const int g = lane / 4, qd = lane % 4;
+  const int cs = kSplit == 1 ? 0 : split * (D / kSplit);  // the split's first column
 #pragma unroll 1
-  for (int c0 = cg * kDw; c0 < (cg + 1) * kDw; c0 += kPass) {
+  for (int c0 = cs + cg * kDw; c0 < cs + (cg + 1) * kDw; c0 += kPass) {
     Acc dq[kPass / 8];
     zero_acc(dq);
 #pragma unroll 1
@@ -430,18 +435,19 @@ __device__ __forceinline__ void flush_offset_bias(const AttnParams& p, const Seq
   }
 }
 
-/// dK = scale * acc and dV = acc for the thread's two keys; keys past lk hold
-/// zeros (nothing accumulated), nothing is written past store_k.
+/// dK = scale * acc and dV = acc for the thread's two keys, the kDtStore n-tiles
+/// from column col0 on; keys past lk hold zeros (nothing accumulated), nothing is
+/// written past store_k.
 template <bool Bf16, int kDt, int kDtStore = kDt>
 __device__ __forceinline__ void dkdv_store(const AttnParams& p, const SeqInfo& si, int b, int kvh,
                                            const int (&key_row)[2], int qd, const Acc (&dk)[kDt],
-                                           const Acc (&dv)[kDt]) {
+                                           const Acc (&dv)[kDt], int col0 = 0) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = key_row[r];
     if (j >= si.store_k) continue;
-    uint16_t* krow = static_cast<uint16_t*>(p.dk) + k_off(p, si, b, j, kvh);
-    uint16_t* vrow = static_cast<uint16_t*>(p.dv) + v_off(p, si, b, j, kvh);
+    uint16_t* krow = static_cast<uint16_t*>(p.dk) + k_off(p, si, b, j, kvh) + col0;
+    uint16_t* vrow = static_cast<uint16_t*>(p.dv) + v_off(p, si, b, j, kvh) + col0;
 #pragma unroll
     for (int dt = 0; dt < kDtStore; ++dt) {
       *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * qd) =
@@ -455,12 +461,22 @@ __device__ __forceinline__ void dkdv_store(const AttnParams& p, const SeqInfo& s
 /// partial tiles evaluate mask_allowed(), and dBias of a learnable bias
 /// accumulates here when p.dbias_mode is set (dynamic shared memory then holds
 /// rel_bias_smem_floats() more floats for rel_bias).
-template <int D, bool Bf16, int kWarps, int kBlockM, bool kAtomicDq, bool kFlex = false>
+///
+/// kSplit > 1 (head dims above 128): the dK / dV columns are split over kSplit
+/// CTAs per key tile (blockIdx.y), each computing S^T and dP^T over the whole head
+/// dim and accumulating its D / kSplit columns of dK and dV (and of dQ in the
+/// atomic mode): 2 x D / kSplit accumulator floats per thread instead of 2 x D,
+/// which at D = 256 would spill about 1 KB per thread, for S^T and dP^T computed
+/// kSplit times. dBias is the first split's alone.
+template <int D, bool Bf16, int kWarps, int kBlockM, bool kAtomicDq, bool kFlex = false, int kSplit = 1>
 __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnParams p,
                                                                     const WorkItem* __restrict__ items) {
   constexpr int kThreads = kWarps * 32, kBlockN = 16 * kWarps;
   constexpr int kQt = kBlockM / 8;     // n-tiles of S^T (query columns)
-  constexpr int kDt = D / 8;           // n-tiles of dK, dV
+  constexpr int kDt = D / 8 / kSplit;  // n-tiles of this CTA's dK, dV columns
+  static_assert(D % (8 * kSplit) == 0 && kDt % 2 == 0, "whole n-tile pairs per split");
+  const int split = kSplit > 1 ? static_cast<int>(blockIdx.y) : 0;
+  const int c0 = split * kDt;          // this split's first 16-byte column chunk
   static_assert(kBlockM % 16 == 0 && kWarps % (kBlockM / 16) == 0, "dQ tile split over the warps");
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sK = smem;
@@ -516,7 +532,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   DbiasAcc dbias;
   bool rel_dbias = false;
   if constexpr (kFlex) {
-    rel_dbias = p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias;
+    rel_dbias = p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias && split == 0;
     if (rel_dbias)
       for (int e = tid; e < 2 * p.max_distance + 1; e += kThreads) sRel[e] = 0.f;  // read after the loop's first barrier
   }
@@ -543,10 +559,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
     dkdv_scores<D, Bf16, kQt>(sK, sV, tQ, tdO, warp, lane, st, dpt);
     dkdv_probs<kFlex, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, sLse + stage * kBlockM,
                                     sDsum + stage * kBlockM, rel_dbias, sT, dbias, st, dpt);
-    dkdv_accumulate<D, Bf16, kBlockM, kDt, kAtomicDq>(st, dpt, tQ, tdO, sdS, warp, lane, dk, dv);
+    dkdv_accumulate<D, Bf16, kBlockM, kDt, kAtomicDq>(st, dpt, tQ, tdO, sdS, warp, lane, dk, dv, c0);
     if constexpr (kAtomicDq) {
       __syncthreads();
-      dkdv_atomic_dq<D, Bf16, kWarps, kBlockM>(p, si, b, h, m0, sdS, sK, warp, lane);
+      dkdv_atomic_dq<D, Bf16, kWarps, kBlockM, kSplit>(p, si, b, h, m0, sdS, sK, warp, lane, split);
     }
     if constexpr (kFlex) {
       if (rel_dbias) {  // (mod.kind is rel_bias: dkdv_probs wrote the whole dS tile)
@@ -562,10 +578,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   }
   if (iters == 0) cp_async_wait<0>();
   if constexpr (kFlex) {
-    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias)
+    if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias && split == 0)
       flush_offset_bias(p, si, b, kvh, key_row, qd, dbias);
   }
-  dkdv_store<Bf16, kDt>(p, si, b, kvh, key_row, qd, dk, dv);
+  dkdv_store<Bf16, kDt>(p, si, b, kvh, key_row, qd, dk, dv, 8 * c0);
 }
 
 /// Shared memory of attn_bwd_dq_kernel: Q and dO tiles, two stages of K and V.

@@ -23,11 +23,14 @@ void forward_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, 
 }
 
 /// dK/dV over key tiles of kBwdBlockN (kDq: dQ added by atomics; kFlex: the
-/// BlockMask walk with dBias, whose rel_bias row adds shared memory).
+/// BlockMask walk with dBias, whose rel_bias row adds shared memory); above head
+/// dim 128 the columns are split over two CTAs per key tile (grid.y,
+/// attn_bwd_dkdv_kernel's kSplit).
 template <int D, bool Bf16, bool kDq, bool kFlex>
 void dkdv_sm80(const AttnParams& p, const WorkItem* k_items, int n_k, cudaStream_t st) {
   constexpr int kWarps = kBwdBlockN / 16;
-  constexpr auto kernel = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), kDq, kFlex>;
+  constexpr int kSplit = D > 128 ? 2 : 1;
+  constexpr auto kernel = attn_bwd_dkdv_kernel<D, Bf16, kWarps, bwd_block_m(D), kDq, kFlex, kSplit>;
   size_t rel = 0;
   if constexpr (kFlex)
     if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::rel_bias)
@@ -37,7 +40,7 @@ void dkdv_sm80(const AttnParams& p, const WorkItem* k_items, int n_k, cudaStream
   allow_smem<kernel>(smem);
   const unsigned blocks = static_cast<unsigned>(TileScheduler::ctas(n_k, p.heads_kv));
   if (blocks == 0) return;
-  kernel<<<blocks, kWarps * 32, smem, st>>>(p, k_items);
+  kernel<<<dim3(blocks, kSplit), kWarps * 32, smem, st>>>(p, k_items);
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
