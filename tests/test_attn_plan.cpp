@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <climits>
 #include <cstdint>
 #include <set>
@@ -16,6 +17,7 @@
 #include "harness/model/block_mask.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/mask_desc.hpp"
+#include "harness/model/thread_pool.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;
@@ -136,6 +138,34 @@ TEST_CASE("gather and scatter of packed tokens round-trip; unstored positions re
         const bool stored = b == 0 ? pos < 5 : pos < 4;
         CHECK(back.at4(b, h, pos, 0) == (stored ? t.at4(b, h, pos, 0) : -7.0));
       }
+}
+
+TEST_CASE("encode_tokens / decode_tokens equal gather-then-encode and decode-then-scatter, on one thread or many") {
+  // Documents of odd lengths (zero-length ones included) over rows of 37, odd head dim, every dtype.
+  const Problem p = with_documents(make_problem(3, 5, 1, 37, 37, 64, DType::bf16), {{5, 0, 11, 21}, {37}, {1, 2, 3, 30}});
+  const Sequences s = document_sequences(p);
+  HostTensor t({3, 5, 37, 13});
+  for (size_t i = 0; i < t.data.size(); ++i)
+    t.data[i] = i % 97 == 0 ? (i % 2 ? INFINITY : NAN) : counter_normal(11, 3, i) * (i % 3 ? 1.0 : 7e4);
+  for (DType dt : {DType::fp32, DType::fp16, DType::bf16})
+    for (bool k_side : {false, true}) {
+      CAPTURE(static_cast<int>(dt));
+      const EncodedBuffer fused = encode_tokens(t, s, k_side, dt);
+      const EncodedBuffer two_step = encode(gather_tokens(t, s, k_side), dt);
+      REQUIRE(fused.count == two_step.count);
+      CHECK(fused.count == static_cast<size_t>(s.cu_q.back() * 5 * 13));
+      CHECK(std::memcmp(fused.data(), two_step.data(), fused.size_bytes()) == 0);
+      EncodedBuffer serial;
+      ThreadPool one(1);
+      one.parallel_for(1, 1, [&](int64_t, int) { serial = encode_tokens(t, s, k_side, dt); });
+      CHECK(std::memcmp(fused.data(), serial.data(), fused.size_bytes()) == 0);
+      const HostTensor back = decode_tokens(fused, t.shape, s, k_side, -2.0);
+      const HostTensor want = scatter_tokens(decode(fused), t.shape, s, k_side, -2.0);
+      CHECK(std::memcmp(back.data.data(), want.data.data(), want.data.size() * sizeof(double)) == 0);
+      // Token 5 of the packing is row 0, position 5 (the second document); its head 4, element 12.
+      CHECK(back.at4(0, 4, 5, 12) == decode(encode(std::vector<double>{t.at4(0, 4, 5, 12)}, dt))[0]);
+    }
+  CHECK_THROWS_AS(decode_tokens(EncodedBuffer(3, DType::bf16), t.shape, s, false, 0.0), std::invalid_argument);
 }
 
 TEST_CASE("tile plan: longest work first, executed pairs, packing") {
