@@ -1,4 +1,4 @@
-// The one thread pool (harness/model/thread_pool.hpp): every task once, worker ids
+// The thread pool (harness/model/thread_pool.hpp, shared() and passes()): every task once, worker ids
 // in range and never shared at once, exceptions rethrown in the caller, nested
 // loops inline, the pool reusable after an error.
 #include <doctest/doctest.h>

@@ -25,7 +25,7 @@
 namespace attnbench {
 
 namespace codec_detail {
-/// Bits of the value nearest to the double with bits `u`, in a binary format of
+/// Bits of the value nearest to the double of magnitude bits `a`, in a format of
 /// `mant` stored mantissa bits and exponent bias `bias` (sign, NaN handled by the
 /// callers), rounded to nearest even; infinity's bits when it overflows.
 inline uint32_t round_magnitude(uint64_t a, int mant, int bias) {
@@ -41,25 +41,23 @@ inline uint32_t round_magnitude(uint64_t a, int mant, int bias) {
   const uint64_t bits = (static_cast<uint64_t>(e < 1 ? 0 : e - 1) << mant) + q;
   return bits >= inf ? inf : static_cast<uint32_t>(bits);
 }
+
+/// Bits of x in a 16-bit format (1 sign bit, `mant` mantissa bits, bias `bias`):
+/// the sign, then round_magnitude; any NaN gives 0x7FFF.
+inline uint16_t narrow_bits(double x, int mant, int bias) {
+  uint64_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint64_t a = u & 0x7FFFFFFFFFFFFFFFull;
+  if (a > 0x7FF0000000000000ull) return 0x7FFF;
+  return static_cast<uint16_t>(((u >> 48) & 0x8000u) | round_magnitude(a, mant, bias));
+}
 }  // namespace codec_detail
 
 /// IEEE binary16 bits of x rounded to nearest even (see the top of this file).
-inline uint16_t fp16_bits(double x) {
-  uint64_t u;
-  std::memcpy(&u, &x, sizeof u);
-  const uint64_t a = u & 0x7FFFFFFFFFFFFFFFull;
-  if (a > 0x7FF0000000000000ull) return 0x7FFF;
-  return static_cast<uint16_t>(((u >> 48) & 0x8000u) | codec_detail::round_magnitude(a, 10, 15));
-}
+inline uint16_t fp16_bits(double x) { return codec_detail::narrow_bits(x, 10, 15); }
 
 /// bfloat16 bits of x rounded to nearest even (see the top of this file).
-inline uint16_t bf16_bits(double x) {
-  uint64_t u;
-  std::memcpy(&u, &x, sizeof u);
-  const uint64_t a = u & 0x7FFFFFFFFFFFFFFFull;
-  if (a > 0x7FF0000000000000ull) return 0x7FFF;
-  return static_cast<uint16_t>(((u >> 48) & 0x8000u) | codec_detail::round_magnitude(a, 7, 127));
-}
+inline uint16_t bf16_bits(double x) { return codec_detail::narrow_bits(x, 7, 127); }
 
 /// The value of binary16 bits h, exact (NaN: the float 0x7FFFFFFF, as __half2float).
 inline double fp16_value(uint16_t h) {
