@@ -236,21 +236,30 @@ Sequences row_sequences(const Problem& p) {
 
 namespace {
 
+/// Packed tokens of one task of for_each_token_row (per head): a long document
+/// spreads over the pool, and many short ones share a task.
+constexpr int64_t kTokensPerTask = 256;
+
 /// fn(logical, packed) for every stored token row of a [B, H, S, D] tensor of
 /// shape `shape` packed by `s` (the q side: cu_q / start_q; the k side: cu_k /
 /// start_k): the element offsets of its D values in the logical and the packed
-/// [T, H, D] buffer. (sequence, head) pairs run as tasks of the pass pool (rows
-/// are disjoint): the one walk of gather, scatter, encode and decode.
+/// [T, H, D] buffer. (block of kTokensPerTask tokens, head) pairs run as tasks of
+/// the pass pool (rows are disjoint): the one walk of gather, scatter, encode and
+/// decode.
 template <class Fn>
 void for_each_token_row(const std::vector<int64_t>& shape, const Sequences& s, bool k_side, Fn&& fn) {
   const int64_t H = shape[1], S = shape[2], D = shape[3];
   const std::vector<int32_t>& cu = k_side ? s.cu_k : s.cu_q;
   const std::vector<int32_t>& start = k_side ? s.start_k : s.start_q;
-  parallel_pass(s.size() * H, [&](int64_t task) {
-    const int64_t q = task / H, h = task % H;
-    for (int32_t tok = cu[q]; tok < cu[q + 1]; ++tok) {
-      const int64_t pos = start[q] + (tok - cu[q]);
-      fn(static_cast<size_t>(((s.row[q] * H + h) * S + pos) * D), static_cast<size_t>((tok * H + h) * D));
+  const int64_t T = cu.back(), blocks = (T + kTokensPerTask - 1) / kTokensPerTask;
+  parallel_pass(blocks * H, [&](int64_t task) {
+    const int64_t h = task % H, t0 = task / H * kTokensPerTask, t1 = std::min(T, t0 + kTokensPerTask);
+    // The sequence holding token t0 (the last one starting at or before it: zero-length ones are skipped).
+    int64_t q = std::upper_bound(cu.begin(), cu.end(), static_cast<int32_t>(t0)) - cu.begin() - 1;
+    for (int64_t tok = t0; tok < t1; ++tok) {
+      while (tok >= cu[static_cast<size_t>(q + 1)]) ++q;
+      const int64_t pos = start[static_cast<size_t>(q)] + (tok - cu[static_cast<size_t>(q)]);
+      fn(static_cast<size_t>(((s.row[static_cast<size_t>(q)] * H + h) * S + pos) * D), static_cast<size_t>((tok * H + h) * D));
     }
   });
 }

@@ -46,14 +46,20 @@ PhysicalLayout physical_layout(const Problem& p, TensorRole role) {
 
 namespace {
 
+/// Rows of one task of for_each_row: (b, h) pairs split further, so that a few
+/// heads of long sequences (GQA's K and V, batch 1) still spread over the pool.
+constexpr int64_t kRowsPerTask = 256;
+
 /// fn(b, h, s, base) for every stored (b, h, s) row of `l` (base: its physical
-/// offset), the (b, h) pairs spread over the pass pool (rows are disjoint): the
-/// one walk of every conversion below.
+/// offset), blocks of up to kRowsPerTask rows of one (b, h) spread over the pass
+/// pool (rows are disjoint): the one walk of every conversion below.
 template <class Fn>
 void for_each_row(const PhysicalLayout& l, Fn&& fn) {
-  parallel_pass(l.B * l.H, [&](int64_t bh) {
+  const int64_t blocks = (l.S + kRowsPerTask - 1) / kRowsPerTask;
+  parallel_pass(l.B * l.H * blocks, [&](int64_t task) {
+    const int64_t bh = task / blocks, s0 = task % blocks * kRowsPerTask;
     const int64_t b = bh / l.H, h = bh % l.H;
-    for (int64_t s = 0; s < l.S; ++s) {
+    for (int64_t s = s0; s < std::min(l.S, s0 + kRowsPerTask); ++s) {
       const int64_t base = l.offset(b, h, s, 0);
       if (base >= 0) fn(b, h, s, base);
     }
