@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <climits>
 #include <cstdint>
 #include <set>
@@ -16,6 +17,7 @@
 #include "harness/model/block_mask.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/mask_desc.hpp"
+#include "harness/model/thread_pool.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;
@@ -136,6 +138,50 @@ TEST_CASE("gather and scatter of packed tokens round-trip; unstored positions re
         const bool stored = b == 0 ? pos < 5 : pos < 4;
         CHECK(back.at4(b, h, pos, 0) == (stored ? t.at4(b, h, pos, 0) : -7.0));
       }
+}
+
+TEST_CASE("encode_tokens / decode_tokens equal gather-then-encode and decode-then-scatter, on one thread or many") {
+  // Documents of odd lengths (zero-length ones included) over rows of 37, odd head dim, every
+  // dtype; and rows of 600 whose documents (zero-length ones too) start and end at and
+  // around the 256-token blocks of the walk.
+  struct Case { int64_t B, S; std::vector<std::vector<int64_t>> docs; };
+  for (const Case& c : {Case{3, 37, {{5, 0, 11, 21}, {37}, {1, 2, 3, 30}}}, Case{2, 600, {{256, 0, 100, 244}, {1, 255, 0, 344}}}})
+  for (DType dt : {DType::fp32, DType::fp16, DType::bf16})
+    for (bool k_side : {false, true}) {
+      const Problem p = with_documents(make_problem(c.B, 5, 1, c.S, c.S, 64, DType::bf16), c.docs);
+      const Sequences s = document_sequences(p);
+      HostTensor t({c.B, 5, c.S, 13});
+      for (size_t i = 0; i < t.data.size(); ++i)
+        t.data[i] = i % 97 == 0 ? (i % 2 ? INFINITY : NAN) : counter_normal(11, 3, i) * (i % 3 ? 1.0 : 7e4);
+      CAPTURE(static_cast<int>(dt));
+      CAPTURE(c.S);
+      const EncodedBuffer fused = encode_tokens(t, s, k_side, dt);
+      const EncodedBuffer two_step = encode(gather_tokens(t, s, k_side), dt);
+      // The packing written out token by token, independent of the walk.
+      std::vector<double> naive(static_cast<size_t>(s.cu_q.back() * 5 * 13));
+      for (int64_t q = 0; q < s.size(); ++q)
+        for (int32_t tok = s.cu_q[q]; tok < s.cu_q[q + 1]; ++tok)
+          for (int64_t h = 0; h < 5; ++h)
+            for (int64_t d = 0; d < 13; ++d)
+              naive[static_cast<size_t>((tok * 5 + h) * 13 + d)] = t.at4(s.row[q], h, s.start_q[q] + tok - s.cu_q[q], d);
+      const EncodedBuffer naive_bits = encode(naive, dt);
+      CHECK(std::memcmp(fused.data(), naive_bits.data(), fused.size_bytes()) == 0);
+      REQUIRE(fused.count == two_step.count);
+      CHECK(fused.count == static_cast<size_t>(s.cu_q.back() * 5 * 13));
+      CHECK(std::memcmp(fused.data(), two_step.data(), fused.size_bytes()) == 0);
+      EncodedBuffer serial;
+      ThreadPool one(1);
+      one.parallel_for(1, 1, [&](int64_t, int) { serial = encode_tokens(t, s, k_side, dt); });
+      CHECK(std::memcmp(fused.data(), serial.data(), fused.size_bytes()) == 0);
+      const HostTensor back = decode_tokens(fused, t.shape, s, k_side, -2.0);
+      const HostTensor want = scatter_tokens(decode(fused), t.shape, s, k_side, -2.0);
+      CHECK(std::memcmp(back.data.data(), want.data.data(), want.data.size() * sizeof(double)) == 0);
+      // Row 0, position 5 is a stored token; its head 4, element 12 reads back rounded.
+      CHECK(back.at4(0, 4, 5, 12) == decode(encode(std::vector<double>{t.at4(0, 4, 5, 12)}, dt))[0]);
+      // The token after the first 256-token block (row 0, position 256: the third document of the second case).
+      if (c.S == 600) CHECK(back.at4(0, 1, 256, 0) == decode(encode(std::vector<double>{t.at4(0, 1, 256, 0)}, dt))[0]);
+      CHECK_THROWS_AS(decode_tokens(EncodedBuffer(3, DType::bf16), t.shape, s, false, 0.0), std::invalid_argument);
+    }
 }
 
 TEST_CASE("tile plan: longest work first, executed pairs, packing") {

@@ -1,9 +1,12 @@
-// The one thread pool (harness/model/thread_pool.hpp): every task once, worker ids
+// The thread pool (harness/model/thread_pool.hpp, shared() and passes()): every task once, worker ids
 // in range and never shared at once, exceptions rethrown in the caller, nested
 // loops inline, the pool reusable after an error.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <stdexcept>
 #include <vector>
 
@@ -88,4 +91,43 @@ TEST_CASE("parallel_chunks covers [0, n) once with disjoint ranges of at most gr
     CHECK(too_long.load() == 0);
     CHECK(calls.load() == static_cast<int>((n + 63) / 64));
   }
+}
+
+TEST_CASE("the pass pool: its own threads, capped; passes inside a task of either pool run inline") {
+  ThreadPool& passes = ThreadPool::passes();
+  CHECK(&passes != &ThreadPool::shared());
+  CHECK(passes.size() == std::min(hardware_threads(), ThreadPool::kMaxPassThreads));
+  std::vector<std::atomic<int>> hits(64 * 8);
+  std::atomic<int> bad{0};
+  // A pass started from a task of the shared pool (a reference task) runs on that thread.
+  ThreadPool::shared().parallel_for(8, 0, [&](int64_t outer, int) {
+    const auto self = std::this_thread::get_id();
+    parallel_pass(64, [&](int64_t inner) {
+      if (std::this_thread::get_id() != self) ++bad;
+      hits[static_cast<size_t>(outer * 64 + inner)].fetch_add(1);
+    });
+  });
+  int once = 0;
+  for (auto& h : hits) once += h.load() == 1;
+  CHECK(once == 64 * 8);
+  CHECK(bad.load() == 0);
+  // A pass is not held up by a loop that occupies the shared pool (a check's
+  // reference beside the next row's prepare): it finishes while that loop waits
+  // for it (with one pool the pass would wait for the loop, which would time out).
+  if (ThreadPool::shared().size() < 2) return;
+  std::atomic<bool> started{false}, pass_done{false}, loop_saw_pass{false};
+  std::thread other([&] {
+    ThreadPool::shared().parallel_for(2, 2, [&](int64_t, int) {
+      started = true;
+      for (int i = 0; i < 5000 && !pass_done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (pass_done.load()) loop_saw_pass = true;
+    });
+  });
+  while (!started.load()) std::this_thread::yield();
+  std::atomic<int> sum{0};
+  parallel_pass(100, [&](int64_t t) { sum.fetch_add(static_cast<int>(t)); });
+  pass_done = true;
+  other.join();
+  CHECK(loop_saw_pass.load());
+  CHECK(sum.load() == 4950);
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -23,6 +24,7 @@
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/layout.hpp"
+#include "harness/model/thread_pool.hpp"
 
 namespace attnbench::cudnn_sdpa {
 
@@ -103,14 +105,14 @@ class Instance final : public CudnnInstanceApi {
     }
     const int64_t B = p_.batch, Hq = p_.heads_q, Sq = p_.seq_q;
     const DType t = p_.dtype;
-    q_ = device::upload(to_storage(in.q, TensorRole::q), t, stream_);
-    k_ = device::upload(to_storage(in.k, TensorRole::k), t, stream_);
-    v_ = device::upload(to_storage(in.v, TensorRole::v), t, stream_);
+    q_ = device::upload(to_storage(in.q, TensorRole::q), stream_);
+    k_ = device::upload(to_storage(in.k, TensorRole::k), stream_);
+    v_ = device::upload(to_storage(in.v, TensorRole::v), stream_);
     if (in.d_o.data.empty()) {
       HostTensor zeros({B, Hq, Sq, p_.head_dim_v}, 0.0);
-      do_ = device::upload(to_storage(zeros, TensorRole::o), t, stream_);
+      do_ = device::upload(to_storage(zeros, TensorRole::o), stream_);
     } else {
-      do_ = device::upload(to_storage(in.d_o, TensorRole::o), t, stream_);
+      do_ = device::upload(to_storage(in.d_o, TensorRole::o), stream_);
     }
     const size_t eb = static_cast<size_t>(dtype_bytes(t));
     o_ = DeviceBuffer(static_cast<size_t>(storage_numel(TensorRole::o)), eb);
@@ -243,12 +245,12 @@ class Instance final : public CudnnInstanceApi {
   AttentionOutputs read_outputs(bool with_grads) override {
     synchronize();
     AttentionOutputs r;
-    r.o = from_storage(device::download(o_, p_.dtype, stream_), TensorRole::o);
+    r.o = from_storage(device::download_encoded(o_, p_.dtype, stream_), TensorRole::o);
     r.lse = lse_from_stats(plan_, device::download(stats_, DType::fp32, stream_), p_.batch, p_.heads_q, p_.seq_q);
     if (with_grads) {
-      r.dq = from_storage(device::download(dq_, p_.dtype, stream_), TensorRole::q);
-      r.dk = from_storage(device::download(dk_, p_.dtype, stream_), TensorRole::k);
-      r.dv = from_storage(device::download(dv_, p_.dtype, stream_), TensorRole::v);
+      r.dq = from_storage(device::download_encoded(dq_, p_.dtype, stream_), TensorRole::q);
+      r.dk = from_storage(device::download_encoded(dk_, p_.dtype, stream_), TensorRole::k);
+      r.dv = from_storage(device::download_encoded(dv_, p_.dtype, stream_), TensorRole::v);
     }
     return r;
   }
@@ -558,38 +560,48 @@ class Instance final : public CudnnInstanceApi {
     return (qs ? plan_.q_rows : plan_.k_rows) * H * D;
   }
 
-  /// Logical [B, H, S, D] -> the instance's storage (zeros where nothing is stored).
-  std::vector<double> to_storage(const HostTensor& t, TensorRole role) const {
-    if (plan_.storage != Storage::tokens) return to_physical(t, physical_layout(p_, role));
+  /// fn(logical, stored) for every stored token row of tensor `role` (token
+  /// storage): the element offsets of its D values in the logical [B, H, S, D]
+  /// tensor and in the storage. (b, h) pairs run on the pass pool (rows disjoint).
+  template <class Fn>
+  void for_each_stored_row(TensorRole role, Fn&& fn) const {
     const bool qs = q_side(role);
     const auto& rows = qs ? plan_.q_row_of : plan_.k_row_of;
-    const int64_t B = t.shape[0], H = t.shape[1], S = t.shape[2], D = t.shape[3];
-    std::vector<double> out(static_cast<size_t>(storage_numel(role)), 0.0);
-    for (int64_t b = 0; b < B; ++b)
+    const int64_t H = qs ? p_.heads_q : p_.heads_kv, S = qs ? p_.seq_q : p_.seq_k;
+    const int64_t D = (role == TensorRole::q || role == TensorRole::k) ? p_.head_dim : p_.head_dim_v;
+    parallel_pass(p_.batch * H, [&](int64_t bh) {
+      const int64_t b = bh / H, h = bh % H;
       for (int64_t s = 0; s < S; ++s) {
         const int64_t r = rows[static_cast<size_t>(b * S + s)];
-        if (r < 0) continue;
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t d = 0; d < D; ++d) out[static_cast<size_t>((r * H + h) * D + d)] = t.at4(b, h, s, d);
+        if (r >= 0) fn(static_cast<size_t>(((b * H + h) * S + s) * D), static_cast<size_t>((r * H + h) * D));
       }
+    });
+  }
+
+  /// Logical [B, H, S, D] -> the instance's storage as dtype bits (zeros where
+  /// nothing is stored).
+  EncodedBuffer to_storage(const HostTensor& t, TensorRole role) const {
+    if (plan_.storage != Storage::tokens) return encode_physical(t, physical_layout(p_, role), p_.dtype);
+    EncodedBuffer out(static_cast<size_t>(storage_numel(role)), p_.dtype);
+    std::memset(out.data(), 0, out.size_bytes());  // +0.0 in every dtype
+    const size_t D = static_cast<size_t>(t.shape[3]);
+    for_each_stored_row(role, [&](size_t logical, size_t stored) {
+      encode_span(t.data.data() + logical, D, p_.dtype, out.data(), stored);
+    });
     return out;
   }
 
-  /// The instance's storage -> logical [B, H, S, D]; positions not stored read 0.
-  HostTensor from_storage(const std::vector<double>& buf, TensorRole role) const {
-    if (plan_.storage != Storage::tokens) return from_physical(buf, physical_layout(p_, role), 0.0);
+  /// The instance's storage (dtype bits) -> logical [B, H, S, D]; positions not
+  /// stored read 0.
+  HostTensor from_storage(const EncodedBuffer& buf, TensorRole role) const {
+    if (plan_.storage != Storage::tokens) return decode_physical(buf, physical_layout(p_, role), 0.0);
     const bool qs = q_side(role);
-    const auto& rows = qs ? plan_.q_row_of : plan_.k_row_of;
-    const int64_t B = p_.batch, H = qs ? p_.heads_q : p_.heads_kv, S = qs ? p_.seq_q : p_.seq_k;
+    const int64_t H = qs ? p_.heads_q : p_.heads_kv, S = qs ? p_.seq_q : p_.seq_k;
     const int64_t D = (role == TensorRole::q || role == TensorRole::k) ? p_.head_dim : p_.head_dim_v;
-    HostTensor t({B, H, S, D}, 0.0);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t r = rows[static_cast<size_t>(b * S + s)];
-        if (r < 0) continue;
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t d = 0; d < D; ++d) t.at4(b, h, s, d) = buf[static_cast<size_t>((r * H + h) * D + d)];
-      }
+    HostTensor t({p_.batch, H, S, D}, 0.0);
+    for_each_stored_row(role, [&](size_t logical, size_t stored) {
+      decode_span(buf.data(), stored, static_cast<size_t>(D), buf.dtype, t.data.data() + logical);
+    });
     return t;
   }
 

@@ -258,8 +258,8 @@ class FusedInstance final : public BackendInstance {
                                                : "deterministic (dQ kernel, no atomics)";
   }
   /// Logical tensor -> the kernels' buffer order; back again.
-  std::vector<double> to_device(const HostTensor& t, TensorRole role) const;
-  HostTensor from_device(const std::vector<double>& phys, TensorRole role, std::vector<int64_t> shape) const;
+  EncodedBuffer to_device(const HostTensor& t, TensorRole role) const;
+  HostTensor from_device(const EncodedBuffer& phys, TensorRole role, std::vector<int64_t> shape) const;
   void set_strides();
   /// The forward and backward LaunchArgs of the plan, paths, tensor maps and stream.
   void set_launch_args();
@@ -290,17 +290,14 @@ class FusedInstance final : public BackendInstance {
   DeviceBuffer cu_q_, cu_k_, lens_q_, lens_k_, q_items_, dq_items_, k_items_;
 };
 
-std::vector<double> FusedInstance::to_device(const HostTensor& t, TensorRole role) const {
-  if (packed_) return kernels::gather_tokens(t, seqs_, role == TensorRole::k || role == TensorRole::v);
-  const PhysicalLayout& l = layout_of(role);
-  return to_physical(t, l);
+EncodedBuffer FusedInstance::to_device(const HostTensor& t, TensorRole role) const {
+  if (packed_) return kernels::encode_tokens(t, seqs_, role == TensorRole::k || role == TensorRole::v, p_.dtype);
+  return encode_physical(t, layout_of(role), p_.dtype);
 }
 
-HostTensor FusedInstance::from_device(const std::vector<double>& phys, TensorRole role,
-                                      std::vector<int64_t> shape) const {
-  if (packed_) return kernels::scatter_tokens(phys, std::move(shape), seqs_, role == TensorRole::k || role == TensorRole::v, 0.0);
-  const PhysicalLayout& l = layout_of(role);
-  return from_physical(phys, l, 0.0);
+HostTensor FusedInstance::from_device(const EncodedBuffer& phys, TensorRole role, std::vector<int64_t> shape) const {
+  if (packed_) return kernels::decode_tokens(phys, std::move(shape), seqs_, role == TensorRole::k || role == TensorRole::v, 0.0);
+  return decode_physical(phys, layout_of(role), 0.0);
 }
 
 void FusedInstance::set_strides() {
@@ -373,10 +370,10 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   }
 
   // Inputs, outputs, workspaces.
-  q_ = device::upload(to_device(in.q, TensorRole::q), p.dtype, st);
-  k_ = device::upload(to_device(in.k, TensorRole::k), p.dtype, st);
-  v_ = device::upload(to_device(in.v, TensorRole::v), p.dtype, st);
-  do_ = device::upload(to_device(in.d_o, TensorRole::o), p.dtype, st);
+  q_ = device::upload(to_device(in.q, TensorRole::q), st);
+  k_ = device::upload(to_device(in.k, TensorRole::k), st);
+  v_ = device::upload(to_device(in.v, TensorRole::v), st);
+  do_ = device::upload(to_device(in.d_o, TensorRole::o), st);
   const size_t es = static_cast<size_t>(dtype_bytes(p.dtype));
   o_ = DeviceBuffer(do_.count(), es);
   dq_ = DeviceBuffer(q_.count(), es);
@@ -465,7 +462,7 @@ AttentionOutputs FusedInstance::read_outputs(bool with_grads) {
   synchronize();
   const DType dt = p_.dtype;
   AttentionOutputs out;
-  out.o = from_device(device::download(o_, dt, stream_.s), TensorRole::o,
+  out.o = from_device(device::download_encoded(o_, dt, stream_.s), TensorRole::o,
                       {p_.batch, p_.heads_q, p_.seq_q, p_.head_dim_v});
   const std::vector<double> lse = device::download(lse_, DType::fp32, stream_.s);
   if (packed_) {
@@ -481,11 +478,11 @@ AttentionOutputs FusedInstance::read_outputs(bool with_grads) {
     out.lse.data = lse;
   }
   if (with_grads) {
-    out.dq = from_device(device::download(dq_, dt, stream_.s), TensorRole::q,
+    out.dq = from_device(device::download_encoded(dq_, dt, stream_.s), TensorRole::q,
                          {p_.batch, p_.heads_q, p_.seq_q, p_.head_dim});
-    out.dk = from_device(device::download(dk_, dt, stream_.s), TensorRole::k,
+    out.dk = from_device(device::download_encoded(dk_, dt, stream_.s), TensorRole::k,
                          {p_.batch, p_.heads_kv, p_.seq_k, p_.head_dim});
-    out.dv = from_device(device::download(dv_, dt, stream_.s), TensorRole::v,
+    out.dv = from_device(device::download_encoded(dv_, dt, stream_.s), TensorRole::v,
                          {p_.batch, p_.heads_kv, p_.seq_k, p_.head_dim_v});
     if (flex_ && flex_->dbias.count() > 0) out.dbias = device::download(flex_->dbias, DType::fp32, stream_.s);
   }

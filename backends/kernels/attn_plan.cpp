@@ -9,6 +9,7 @@
 #include "backends/kernels/attn_tiles.hpp"
 #include "backends/kernels/can_implement.hpp"
 #include "harness/model/mask.hpp"
+#include "harness/model/thread_pool.hpp"
 
 namespace attnbench::kernels {
 
@@ -233,34 +234,80 @@ Sequences row_sequences(const Problem& p) {
   return s;
 }
 
-std::vector<double> gather_tokens(const HostTensor& t, const Sequences& s, bool k_side) {
-  const int64_t H = t.shape[1], D = t.shape[3];
+namespace {
+
+/// Packed tokens of one task of for_each_token_row (per head): a long document
+/// spreads over the pool, and many short ones share a task.
+constexpr int64_t kTokensPerTask = 256;
+
+/// fn(logical, packed) for every stored token row of a [B, H, S, D] tensor of
+/// shape `shape` packed by `s` (the q side: cu_q / start_q; the k side: cu_k /
+/// start_k): the element offsets of its D values in the logical and the packed
+/// [T, H, D] buffer. (block of kTokensPerTask tokens, head) pairs run as tasks of
+/// the pass pool (rows are disjoint): the one walk of gather, scatter, encode and
+/// decode.
+template <class Fn>
+void for_each_token_row(const std::vector<int64_t>& shape, const Sequences& s, bool k_side, Fn&& fn) {
+  const int64_t H = shape[1], S = shape[2], D = shape[3];
   const std::vector<int32_t>& cu = k_side ? s.cu_k : s.cu_q;
   const std::vector<int32_t>& start = k_side ? s.start_k : s.start_q;
-  std::vector<double> out(static_cast<size_t>(cu.back() * H * D));
-  for (int64_t q = 0; q < s.size(); ++q)
-    for (int32_t tok = cu[q]; tok < cu[q + 1]; ++tok) {
-      const int64_t pos = start[q] + (tok - cu[q]);
-      for (int64_t h = 0; h < H; ++h)
-        std::memcpy(&out[static_cast<size_t>((tok * H + h) * D)], &t.data[static_cast<size_t>(((s.row[q] * H + h) * t.shape[2] + pos) * D)],
-                    static_cast<size_t>(D) * sizeof(double));
+  const int64_t T = cu.back(), blocks = (T + kTokensPerTask - 1) / kTokensPerTask;
+  parallel_pass(blocks * H, [&](int64_t task) {
+    const int64_t h = task % H, t0 = task / H * kTokensPerTask, t1 = std::min(T, t0 + kTokensPerTask);
+    // The sequence holding token t0 (the last one starting at or before it: zero-length ones are skipped).
+    int64_t q = std::upper_bound(cu.begin(), cu.end(), static_cast<int32_t>(t0)) - cu.begin() - 1;
+    for (int64_t tok = t0; tok < t1; ++tok) {
+      while (tok >= cu[static_cast<size_t>(q + 1)]) ++q;
+      const int64_t pos = start[static_cast<size_t>(q)] + (tok - cu[static_cast<size_t>(q)]);
+      fn(static_cast<size_t>(((s.row[static_cast<size_t>(q)] * H + h) * S + pos) * D), static_cast<size_t>((tok * H + h) * D));
     }
+  });
+}
+
+size_t packed_numel(const std::vector<int64_t>& shape, const Sequences& s, bool k_side) {
+  return static_cast<size_t>((k_side ? s.cu_k : s.cu_q).back() * shape[1] * shape[3]);
+}
+
+}  // namespace
+
+std::vector<double> gather_tokens(const HostTensor& t, const Sequences& s, bool k_side) {
+  std::vector<double> out(packed_numel(t.shape, s, k_side));
+  const size_t D = static_cast<size_t>(t.shape[3]);
+  for_each_token_row(t.shape, s, k_side, [&](size_t logical, size_t packed) {
+    std::copy_n(t.data.data() + logical, D, out.data() + packed);
+  });
   return out;
 }
 
 HostTensor scatter_tokens(const std::vector<double>& packed, std::vector<int64_t> shape, const Sequences& s, bool k_side,
-                   double fill) {
-  HostTensor t(shape, fill);
-  const int64_t H = shape[1], S = shape[2], D = shape[3];
-  const std::vector<int32_t>& cu = k_side ? s.cu_k : s.cu_q;
-  const std::vector<int32_t>& start = k_side ? s.start_k : s.start_q;
-  for (int64_t q = 0; q < s.size(); ++q)
-    for (int32_t tok = cu[q]; tok < cu[q + 1]; ++tok) {
-      const int64_t pos = start[q] + (tok - cu[q]);
-      for (int64_t h = 0; h < H; ++h)
-        std::memcpy(&t.data[static_cast<size_t>(((s.row[q] * H + h) * S + pos) * D)], &packed[static_cast<size_t>((tok * H + h) * D)],
-                    static_cast<size_t>(D) * sizeof(double));
-    }
+                          double fill) {
+  HostTensor t(std::move(shape), fill);
+  const size_t D = static_cast<size_t>(t.shape[3]);
+  for_each_token_row(t.shape, s, k_side, [&](size_t logical, size_t at) {
+    std::copy_n(packed.data() + at, D, t.data.data() + logical);
+  });
+  return t;
+}
+
+EncodedBuffer encode_tokens(const HostTensor& t, const Sequences& s, bool k_side, DType dt) {
+  EncodedBuffer out(packed_numel(t.shape, s, k_side), dt);
+  const size_t D = static_cast<size_t>(t.shape[3]);
+  for_each_token_row(t.shape, s, k_side, [&](size_t logical, size_t packed) {
+    encode_span(t.data.data() + logical, D, dt, out.data(), packed);
+  });
+  return out;
+}
+
+HostTensor decode_tokens(const EncodedBuffer& packed, std::vector<int64_t> shape, const Sequences& s, bool k_side,
+                         double fill) {
+  if (packed.count != packed_numel(shape, s, k_side))
+    throw std::invalid_argument("decode_tokens: " + std::to_string(packed.count) + " packed elements, the sequences hold " +
+                                std::to_string(packed_numel(shape, s, k_side)));
+  HostTensor t(std::move(shape), fill);
+  const size_t D = static_cast<size_t>(t.shape[3]);
+  for_each_token_row(t.shape, s, k_side, [&](size_t logical, size_t at) {
+    decode_span(packed.data(), at, D, packed.dtype, t.data.data() + logical);
+  });
   return t;
 }
 

@@ -13,6 +13,7 @@
 
 #include "backends/kernels/attn_params.hpp"
 #include "harness/model/block_mask.hpp"
+#include "harness/model/dtype_codec.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/mask_desc.hpp"
 #include "harness/model/problem.hpp"
@@ -145,6 +146,14 @@ std::vector<double> gather_tokens(const HostTensor& t, const Sequences& s, bool 
 /// stored read `fill`.
 HostTensor scatter_tokens(const std::vector<double>& packed, std::vector<int64_t> shape, const Sequences& s,
                           bool k_side, double fill);
+/// gather_tokens and the dtype-`dt` encoding in one pass on the pass pool: bit for
+/// bit encode(gather_tokens(t, s, k_side), dt) (harness/model/dtype_codec.hpp).
+EncodedBuffer encode_tokens(const HostTensor& t, const Sequences& s, bool k_side, DType dt);
+/// Decoding and scatter_tokens in one pass: bit for bit
+/// scatter_tokens(decode(packed), shape, s, k_side, fill). Throws
+/// std::invalid_argument when packed.count is not the tokens' T * H * D.
+HostTensor decode_tokens(const EncodedBuffer& packed, std::vector<int64_t> shape, const Sequences& s, bool k_side,
+                         double fill);
 
 /// One line describing the plan, for the report row: e.g.
 /// "q tiles 128x64 (pack 1): 512 CTAs; k tiles 64: 512 CTAs".

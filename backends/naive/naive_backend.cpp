@@ -204,10 +204,10 @@ NaiveInstance::NaiveInstance(const Problem& p, const ProblemData& in)
   const size_t es = static_cast<size_t>(dtype_bytes(dt_));
 
   // Inputs and outputs in the physical layout and dtype.
-  q_ = device::upload(to_physical(in.q, lq_), dt_, st);
-  k_ = device::upload(to_physical(in.k, lk_), dt_, st);
-  v_ = device::upload(to_physical(in.v, lv_), dt_, st);
-  do_ = device::upload(to_physical(in.d_o, lo_), dt_, st);
+  q_ = device::upload(encode_physical(in.q, lq_, dt_), st);
+  k_ = device::upload(encode_physical(in.k, lk_, dt_), st);
+  v_ = device::upload(encode_physical(in.v, lv_, dt_), st);
+  do_ = device::upload(encode_physical(in.d_o, lo_, dt_), st);
   o_ = DeviceBuffer(static_cast<size_t>(lo_.numel()), es);
   dq_ = DeviceBuffer(static_cast<size_t>(lq_.numel()), es);
   dk_ = DeviceBuffer(static_cast<size_t>(lk_.numel()), es);
@@ -429,13 +429,13 @@ void NaiveInstance::poison_outputs() {
 AttentionOutputs NaiveInstance::read_outputs(bool with_grads) {
   synchronize();
   AttentionOutputs out;
-  out.o = from_physical(device::download(o_, dt_, stream_.s), lo_);
+  out.o = decode_physical(device::download_encoded(o_, dt_, stream_.s), lo_);
   out.lse = HostTensor({B_, Hq_, Sq_});
   out.lse.data = device::download(lse_, DType::fp32, stream_.s);
   if (with_grads) {
-    out.dq = from_physical(device::download(dq_, dt_, stream_.s), lq_);
-    out.dk = from_physical(device::download(dk_, dt_, stream_.s), lk_);
-    out.dv = from_physical(device::download(dv_, dt_, stream_.s), lv_);
+    out.dq = decode_physical(device::download_encoded(dq_, dt_, stream_.s), lq_);
+    out.dk = decode_physical(device::download_encoded(dk_, dt_, stream_.s), lk_);
+    out.dv = decode_physical(device::download_encoded(dv_, dt_, stream_.s), lv_);
     out.dbias = device::download(dbias_, DType::fp32, stream_.s);
   }
   return out;

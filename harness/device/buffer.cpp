@@ -1,16 +1,12 @@
 // Device buffers, memory tracking and host-side dtype conversion (buffer.hpp).
 #include "harness/device/buffer.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <atomic>
 #include <stdexcept>
 #include <string>
 
 #include "harness/device/check.hpp"
 #include "harness/device/fill.hpp"
-#include "harness/model/thread_pool.hpp"
 
 namespace attnbench::device {
 
@@ -132,73 +128,14 @@ DeviceMemoryInfo device_memory_info() {
   return m;
 }
 
-// ---------------------------------------------------------------- conversion
+// ---------------------------------------------------------------- copies
 
-// Elementwise and independent per element: chunks on the shared pool (a packed
-// Llama-3-8B case moves 335M elements through these per backend).
-
-void encode(const std::vector<double>& host, DType t, void* out) {
-  const size_t n = host.size();
-  switch (t) {
-    case DType::fp32: {
-      float* o = static_cast<float*>(out);
-      parallel_chunks(n, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) o[i] = static_cast<float>(host[i]);  // IEEE RNE
-      });
-      return;
-    }
-    case DType::fp16: {
-      uint16_t* o = static_cast<uint16_t*>(out);
-      parallel_chunks(n, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) o[i] = __half_raw(__double2half(host[i])).x;  // one RNE rounding
-      });
-      return;
-    }
-    case DType::bf16: {
-      uint16_t* o = static_cast<uint16_t*>(out);
-      parallel_chunks(n, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) o[i] = __nv_bfloat16_raw(__double2bfloat16(host[i])).x;  // one RNE
-      });
-      return;
-    }
-  }
-  throw std::invalid_argument("encode: unknown dtype");
-}
-
-std::vector<double> decode(const void* in, size_t n, DType t) {
-  std::vector<double> out(n);
-  switch (t) {
-    case DType::fp32: {
-      const float* p = static_cast<const float*>(in);
-      parallel_chunks(n, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) out[i] = static_cast<double>(p[i]);
-      });
-      return out;
-    }
-    case DType::fp16: {
-      const uint16_t* p = static_cast<const uint16_t*>(in);
-      parallel_chunks(n, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) {
-          __half_raw r;
-          r.x = p[i];
-          out[i] = static_cast<double>(__half2float(__half(r)));
-        }
-      });
-      return out;
-    }
-    case DType::bf16: {
-      const uint16_t* p = static_cast<const uint16_t*>(in);
-      parallel_chunks(n, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) {
-          __nv_bfloat16_raw r;
-          r.x = p[i];
-          out[i] = static_cast<double>(__bfloat162float(__nv_bfloat16(r)));
-        }
-      });
-      return out;
-    }
-  }
-  throw std::invalid_argument("decode: unknown dtype");
+DeviceBuffer upload(const EncodedBuffer& bits, cudaStream_t stream) {
+  DeviceBuffer buf(bits.count, static_cast<size_t>(dtype_bytes(bits.dtype)));
+  if (bits.count == 0) return buf;
+  ATTNBENCH_CHECK(cudaMemcpyAsync(buf.data(), bits.data(), bits.size_bytes(), cudaMemcpyHostToDevice, stream));
+  ATTNBENCH_CHECK(cudaStreamSynchronize(stream));  // the host bits may die at return
+  return buf;
 }
 
 void upload_into(DeviceBuffer& buf, const std::vector<double>& host, DType t, cudaStream_t stream) {
@@ -207,16 +144,13 @@ void upload_into(DeviceBuffer& buf, const std::vector<double>& host, DType t, cu
                                 std::to_string(host.size()));
   require_elem(buf, static_cast<size_t>(dtype_bytes(t)), "upload_into");
   if (host.empty()) return;
-  std::vector<uint8_t> staging(buf.bytes());
-  encode(host, t, staging.data());
-  ATTNBENCH_CHECK(cudaMemcpyAsync(buf.data(), staging.data(), staging.size(), cudaMemcpyHostToDevice, stream));
+  const EncodedBuffer staging = encode(host, t);
+  ATTNBENCH_CHECK(cudaMemcpyAsync(buf.data(), staging.data(), staging.size_bytes(), cudaMemcpyHostToDevice, stream));
   ATTNBENCH_CHECK(cudaStreamSynchronize(stream));  // staging dies at return
 }
 
 DeviceBuffer upload(const std::vector<double>& host, DType t, cudaStream_t stream) {
-  DeviceBuffer buf(host.size(), static_cast<size_t>(dtype_bytes(t)));
-  upload_into(buf, host, t, stream);
-  return buf;
+  return upload(encode(host, t), stream);
 }
 
 DeviceBuffer upload_f32(const std::vector<double>& host, cudaStream_t stream) {
@@ -231,13 +165,17 @@ DeviceBuffer upload_i32(const std::vector<int32_t>& host, cudaStream_t stream) {
   return buf;
 }
 
-std::vector<double> download(const DeviceBuffer& buf, DType t, cudaStream_t stream) {
+EncodedBuffer download_encoded(const DeviceBuffer& buf, DType t, cudaStream_t stream) {
   require_elem(buf, static_cast<size_t>(dtype_bytes(t)), "download");
-  if (buf.empty()) return {};
-  std::vector<uint8_t> staging(buf.bytes());
-  ATTNBENCH_CHECK(cudaMemcpyAsync(staging.data(), buf.data(), staging.size(), cudaMemcpyDeviceToHost, stream));
+  EncodedBuffer bits(buf.count(), t);
+  if (buf.empty()) return bits;
+  ATTNBENCH_CHECK(cudaMemcpyAsync(bits.data(), buf.data(), bits.size_bytes(), cudaMemcpyDeviceToHost, stream));
   ATTNBENCH_CHECK(cudaStreamSynchronize(stream));
-  return decode(staging.data(), buf.count(), t);
+  return bits;
+}
+
+std::vector<double> download(const DeviceBuffer& buf, DType t, cudaStream_t stream) {
+  return decode(download_encoded(buf, t, stream));
 }
 
 std::vector<int32_t> download_i32(const DeviceBuffer& buf, cudaStream_t stream) {

@@ -1,5 +1,6 @@
 // RAII device buffers with alignment, guard bands and NaN poisoning, and
-// host <-> device conversion between float64 and fp32 / fp16 / bf16.
+// host <-> device copies of float64 values as fp32 / fp16 / bf16 (the bits of
+// harness/model/dtype_codec.hpp, the one definition of the rounding).
 //
 // Every DeviceBuffer allocation is counted by a process-wide tracker
 // (tracked_memory()), so that a runner can report the peak device memory of a
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "harness/model/dtype_codec.hpp"
 #include "harness/model/problem.hpp"
 
 namespace attnbench::device {
@@ -75,17 +77,13 @@ struct DeviceMemoryInfo {
 };
 DeviceMemoryInfo device_memory_info();
 
-/// Convert float64 values to the bit patterns of dtype `t` (fp32: float,
-/// fp16: __half, bf16: __nv_bfloat16), rounding once to nearest even directly
-/// from double (no double rounding through float); overflow gives +-inf, NaN
-/// stays NaN. `out` must hold host.size() * dtype_bytes(t) bytes.
-void encode(const std::vector<double>& host, DType t, void* out);
-/// Inverse of encode: dtype-`t` bit patterns (n elements) to float64 (exact).
-std::vector<double> decode(const void* in, size_t n, DType t);
-
-/// Upload float64 host values to a new device buffer of dtype `t` (values are
-/// rounded to nearest even, see encode()). Synchronous. An empty vector gives an
-/// empty buffer.
+/// Upload host bits (encode(), encode_physical(), kernels::encode_tokens()) to a
+/// new device buffer of bits.count elements of bits.dtype. Synchronous. An empty
+/// buffer gives an empty device buffer.
+DeviceBuffer upload(const EncodedBuffer& bits, cudaStream_t stream);
+/// Upload float64 host values to a new device buffer of dtype `t`:
+/// upload(encode(host, t)) (rounded to nearest even, harness/model/dtype_codec.hpp).
+/// Synchronous. An empty vector gives an empty buffer.
 DeviceBuffer upload(const std::vector<double>& host, DType t, cudaStream_t stream);
 /// Overwrite an existing buffer of dtype `t` with `host` (sizes must match,
 /// else std::invalid_argument). Synchronous.
@@ -94,8 +92,12 @@ void upload_into(DeviceBuffer& buf, const std::vector<double>& host, DType t, cu
 DeviceBuffer upload_f32(const std::vector<double>& host, cudaStream_t stream);
 /// Upload int32 values.
 DeviceBuffer upload_i32(const std::vector<int32_t>& host, cudaStream_t stream);
-/// Download a dtype-`t` device buffer as float64 (all count() elements; the
-/// buffer's elem_bytes() must equal dtype_bytes(t), else std::invalid_argument).
+/// Download a dtype-`t` device buffer's bits (all count() elements; the buffer's
+/// elem_bytes() must equal dtype_bytes(t), else std::invalid_argument), for
+/// decode(), decode_physical() or kernels::decode_tokens(). Synchronous: waits for
+/// `stream`.
+EncodedBuffer download_encoded(const DeviceBuffer& buf, DType t, cudaStream_t stream);
+/// Download a dtype-`t` device buffer as float64: decode(download_encoded(...)).
 /// Synchronous: waits for `stream`.
 std::vector<double> download(const DeviceBuffer& buf, DType t, cudaStream_t stream);
 /// Download int32 values. Synchronous.

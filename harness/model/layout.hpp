@@ -1,11 +1,14 @@
 // Physical layouts of Q/K/V/O (docs/semantics.md section 1): BSHD (padded batch),
 // BHSD, and THD (packed tokens with cu_seqlens int32 [B+1]). Converts between
-// logical float64 host tensors and physical buffers.
+// logical float64 host tensors and physical buffers, as float64 (to_physical /
+// from_physical) or directly as the storage dtype's bits in one pass
+// (encode_physical / decode_physical: no float64 copy of the physical buffer).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "harness/model/dtype_codec.hpp"
 #include "harness/model/problem.hpp"
 #include "harness/model/tensors.hpp"
 
@@ -40,5 +43,14 @@ PhysicalLayout physical_layout(const Problem& p, TensorRole role);
 std::vector<double> to_physical(const HostTensor& logical, const PhysicalLayout& l);
 /// Physical buffer -> logical [B,H,S,D]; positions THD does not store read as `fill`.
 HostTensor from_physical(const std::vector<double>& phys, const PhysicalLayout& l, double fill = 0.0);
+
+/// Logical [B,H,S,D] -> the physical buffer as dtype-`t` bits, in one pass on the
+/// pass pool: bit for bit encode(to_physical(logical, l), t) (dtype_codec.hpp's
+/// rounding). Throws std::invalid_argument when the shape does not match `l`.
+EncodedBuffer encode_physical(const HostTensor& logical, const PhysicalLayout& l, DType t);
+/// Physical dtype bits -> logical [B,H,S,D], in one pass: bit for bit
+/// from_physical(decode(bits), l, fill). Throws std::invalid_argument when
+/// bits.count != l.numel().
+HostTensor decode_physical(const EncodedBuffer& bits, const PhysicalLayout& l, double fill = 0.0);
 
 }  // namespace attnbench

@@ -141,7 +141,7 @@ std::vector<double> Array::to_double() const {
   const size_t n = static_cast<size_t>(numel());
   std::vector<double> out(n);
   // One loop per dtype (memcpy per element keeps unaligned data legal); chunks run
-  // on the shared pool: a 134M-element float32 output took 1.6 s on one thread.
+  // on the pass pool: a 134M-element float32 output took 1.6 s on one thread.
   auto convert = [&](auto tag) {
     using T = decltype(tag);
     parallel_chunks(n, [&](size_t begin, size_t end) {

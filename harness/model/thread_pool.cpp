@@ -48,6 +48,11 @@ ThreadPool& ThreadPool::shared() {
   return *pool;
 }
 
+ThreadPool& ThreadPool::passes() {
+  static ThreadPool* pool = new ThreadPool(std::min(hardware_threads(), kMaxPassThreads));  // never destroyed
+  return *pool;
+}
+
 void ThreadPool::work(int worker) {
   const ThreadPool* outer = t_in_pool;
   t_in_pool = this;
@@ -81,7 +86,7 @@ void ThreadPool::run(int64_t n, int workers, TaskFn fn, void* ctx) {
   if (n <= 0) return;
   int w = workers > 0 ? std::min(workers, size()) : size();
   w = static_cast<int>(std::min<int64_t>(w, n));
-  if (w <= 1 || t_in_pool == this) {  // serial, or nested inside one of our tasks
+  if (w <= 1 || t_in_pool != nullptr) {  // serial, or nested inside a task of any pool
     const ThreadPool* outer = t_in_pool;
     t_in_pool = this;
     try {

@@ -1,9 +1,12 @@
-// The project's one thread pool: a persistent set of worker threads that runs
+// The project's thread pool: a persistent set of worker threads that runs
 // parallel_for loops for the float64 reference (reference/) and the cpu backend
-// (backends/cpu/), and through parallel_chunks the elementwise host passes over
+// (backends/cpu/) on ThreadPool::shared(), and the elementwise host passes over
 // large tensors (input generation, dtype encode / decode, layout permutes, .npy
-// conversion, non-finite counts). It lives in the model layer, the lowest layer
-// that needs it, so that every layer and backend above may use it.
+// conversion, non-finite counts) through parallel_chunks / parallel_pass on
+// ThreadPool::passes(), a second instance: a reference check that overlaps the
+// next row (extra.check_overlap) holds shared() for seconds, and a backend's
+// prepare converting its inputs must not wait for it. It lives in the model layer,
+// the lowest layer that needs it, so that every layer and backend above may use it.
 //
 // Contract of parallel_for(n, workers, fn): fn(task, worker) runs once for every
 // task in [0, n), on at most `workers` threads (the calling thread included);
@@ -36,8 +39,9 @@ int hardware_threads();
 int resolve_threads(int requested);
 
 /// A fixed set of worker threads. Loops of one pool run one at a time (a second
-/// caller waits); a loop started from inside a task of the same pool runs
-/// serially on the calling thread as worker 0, so nesting never deadlocks.
+/// caller waits); a loop started from inside a task of any pool (this one or
+/// another) runs serially on the calling thread as worker 0, so nesting never
+/// deadlocks, within a pool or across the two.
 class ThreadPool {
  public:
   /// A pool that runs loops on up to `threads` threads: threads - 1 workers plus
@@ -62,6 +66,13 @@ class ThreadPool {
   /// The process-wide pool with hardware_threads() threads, created on first use
   /// and never destroyed (its idle workers end with the process).
   static ThreadPool& shared();
+
+  /// The process-wide pool of the elementwise host passes (parallel_chunks,
+  /// parallel_pass): min(hardware_threads(), kMaxPassThreads) threads of its own,
+  /// created on first use and never destroyed.
+  static ThreadPool& passes();
+  /// Cap of passes(): the passes are memory-bound, more threads only add faults.
+  static constexpr int kMaxPassThreads = 32;
 
  private:
   using TaskFn = void (*)(void*, int64_t, int);
@@ -91,8 +102,8 @@ void parallel_for(int64_t n, int workers, Fn&& fn) {
   ThreadPool::shared().parallel_for(n, workers, std::forward<Fn>(fn));
 }
 
-/// Elementwise host loops over [0, n) in chunks of `grain` elements on the shared
-/// pool: fn(begin, end) once per chunk, ranges disjoint and covering [0, n). For
+/// Elementwise host loops over [0, n) in chunks of `grain` elements on the pass
+/// pool (ThreadPool::passes()): fn(begin, end) once per chunk, ranges disjoint and covering [0, n). For
 /// loops whose result does not depend on the split (fills, conversions,
 /// per-element copies), which run single-threaded below two chunks. Used on the
 /// inputs and outputs of large problems, where one thread spent 10-40 ns per
@@ -104,10 +115,19 @@ void parallel_chunks(size_t n, Fn&& fn, size_t grain = size_t{1} << 18) {
     return;
   }
   const int64_t chunks = static_cast<int64_t>((n + grain - 1) / grain);
-  parallel_for(chunks, 0, [&](int64_t c, int) {
+  ThreadPool::passes().parallel_for(chunks, 0, [&](int64_t c, int) {
     const size_t begin = static_cast<size_t>(c) * grain;
     fn(begin, std::min(n, begin + grain));
   });
+}
+
+/// fn(task) for every task in [0, n) on the pass pool (ThreadPool::passes()), for
+/// host passes split by rows rather than element ranges (layout conversions: one
+/// task per (batch, head) or (sequence, head)); tasks write disjoint outputs, so the
+/// result does not depend on the thread count.
+template <class Fn>
+void parallel_pass(int64_t n, Fn&& fn) {
+  ThreadPool::passes().parallel_for(n, 0, [&](int64_t task, int) { fn(task); });
 }
 
 }  // namespace attnbench

@@ -359,7 +359,7 @@ std::pair<std::unique_ptr<BackendInstance>, AttentionOutputs> run_passes(const P
   if (opts.backward) inst->backward();
   inst->synchronize();
   AttentionOutputs got = inst->read_outputs(opts.backward);
-  if (opts.determinism) {  // before the check: read_outputs may use the pool the reference runs on
+  if (opts.determinism) {  // before the check (read_outputs converts on the passes pool, ThreadPool::passes)
     inst->poison_outputs();
     inst->forward();
     if (opts.backward) inst->backward();
