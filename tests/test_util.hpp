@@ -90,6 +90,16 @@ inline Problem make_problem(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int6
   return p;
 }
 
+/// p with score mod `k` and the kind's one parameter `param`: softcap's cap,
+/// rel_bias's max_distance, offset_bias's table size (none and alibi take none).
+inline Problem with_score_mod(Problem p, ScoreMod::Kind k, double param = 0) {
+  p.score_mod.kind = k;
+  if (k == ScoreMod::Kind::softcap) p.score_mod.cap = param;
+  if (k == ScoreMod::Kind::rel_bias) p.score_mod.max_distance = static_cast<int64_t>(param);
+  if (k == ScoreMod::Kind::offset_bias) p.score_mod.size = static_cast<int64_t>(param);
+  return p;
+}
+
 inline Problem with_causal(Problem p, CausalAlign a = CausalAlign::bottom_right) {
   p.mask.push_back(CausalTerm{a});
   return p;

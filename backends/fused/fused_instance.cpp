@@ -32,6 +32,15 @@ using device::DeviceBuffer;
 using kernels::AttnParams;
 using kernels::WorkItem;
 
+namespace {
+
+/// The kernels' element type of a problem dtype.
+kernels::ElemType elem_type(DType t) {
+  return t == DType::bf16 ? kernels::ElemType::bf16 : t == DType::fp16 ? kernels::ElemType::fp16 : kernels::ElemType::fp32;
+}
+
+}  // namespace
+
 kernels::AttnParams shape_params(const Problem& p, int64_t num_seqs, int block) {
   kernels::AttnParams a;
   a.num_seqs = static_cast<int32_t>(std::min<int64_t>(num_seqs, std::numeric_limits<int32_t>::max()));
@@ -40,9 +49,7 @@ kernels::AttnParams shape_params(const Problem& p, int64_t num_seqs, int block) 
   a.group = p.heads_kv > 0 ? static_cast<int32_t>(p.heads_q / p.heads_kv) : 0;
   a.head_dim = static_cast<int32_t>(p.head_dim);
   a.head_dim_v = static_cast<int32_t>(p.head_dim_v);
-  a.dtype = p.dtype == DType::bf16 ? kernels::ElemType::bf16
-            : p.dtype == DType::fp16 ? kernels::ElemType::fp16
-                                     : kernels::ElemType::fp32;
+  a.dtype = elem_type(p.dtype);
   a.scale = static_cast<float>(p.softmax_scale());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
   a.mod = make_score_mod_desc(p, nullptr, nullptr).kind;
@@ -81,11 +88,11 @@ std::optional<bool> sm90_path(KernelPath path, const char* option, const std::st
 }
 
 /// Whether this build has the Hopper kernels of direction `d` for p's head dim
-/// and element type (cmake/attn_instances.cmake instantiates them for head dims
-/// 64 and 128; other head dims run the portable kernels).
+/// and element type (cmake/attn_instances.cmake: forward 64, 96, 128, 256;
+/// backward 64, 96, 128; other head dims run the portable kernels).
 bool hopper_instance(const Problem& p, kernels::Direction d) {
-  const kernels::ElemType t = p.dtype == DType::bf16 ? kernels::ElemType::bf16 : kernels::ElemType::fp16;
-  return kernels::has_instance({d, static_cast<int32_t>(kernels::FwdPath::sm90), static_cast<int32_t>(p.head_dim), t});
+  return kernels::has_instance(
+      {d, static_cast<int32_t>(kernels::FwdPath::sm90), static_cast<int32_t>(p.head_dim), elem_type(p.dtype)});
 }
 
 /// The forward kernel of a non-flex instance with GQA pack `pack` for problem p:

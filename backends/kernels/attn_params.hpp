@@ -164,6 +164,12 @@ constexpr int max_wide_fwd_head_dim(FwdPath path) { return path == FwdPath::sm90
 constexpr int fwd_block_m(int pack, int head_dim, FwdPath path = FwdPath::sm80) {
   return pack == 1 && head_dim <= max_wide_fwd_head_dim(path) ? kFwdBlockMWide : kFwdBlockM;
 }
+/// Forward query rows per CTA of a flex query block of q_block rows by default:
+/// the whole block, or its 64-row halves where the path has no 128-row tile at
+/// head_dim (max_wide_fwd_head_dim).
+constexpr int flex_block_rows(int q_block, int head_dim, FwdPath path) {
+  return q_block == kFwdBlockMWide && head_dim > max_wide_fwd_head_dim(path) ? kFwdBlockM : q_block;
+}
 /// Which dK/dV kernel runs: the portable one (attn_bwd.cuh, both dQ modes) or the
 /// Hopper one (attn_bwd_sm90.cuh: wgmma, TMA; atomic dQ, non-flex).
 enum class BwdPath : int32_t { sm80 = 0, sm90 = 1 };

@@ -89,8 +89,9 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
 }
 
 int flex_fwd_rows(const BlockMask& bm, FwdPath path, int head_dim) {
-  if (bm.q_block == kFwdBlockMWide && head_dim > max_wide_fwd_head_dim(path)) return kFwdBlockM;
-  if (path != FwdPath::sm90 || bm.q_block != kFwdBlockMWide || bm.kv_num_blocks.empty()) return static_cast<int>(bm.q_block);
+  const int rows = flex_block_rows(static_cast<int>(bm.q_block), head_dim, path);
+  if (rows != bm.q_block || path != FwdPath::sm90 || bm.q_block != kFwdBlockMWide || bm.kv_num_blocks.empty())
+    return rows;
   int64_t blocks = 0;
   for (size_t r = 0; r < bm.kv_num_blocks.size(); ++r) blocks += bm.kv_num_blocks[r] + bm.full_kv_num_blocks[r];
   const int64_t steps = blocks * (bm.kv_block / kFwdBlockN);

@@ -74,8 +74,7 @@ InstanceKey instance_key(const AttnParams& p, const LaunchShape& s) {
 int fwd_rows_resolved(const AttnParams& p, const LaunchShape& shape) {
   if (shape.rows != 0) return shape.rows;
   if (!shape.flex) return fwd_block_m(shape.pack, p.head_dim, shape.fwd_path);
-  return p.bm.q_block == kFwdBlockMWide && p.head_dim > max_wide_fwd_head_dim(shape.fwd_path) ? kFwdBlockM
-                                                                                               : p.bm.q_block;
+  return flex_block_rows(p.bm.q_block, p.head_dim, shape.fwd_path);
 }
 
 std::string block_sizes_reason(int q_block, int kv_block) {

@@ -44,12 +44,6 @@ void run_case(const Problem& p) {
   check_gpu_case(*flash(false, "sm80"), p, false);
 }
 
-Problem with_mod(Problem p, ScoreMod::Kind k, double cap = 0) {
-  p.score_mod.kind = k;
-  p.score_mod.cap = cap;
-  return p;
-}
-
 }  // namespace
 
 TEST_CASE("flash: registry, availability, determinism flag") {
@@ -148,10 +142,10 @@ TEST_CASE("flash: padding with fully masked rows, THD layout, prefix_lm") {
 TEST_CASE("flash: softcap and alibi") {
   for (DType t : {DType::fp16, DType::bf16}) {
     const Problem base = make_problem(2, 4, 2, 150, 150, 64, t, Layout::bshd, 90);
-    run_case(with_mod(base, ScoreMod::Kind::softcap, 1.5));
-    run_case(with_causal(with_mod(base, ScoreMod::Kind::softcap, 30.0)));
-    run_case(with_mod(base, ScoreMod::Kind::alibi));
-    run_case(with_causal(with_mod(make_problem(1, 4, 1, 200, 200, 128, t, Layout::bhsd, 91), ScoreMod::Kind::alibi)));
+    run_case(with_score_mod(base, ScoreMod::Kind::softcap, 1.5));
+    run_case(with_causal(with_score_mod(base, ScoreMod::Kind::softcap, 30.0)));
+    run_case(with_score_mod(base, ScoreMod::Kind::alibi));
+    run_case(with_causal(with_score_mod(make_problem(1, 4, 1, 200, 200, 128, t, Layout::bhsd, 91), ScoreMod::Kind::alibi)));
   }
 }
 
@@ -166,7 +160,7 @@ TEST_CASE("flash: seeded random problems") {
                              100 + static_cast<uint64_t>(n));
     if (rng.coin(0.6)) p = with_causal(p, rng.coin(0.5) ? CausalAlign::top_left : CausalAlign::bottom_right);
     if (rng.coin(0.3)) p = with_window(p, rng.uniform(-1, 80), rng.uniform(-1, 20));
-    if (rng.coin(0.2)) p = with_mod(p, ScoreMod::Kind::softcap, 5.0);
+    if (rng.coin(0.2)) p = with_score_mod(p, ScoreMod::Kind::softcap, 5.0);
     run_case(p);
   }
 }

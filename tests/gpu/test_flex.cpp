@@ -63,14 +63,6 @@ void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
     check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic", "auto", "sm90", "block_mask"), p, false);
 }
 
-Problem with_mod(Problem p, ScoreMod::Kind k, int64_t param = 0) {
-  p.score_mod.kind = k;
-  if (k == ScoreMod::Kind::rel_bias) p.score_mod.max_distance = param;
-  if (k == ScoreMod::Kind::offset_bias) p.score_mod.size = param;
-  if (k == ScoreMod::Kind::softcap) p.score_mod.cap = static_cast<double>(param);
-  return p;
-}
-
 }  // namespace
 
 TEST_CASE("flex: registry, availability, determinism follows the dBias mode") {
@@ -102,7 +94,7 @@ TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   // 128-key tiles are one KV block
   CHECK_THROWS_AS(flex(64, "deterministic", "auto", "sm90")->prepare(p, in), Unsupported);
   CHECK(flex(64, "deterministic", "auto", "sm90")->supports(p).reason.find("block=128") != std::string::npos);
-  const Problem rel = with_mod(p, ScoreMod::Kind::rel_bias, 8);
+  const Problem rel = with_score_mod(p, ScoreMod::Kind::rel_bias, 8);
   CHECK_THROWS_AS(flex(128, "deterministic", "auto", "sm90")->prepare(rel, make_inputs(rel)),
                   Unsupported);  // no rel_bias dBias
   CHECK(flex(128, "deterministic", "auto", "sm90")->supports(rel).reason.find("no rel_bias dBias") !=
@@ -158,7 +150,7 @@ TEST_CASE("flex: the documents schedule (one packed sequence per document) and t
   run_case(packed);
   run_case(with_window(packed, 64, 0), 128);
   // What the documents schedule cannot run keeps the BlockMask walk, with the reason.
-  const Problem rel = with_mod(packed, ScoreMod::Kind::rel_bias, 8);
+  const Problem rel = with_score_mod(packed, ScoreMod::Kind::rel_bias, 8);
   const nlohmann::json rx = flex(128, "deterministic")->prepare(rel, make_inputs(rel))->extra();
   CHECK(rx["schedule"].get<std::string>().find("cannot run") != std::string::npos);
   CHECK(flex(128, "deterministic", "auto", "auto", "documents")->supports(rel).reason.find("schedule=documents") !=
@@ -185,7 +177,7 @@ TEST_CASE("flex: the intervals schedule (the flash tiles) for masks of interval 
   CHECK(x["dq_mode"].get<std::string>().find("deterministic") != std::string::npos);
   run_case(win);
   // prefix_lm and padding with softcap, fp16 (the flash tiles' mask terms and mods).
-  Problem pre = with_mod(make_problem(2, 2, 2, 300, 300, 128, DType::fp16), ScoreMod::Kind::softcap, 30);
+  Problem pre = with_score_mod(make_problem(2, 2, 2, 300, 300, 128, DType::fp16), ScoreMod::Kind::softcap, 30);
   pre.mask.push_back(PrefixLmTerm{70});
   pre.mask.push_back(PaddingTerm{{300, 211}, {300, 187}});
   check_gpu_case(*flex(128, "deterministic", "auto", "auto", "intervals"), pre, true);
@@ -204,7 +196,7 @@ TEST_CASE("flex: unsupported combinations name what is missing") {
   CHECK(be->supports(make_problem(1, 2, 1, 64, 64, 64, DType::fp32)).reason.find("fp32") != std::string::npos);
   CHECK(be->supports(make_problem(1, 2, 1, 64, 64, 64, DType::bf16, Layout::thd)).reason.find("THD") !=
         std::string::npos);
-  CHECK(be->supports(with_mod(make_problem(1, 2, 1, 64, 64, 64, DType::bf16), ScoreMod::Kind::rel_bias, 9000))
+  CHECK(be->supports(with_score_mod(make_problem(1, 2, 1, 64, 64, 64, DType::bf16), ScoreMod::Kind::rel_bias, 9000))
             .reason.find("max_distance 9000") != std::string::npos);
 }
 
@@ -235,29 +227,29 @@ TEST_CASE("flex: ragged lengths, Sq != Sk, GQA 7:1, head_dim 128, fp16") {
   for (DType t : {DType::fp16, DType::bf16}) {
     run_case(with_causal(make_problem(1, 7, 1, 200, 333, 128, t, Layout::bshd, 500)));
     run_case(with_causal(make_problem(2, 4, 2, 333, 200, 64, t, Layout::bhsd, 501), CausalAlign::top_left), 64);
-    run_case(with_mod(with_documents(make_problem(2, 7, 1, 300, 300, 128, t, Layout::bshd, 502),
+    run_case(with_score_mod(with_documents(make_problem(2, 7, 1, 300, 300, 128, t, Layout::bshd, 502),
                                      {{100, 1, 199}, {17, 283}}),
                       ScoreMod::Kind::rel_bias, 40),
              128, true);
-    run_case(with_mod(with_window(make_problem(1, 4, 1, 257, 257, 128, t, Layout::bhsd, 503), 70, 5),
+    run_case(with_score_mod(with_window(make_problem(1, 4, 1, 257, 257, 128, t, Layout::bhsd, 503), 70, 5),
                       ScoreMod::Kind::offset_bias, 13),
              64, true);
     Problem pad = with_padding(make_problem(3, 2, 1, 190, 150, 64, t, Layout::bshd, 504), {190, 1, 0}, {150, 77, 3});
-    run_case(with_mod(with_causal(pad), ScoreMod::Kind::rel_bias, 500), 128, true);
+    run_case(with_score_mod(with_causal(pad), ScoreMod::Kind::rel_bias, 500), 128, true);
   }
 }
 
 TEST_CASE("flex: head_dim 128 on block 128 (the Hopper backward's forms): documents, padding, block_sparse") {
   for (DType t : {DType::bf16, DType::fp16}) {
-    run_case(with_mod(with_documents(make_problem(2, 4, 1, 300, 300, 128, t, Layout::bshd, 505),
+    run_case(with_score_mod(with_documents(make_problem(2, 4, 1, 300, 300, 128, t, Layout::bshd, 505),
                                      {{100, 1, 199}, {17, 283}}),
                       ScoreMod::Kind::offset_bias, 13),
              128, true);
     Problem pad = with_padding(make_problem(3, 2, 1, 190, 150, 128, t, Layout::bhsd, 506), {190, 1, 0}, {150, 77, 3});
-    run_case(with_mod(with_causal(pad), ScoreMod::Kind::softcap, 20));
+    run_case(with_score_mod(with_causal(pad), ScoreMod::Kind::softcap, 20));
     Problem sparse = make_problem(1, 4, 2, 600, 600, 128, t, Layout::bshd, 507);
     sparse.mask.push_back(BlockSparseTerm{0.5, 11});
-    run_case(with_mod(sparse, ScoreMod::Kind::alibi));
+    run_case(with_score_mod(sparse, ScoreMod::Kind::alibi));
   }
 }
 
@@ -265,12 +257,12 @@ TEST_CASE("flex: block_sparse with causal at S 1000, rel_bias m 0 and m larger t
   Problem p = make_problem(1, 4, 2, 1000, 1000, 64, DType::bf16, Layout::bshd, 510);
   p.mask.push_back(BlockSparseTerm{0.4, 9});
   run_case(with_causal(p));
-  run_case(with_mod(p, ScoreMod::Kind::rel_bias, 0), 128, true);
-  run_case(with_mod(p, ScoreMod::Kind::rel_bias, 1500), 64, true);
+  run_case(with_score_mod(p, ScoreMod::Kind::rel_bias, 0), 128, true);
+  run_case(with_score_mod(p, ScoreMod::Kind::rel_bias, 1500), 64, true);
 }
 
 TEST_CASE("flex: sanitizer-sized cases (documents, rel_bias and offset_bias dBias, blocks 64 and 128)") {
   const Problem base = with_documents(make_problem(1, 2, 1, 150, 150, 64, DType::bf16, Layout::bshd, 520), {{70, 80}});
-  run_case(with_mod(with_causal(base), ScoreMod::Kind::rel_bias, 20), 64, true);
-  run_case(with_mod(base, ScoreMod::Kind::offset_bias, 9), 128, true);
+  run_case(with_score_mod(with_causal(base), ScoreMod::Kind::rel_bias, 20), 64, true);
+  run_case(with_score_mod(base, ScoreMod::Kind::offset_bias, 9), 128, true);
 }

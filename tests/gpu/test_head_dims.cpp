@@ -28,14 +28,6 @@ std::unique_ptr<Backend> variant(const std::string& spec) {
   return be;
 }
 
-Problem with_mod(Problem p, ScoreMod::Kind k, double param = 0) {
-  p.score_mod.kind = k;
-  if (k == ScoreMod::Kind::softcap) p.score_mod.cap = param;
-  if (k == ScoreMod::Kind::rel_bias) p.score_mod.max_distance = static_cast<int64_t>(param);
-  if (k == ScoreMod::Kind::offset_bias) p.score_mod.size = static_cast<int64_t>(param);
-  return p;
-}
-
 /// flash in both dQ modes (deterministic: bitwise checked) on the automatic
 /// paths (the Hopper kernels at head dim 96 on an H100), and on the portable ones.
 void flash_case(const Problem& p) {
@@ -90,9 +82,9 @@ TEST_CASE("flash at head dims 96 and 256") {
     flash_case(with_causal(make_problem(1, 8, 2, 200, 333, d, DType::fp16, Layout::bhsd, 961 + d)));  // GQA 4:1
     flash_case(with_causal(make_problem(1, 4, 2, 333, 200, d, DType::bf16, Layout::bshd, 962 + d),
                            CausalAlign::top_left));
-    flash_case(with_mod(with_window(with_causal(make_problem(1, 4, 4, 300, 300, d, DType::bf16)), 70, 0),
+    flash_case(with_score_mod(with_window(with_causal(make_problem(1, 4, 4, 300, 300, d, DType::bf16)), 70, 0),
                         ScoreMod::Kind::softcap, 30.0));
-    flash_case(with_mod(with_padding(make_problem(3, 4, 2, 150, 150, d, DType::fp16, Layout::bshd, 963 + d),
+    flash_case(with_score_mod(with_padding(make_problem(3, 4, 2, 150, 150, d, DType::fp16, Layout::bshd, 963 + d),
                                      {150, 3, 90}, {150, 64, 1}),
                         ScoreMod::Kind::alibi));
   }
@@ -121,11 +113,11 @@ TEST_CASE("flex at head dims 96 and 256: BlockMask walk, schedules, learnable bi
     check_gpu_case(*variant("flex"), docs, true);
     check_gpu_case(*variant("flex[schedule=block_mask]"), docs, true);
     check_gpu_case(*variant("flex[schedule=block_mask,block=64]"), docs, true);
-    const Problem rel = with_mod(with_causal(make_problem(1, 4, 1, 200, 200, d, DType::bf16, Layout::bshd, 981 + d)),
+    const Problem rel = with_score_mod(with_causal(make_problem(1, 4, 1, 200, 200, d, DType::bf16, Layout::bshd, 981 + d)),
                                 ScoreMod::Kind::rel_bias, 40);
     check_gpu_case(*variant("flex[dbias=deterministic]"), rel, true);
     check_gpu_case(*variant("flex[dbias=atomic]"), rel, false);
-    const Problem off = with_mod(with_window(make_problem(1, 2, 2, 190, 190, d, DType::fp16, Layout::bshd, 982 + d), 64, 64),
+    const Problem off = with_score_mod(with_window(make_problem(1, 2, 2, 190, 190, d, DType::fp16, Layout::bshd, 982 + d), 64, 64),
                                  ScoreMod::Kind::offset_bias, 13);
     check_gpu_case(*variant("flex[dbias=deterministic]"), off, true);
   }
