@@ -8,7 +8,8 @@
 # results history's SQLite store (required); libpq-dev its PostgreSQL client
 # (optional for the build: without it postgresql:// databases are refused). The
 # PostgreSQL server is only for its test (ci/install_postgres.sh). rapidjson-dev
-# is the fast reader of large reports (required).
+# is the fast reader of large reports (optional for the build: without it every
+# report is read by nlohmann's parser, with the same results).
 set -euo pipefail
 
 packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev libvalijson-dev

@@ -28,6 +28,10 @@
 #include "harness/measure/measure.hpp"
 #include "reports/schema.hpp"
 
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
+#include <rapidjson/document.h>
+#endif
+
 namespace attnbench {
 
 const char* to_string(RowStatus s) {
@@ -289,6 +293,7 @@ std::atomic<uint64_t> rows_read_fast{0};
 /// A row's (case_id, variant) as row_key() reads them, when RapidJSON's row is
 /// an object whose case_id, variant and backend are strings or absent (else
 /// false: the nlohmann path gives the error row.value() gives).
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
 bool fast_key(const rapidjson::Value& row, std::string& case_id, std::string& variant) {
   if (!row.IsObject()) return false;
   auto text = [&](const char* key, std::string& out) {
@@ -303,6 +308,7 @@ bool fast_key(const rapidjson::Value& row, std::string& case_id, std::string& va
   else if (!text("backend", variant)) return false;
   return text("case_id", case_id);
 }
+#endif
 
 }  // namespace
 
@@ -332,6 +338,7 @@ nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int
     wanted = *parts;
     for (const char* key : {"case_id", "backend", "variant"}) wanted[key] = true;
   }
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
   auto fast_row = [&](const rapidjson::Value& row, size_t i, const nlohmann::json& root) {
     std::string case_id, variant;
     // The quick schema check's "valid" is final (validate_report_row() starts
@@ -345,6 +352,9 @@ nlohmann::json stream_report(const std::string& file, const RowSink& on_row, int
     rows_read_fast.fetch_add(1, std::memory_order_relaxed);
     on_row(std::move(r), i);
   };
+#else
+  const jsonu::FastElementSink fast_row;  // never called: every row goes to slow_row
+#endif
   nlohmann::json doc = jsonu::stream_file_fast(file, "results", fast_row, slow_row);
   jsonu::require_object(doc, file, "");
   const int version = checked_version(doc, file);

@@ -10,7 +10,9 @@
 #include "harness/model/json_util.hpp"
 #include "reports/schema_fast.hpp"
 
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
 #include <rapidjson/document.h>
+#endif
 
 #if defined(ATTNBENCH_HAVE_VALIJSON)
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
@@ -132,8 +134,13 @@ void validate_report_schema(const nlohmann::json& doc, const std::string& file) 
 }
 
 bool row_passes_quick_check(const rapidjson::Value& row) {
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
   const ParsedSchema& parsed = report_schema(true);
   return parsed.fast && parsed.fast->check_rapidjson(row) == SchemaAnswer::valid;
+#else
+  (void)row;  // no rapidjson::Value exists without RapidJSON
+  return false;
+#endif
 }
 
 void validate_report_row(const nlohmann::json& row, const std::string& file, const std::string& row_path) {

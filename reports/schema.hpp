@@ -11,7 +11,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
-#include <rapidjson/fwd.h>
+#include "harness/model/rapidjson_fwd.hpp"
 
 namespace attnbench {
 

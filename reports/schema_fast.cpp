@@ -7,7 +7,9 @@
 #include <string_view>
 #include <utility>
 
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
 #include <rapidjson/document.h>
+#endif
 
 #include "harness/model/json_fast.hpp"
 
@@ -131,6 +133,7 @@ struct Access<nlohmann::json> {
   static const nlohmann::json::object_t& members(const V& v) { return v.get_ref<const nlohmann::json::object_t&>(); }
 };
 
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
 template <>
 struct Access<rapidjson::Value> {
   using V = rapidjson::Value;
@@ -177,6 +180,7 @@ struct Access<rapidjson::Value> {
   };
   static Members members(const V& v) { return {v}; }
 };
+#endif
 
 }  // namespace
 
@@ -326,7 +330,11 @@ void CompiledSchema::compile_keywords(Node& n, const nlohmann::json& s, const st
 }
 
 SchemaAnswer CompiledSchema::check(const nlohmann::json& value) const { return run(root_, value); }
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
 SchemaAnswer CompiledSchema::check_rapidjson(const rapidjson::Value& value) const { return run(root_, value); }
+#else
+SchemaAnswer CompiledSchema::check_rapidjson(const rapidjson::Value&) const { return SchemaAnswer::unknown; }
+#endif
 
 template <class V>
 SchemaAnswer CompiledSchema::run(int index, const V& v) const {

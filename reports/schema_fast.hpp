@@ -29,7 +29,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <rapidjson/fwd.h>
+#include "harness/model/rapidjson_fwd.hpp"
 
 namespace attnbench {
 

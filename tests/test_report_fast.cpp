@@ -12,7 +12,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
 #include <rapidjson/document.h>
+#endif
 
 #include "harness/model/errors.hpp"
 #include "harness/model/json_fast.hpp"
@@ -28,6 +30,17 @@
 using namespace attnbench;
 using nlohmann::json;
 namespace fs = std::filesystem;
+
+#if !defined(ATTNBENCH_HAVE_RAPIDJSON)
+
+TEST_CASE("the fast reader of reports: built without RapidJSON, every report is read the nlohmann way") {
+  MESSAGE("SKIPPED (LOUD): built without RapidJSON (apt-get install rapidjson-dev): the fast reader untested");
+  jsonu::set_fast_json_reading(true);
+  CHECK_FALSE(jsonu::fast_json_reading());  // nothing to switch on
+  WARN(jsonu::fast_json_reading());
+}
+
+#else  // the rest of this file needs RapidJSON
 
 namespace {
 
@@ -327,3 +340,5 @@ TEST_CASE("compare_report_files reads NEW on a second thread: BASE's error first
   CHECK(streamed.markdown() == whole.markdown());
   CHECK(streamed.to_json() == whole.to_json());
 }
+
+#endif  // ATTNBENCH_HAVE_RAPIDJSON

@@ -9,12 +9,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string_view>
 #include <system_error>
 
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
+#include <rapidjson/document.h>
 #include <rapidjson/reader.h>
+#endif
 
 namespace attnbench::jsonu {
+
+#if defined(ATTNBENCH_HAVE_RAPIDJSON)
 
 namespace {
 
@@ -344,5 +350,21 @@ nlohmann::json stream_file_fast(const std::string& file, const std::string& arra
     if (index >= handed) slow(std::move(element), index, root);
   });
 }
+
+#else  // without RapidJSON: every element the nlohmann way
+
+void set_fast_json_reading(bool) {}
+bool fast_json_reading() { return false; }
+
+nlohmann::json to_nlohmann(const rapidjson::Value&, const nlohmann::json*) {
+  throw std::logic_error("jsonu::to_nlohmann: built without RapidJSON (no rapidjson::Value exists)");
+}
+
+nlohmann::json stream_file_fast(const std::string& file, const std::string& array_key, const FastElementSink&,
+                                const ElementSink& slow) {
+  return stream_file(file, array_key, slow);
+}
+
+#endif
 
 }  // namespace attnbench::jsonu

@@ -9,6 +9,10 @@
 // byte, a byte-order mark, deeper nesting) it steps back and the file is read
 // again by jsonu::stream_file(), which then names the error exactly as it
 // always did; elements already handed are not handed again.
+//
+// RapidJSON is optional (ATTNBENCH_HAVE_RAPIDJSON): without it every element
+// is read by jsonu::stream_file(), fast_json_reading() is false and no
+// FastElementSink is ever called.
 #pragma once
 
 #include <cstddef>
@@ -17,9 +21,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <rapidjson/document.h>
 
 #include "harness/model/json_util.hpp"
+#include "harness/model/rapidjson_fwd.hpp"
 
 namespace attnbench::jsonu {
 
@@ -48,8 +52,9 @@ nlohmann::json stream_file_fast(const std::string& file, const std::string& arra
 nlohmann::json to_nlohmann(const rapidjson::Value& v, const nlohmann::json* keep = nullptr);
 
 /// Whether stream_file_fast() reads with RapidJSON (default: on, unless the
-/// environment sets ATTNBENCH_FAST_JSON=0). Process-wide; for tests and for
-/// comparing the two readers.
+/// environment sets ATTNBENCH_FAST_JSON=0; always off in a build without
+/// RapidJSON, where set_fast_json_reading() changes nothing). Process-wide; for
+/// tests and for comparing the two readers.
 void set_fast_json_reading(bool on);
 bool fast_json_reading();
 
