@@ -25,6 +25,7 @@
 #include "reports/summary.hpp"
 #include "tests/big_reports.hpp"
 #include "tests/report_mutations.hpp"
+#include "tests/schema_skip.hpp"
 #include "tests/test_util.hpp"
 
 using namespace attnbench;
@@ -34,10 +35,9 @@ namespace fs = std::filesystem;
 #if !defined(ATTNBENCH_HAVE_RAPIDJSON)
 
 TEST_CASE("the fast reader of reports: built without RapidJSON, every report is read the nlohmann way") {
-  MESSAGE("SKIPPED (LOUD): built without RapidJSON (apt-get install rapidjson-dev): the fast reader untested");
   jsonu::set_fast_json_reading(true);
   CHECK_FALSE(jsonu::fast_json_reading());  // nothing to switch on
-  WARN(jsonu::fast_json_reading());
+  (void)test::fast_reader_or_loud_skip("the fast reader");
 }
 
 #else  // the rest of this file needs RapidJSON

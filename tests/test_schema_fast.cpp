@@ -106,12 +106,7 @@ TEST_CASE("the quick check never calls valid a row valijson refuses, and decides
 }
 
 TEST_CASE("the quick check of a RapidJSON row answers as on its nlohmann form (stream_report's fast path)") {
-#if !defined(ATTNBENCH_HAVE_RAPIDJSON)
-  MESSAGE("SKIPPED (LOUD): built without RapidJSON (apt-get install rapidjson-dev): the RapidJSON rows' quick check "
-          "untested");
-  WARN(jsonu::fast_json_reading());
-  return;
-#endif
+  if (!test::fast_reader_or_loud_skip("the RapidJSON rows' quick check")) return;
   const json schema = json::parse(report_schema_text());
   const CompiledSchema rows_schema(json{{"$ref", "#/$defs/row"}, {"$defs", schema["$defs"]}});
   const std::vector<json> rows = sample_rows();
