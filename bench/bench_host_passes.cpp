@@ -22,23 +22,14 @@
 #include "backends/kernels/attn_plan.hpp"
 #include "harness/model/dtype_codec.hpp"
 #include "harness/model/layout.hpp"
+#include "bench/bench_problem.hpp"
 #include "harness/model/tensors.hpp"
 
 using namespace attnbench;
 
 namespace {
 
-Problem problem() {
-  Problem p;
-  p.batch = 8;
-  p.heads_q = p.heads_kv = 32;
-  p.seq_q = p.seq_k = 2048;
-  p.head_dim = p.head_dim_v = 96;
-  p.dtype = DType::bf16;
-  p.layout = Layout::bshd;
-  p.seed = 7;
-  return p;
-}
+Problem problem() { return bench::host_pass_problem(); }
 
 /// Q of problem(), generated once.
 const HostTensor& q_tensor() {

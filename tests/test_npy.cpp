@@ -37,13 +37,29 @@ std::string doubles(std::initializer_list<double> v) {
   return s;
 }
 
+/// parse()'s error for `bytes` (empty when it parses), after checking that read()
+/// of the same bytes in a file (which reads the header first and the data straight
+/// into the array) says the same, with the file's path for "x.npy", and reads the
+/// same array.
 std::string error_of(const std::string& bytes) {
+  std::string parsed, from_file;
+  npy::Array a, b;
   try {
-    npy::parse(bytes, "x.npy", "q");
+    a = npy::parse(bytes, "x.npy", "q");
   } catch (const InputError& e) {
-    return e.what();
+    parsed = e.what();
   }
-  return "";
+  const std::string path = (std::filesystem::temp_directory_path() / ("npy_error_of_" + std::to_string(::getpid()) + ".npy")).string();
+  std::ofstream(path, std::ios::binary) << bytes;
+  try {
+    b = npy::read(path, "q");
+  } catch (const InputError& e) {
+    from_file = e.what();
+  }
+  std::filesystem::remove(path);
+  if (!parsed.empty()) CHECK(from_file == path + parsed.substr(5));  // "x.npy" -> the path
+  else CHECK((from_file.empty() && a.raw == b.raw && a.shape == b.shape && a.dtype == b.dtype));
+  return parsed;
 }
 
 }  // namespace
@@ -81,6 +97,8 @@ TEST_CASE("round trips for every dtype through files") {
   npy::write((dir / "i8.npy").string(), {4}, i8.data());
   npy::write((dir / "i4.npy").string(), {3}, i4.data());
   npy::write((dir / "empty.npy").string(), {0, 4}, d.data());
+  const std::vector<uint16_t> u2 = {0x3f80, 0xbfc0, 0x7c00};  // bf16 1.0, -1.5; fp16 inf
+  npy::write((dir / "u2.npy").string(), {3}, u2.data());
 
   const npy::Array a = npy::read((dir / "d.npy").string());
   CHECK(a.dtype == npy::Dtype::f8);
@@ -99,6 +117,11 @@ TEST_CASE("round trips for every dtype through files") {
   const npy::Array e = npy::read((dir / "i4.npy").string());
   CHECK(e.shape_str() == "(3,)");
   CHECK(e.to_int64() == std::vector<int64_t>{5, -6, 2147483647});
+  const npy::Array u = npy::read((dir / "u2.npy").string());
+  CHECK(u.dtype == npy::Dtype::u2);
+  CHECK(u.raw.size() == 6);
+  CHECK(u.to_int64() == std::vector<int64_t>{0x3f80, 0xbfc0, 0x7c00});  // the integers, not decoded
+  CHECK(npy::serialize(npy::Dtype::u2, {3}, u2.data()).find("'descr': '<u2'") != std::string::npos);
   const npy::Array z = npy::read((dir / "empty.npy").string());
   CHECK(z.numel() == 0);
   CHECK(z.to_double().empty());

@@ -31,6 +31,7 @@
 #include "harness/backend/backend.hpp"
 #include "harness/model/block_mask.hpp"
 #include "harness/check/check.hpp"
+#include "harness/model/dtype_codec.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/npy.hpp"
@@ -295,6 +296,28 @@ struct ScopedEnv {
 
 // ------------------------------------------------------------------ request and work dir
 
+TEST_CASE("request_work_root: the chosen root, else a memory file system with room, else the temp dir") {
+  TempDir shm;
+  LaunchConfig c;
+  {
+    ScopedEnv unset("ATTNBENCH_PEER_WORKDIR", "");
+    c = resolve_launch_config({});
+  }
+  CHECK(c.work_root_default);
+  CHECK(request_work_root(c, 1000, shm.path) == shm.path);  // a writable directory with room
+  CHECK(request_work_root(c, uint64_t{1} << 62, shm.path) == c.work_root);  // no room for the files
+  CHECK(request_work_root(c, 1000, shm / "missing") == c.work_root);
+  {
+    ScopedEnv chosen("ATTNBENCH_PEER_WORKDIR", shm / "chosen");
+    const LaunchConfig e = resolve_launch_config({});
+    CHECK_FALSE(e.work_root_default);
+    CHECK(request_work_root(e, 1000, shm.path) == shm / "chosen");
+  }
+  LaunchConfig given;
+  given.work_root = shm / "given";
+  CHECK(request_work_root(resolve_launch_config(given), 1000, shm.path) == shm / "given");
+}
+
 TEST_CASE("torch-flex declares compile_mode; a variant's options travel in request.json") {
   const auto flex = BackendRegistry::create_variant("torch-flex[compile_mode=max-autotune]");
   REQUIRE(flex);
@@ -382,7 +405,16 @@ TEST_CASE("run context: a backend's own context wins over the process-wide defau
   set_default_run_context(saved);
 }
 
-TEST_CASE("write_work_dir writes problem.json, float32 inputs, bias/offset and request.json") {
+/// The values an input file of write_work_dir holds: uint16 arrays are the bits of
+/// the problem's 16-bit dtype `t`.
+std::vector<double> input_values(const npy::Array& a, DType t) {
+  if (a.dtype != npy::Dtype::u2) return a.to_double();
+  std::vector<double> v(static_cast<size_t>(a.numel()));
+  decode_span(a.raw.data(), 0, v.size(), t, v.data());
+  return v;
+}
+
+TEST_CASE("write_work_dir writes problem.json, 16-bit inputs, bias/offset and request.json") {
   TempDir d;
   Problem p = make_problem(2, 4, 2, 24, 24, 8, {CausalTerm{}, document_term_from_lengths({{10, 6}, {24}}, 24)},
                            mod_of(ScoreMod::Kind::rel_bias));
@@ -400,9 +432,10 @@ TEST_CASE("write_work_dir writes problem.json, float32 inputs, bias/offset and r
   } wants[] = {{"q.npy", &in.q}, {"k.npy", &in.k}, {"v.npy", &in.v}, {"do.npy", &in.d_o}};
   for (const auto& w : wants) {
     npy::Array a = npy::read(d / w.file);
-    CHECK(a.dtype == npy::Dtype::f4);  // bf16 values are float32s
+    CHECK(a.dtype == npy::Dtype::u2);  // bf16 values travel as their bits
     CHECK(a.shape == w.t->shape);
-    CHECK(a.to_double() == w.t->data);  // bitwise: rounded values travel exactly
+    CHECK(input_values(a, DType::bf16) == w.t->data);  // bitwise: rounded values travel exactly
+    CHECK(a.raw.size() == 2 * w.t->data.size());
   }
   npy::Array bias = npy::read(d / "bias.npy");
   CHECK(bias.shape == std::vector<int64_t>{4, 9});  // rel_bias [Hq, 2m + 1]
@@ -420,15 +453,31 @@ TEST_CASE("write_work_dir writes problem.json, float32 inputs, bias/offset and r
   CHECK(off.to_int64() == want);
   CHECK(npy::read(d2 / "bias.npy").shape == std::vector<int64_t>{6});
 
-  // A value that is not a float32 keeps the tensor in float64 (nothing is rounded on the way).
+  // A value that is not a float32 keeps the tensor in float64, one that is a float32
+  // but no bf16 in float32 (nothing is rounded on the way); the others stay bits.
   ProblemData wide = in;
   wide.k.data[5] = 0.1;
+  wide.v.data[3] = 1.0 + std::ldexp(1.0, -20);  // a float32, not a bf16
   TempDir d3;
   write_work_dir(d3.path, "torch-flex", p, wide, ctx);
   npy::Array k = npy::read(d3 / "k.npy");
   CHECK(k.dtype == npy::Dtype::f8);
   CHECK(k.to_double() == wide.k.data);
-  CHECK(npy::read(d3 / "q.npy").dtype == npy::Dtype::f4);
+  npy::Array v = npy::read(d3 / "v.npy");
+  CHECK(v.dtype == npy::Dtype::f4);
+  CHECK(v.to_double() == wide.v.data);
+  CHECK(npy::read(d3 / "q.npy").dtype == npy::Dtype::u2);
+  // fp16 problems travel as fp16 bits; fp32 problems as float32.
+  for (DType t : {DType::fp16, DType::fp32}) {
+    Problem pt = p;
+    pt.dtype = t;
+    ProblemData it = make_inputs(pt);
+    TempDir dt;
+    write_work_dir(dt.path, "torch-flex", pt, it, ctx);
+    npy::Array q = npy::read(dt / "q.npy");
+    CHECK(q.dtype == (t == DType::fp16 ? npy::Dtype::u2 : npy::Dtype::f4));
+    CHECK(input_values(q, t) == it.q.data);
+  }
 
   ProblemData wrong = in;
   wrong.q = HostTensor({2, 4, 24, 7});
@@ -483,6 +532,23 @@ TEST_CASE("read_result reads outputs (float64 or float32), samples and facts") {
   CHECK(read_result(d3.path, rel, true).outputs.dbias == wr.dbias);
   npy::write(d3 / "dbias.npy", {9, 2}, wr.dbias.data());
   CHECK_THROWS_AS(read_result(d3.path, rel, true), PeerProtocolError);
+
+  // bf16 / fp16 outputs may come as uint16 bits of the problem's dtype; LSE may not.
+  for (DType t : {DType::bf16, DType::fp16}) {
+    TempDir db;
+    Problem pb = make_problem(1, 2, 1, 12, 16, 8);
+    pb.dtype = t;
+    AttentionOutputs wb = fake_outputs(pb);
+    write_outputs(db.path, wb);
+    write_file(db / "result.json", R"({"status": "ok"})");
+    HostTensor o16 = make_inputs(pb).d_o;  // values in the dtype, shaped like O
+    std::vector<uint16_t> bits(o16.data.size());
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = t == DType::bf16 ? bf16_bits(o16.data[i]) : fp16_bits(o16.data[i]);
+    npy::write(db / "o.npy", o16.shape, bits.data());
+    CHECK(read_result(db.path, pb, true).outputs.o.data == o16.data);
+    npy::write(db / "lse.npy", wb.lse.shape, std::vector<uint16_t>(wb.lse.data.size()).data());
+    CHECK_THROWS_AS(read_result(db.path, pb, true), PeerProtocolError);
+  }
 
   // Optional facts may be absent or null.
   json minimal = {{"status", "ok"}, {"compile_ms", nullptr}, {"deterministic", nullptr}};
@@ -543,7 +609,21 @@ TEST_CASE("read_result rejects malformed results, naming the file and field") {
   write_outputs(d.path, o);
   std::vector<int64_t> ints(static_cast<size_t>(o.dv.numel()), 1);
   npy::write(d / "dv.npy", o.dv.shape, ints.data());
-  CHECK(error_of(R"({"status": "ok"})").find("float64 or float32") != std::string::npos);
+  CHECK(error_of(R"({"status": "ok"})").find("float64, float32 or (fp16 / bf16 problems) uint16 bits") !=
+        std::string::npos);
+  // uint16 holds the bits of a bf16 problem's dtype (p is bf16; 0x3f80 is 1.0), and
+  // is refused for an fp32 problem.
+  std::vector<uint16_t> halves(static_cast<size_t>(o.dv.numel()), 0x3f80);
+  npy::write(d / "dv.npy", o.dv.shape, halves.data());
+  CHECK(read_result(d.path, p, true).outputs.dv.data == std::vector<double>(halves.size(), 1.0));
+  Problem p32 = p;
+  p32.dtype = DType::fp32;
+  try {
+    read_result(d.path, p32, true);
+    FAIL("uint16 outputs of an fp32 problem were accepted");
+  } catch (const PeerProtocolError& e) {
+    CHECK(std::string(e.what()).find("uint16 bits, got <u2") != std::string::npos);
+  }
   fs::remove(d / "dv.npy");
   CHECK(error_of(R"({"status": "ok"})").find("dv") != std::string::npos);
   fs::remove(d / "result.json");
@@ -868,7 +948,7 @@ TEST_CASE("round trip through a fake worker: files in, files out, results publis
     CHECK(json::parse(read_file(fix / "spy_request.json"))["timing"]["hold_stream"] == false);
   }
   CHECK(to_json(problem_from_json(json::parse(read_file(fix / "spy_problem.json")), "spy")) == to_json(p));
-  CHECK(npy::read(fix / "spy_q.npy").to_double() == in.q.data);
+  CHECK(input_values(npy::read(fix / "spy_q.npy"), p.dtype) == in.q.data);
   // The work dir is gone.
   std::string work_dir = read_file(fix / "spy_dir");
   while (!work_dir.empty() && work_dir.back() == '\n') work_dir.pop_back();

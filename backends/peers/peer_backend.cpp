@@ -99,7 +99,12 @@ std::unique_ptr<BackendInstance> PeerBackend::prepare(const Problem& p, const Pr
   RunContext ctx = context();
   ctx.options = options_json();  // the variant, in the request (never in the environment)
   if (!ctx.policy.hold_stream || env_or("ATTNBENCH_PEER_HOLD_STREAM", "1") == "0") ctx.hold_stream = false;
-  WorkDir wd(c.work_root, "attnbench-peer-", c.keep_work_dir);
+  // The request's files: the inputs and the outputs (O, dQ, dK, dV of their sizes,
+  // at most float32) and LSE.
+  const uint64_t elements = static_cast<uint64_t>(inputs.q.data.size() + inputs.k.data.size() + inputs.v.data.size() +
+                                                  inputs.d_o.data.size());
+  const uint64_t bytes = 2 * 4 * elements + 4 * static_cast<uint64_t>(p.batch * p.heads_q * p.seq_q);
+  WorkDir wd(request_work_root(c, bytes), "attnbench-peer-", c.keep_work_dir);
   write_work_dir(wd.path(), peer_, p, inputs, ctx);
   const std::string out = wd.file("worker.stdout.txt"), err = wd.file("worker.stderr.txt");
   const std::string label = "peer " + name_;

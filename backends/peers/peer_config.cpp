@@ -1,6 +1,9 @@
 // Launch setup defaults and the process-wide run context (peer_config.hpp).
 #include "backends/peers/peer_config.hpp"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -51,13 +54,25 @@ LaunchConfig resolve_launch_config(const LaunchConfig& in) {
   if (!(c.probe_timeout_s > 0)) c.probe_timeout_s = 180;
   if (!(c.kill_grace_s >= 0)) c.kill_grace_s = 5;
   if (c.work_root.empty()) {
-    std::error_code ec;
-    fs::path tmp = fs::temp_directory_path(ec);
-    c.work_root = env_or("ATTNBENCH_PEER_WORKDIR", ec ? std::string("/tmp") : tmp.string());
+    c.work_root = env_or("ATTNBENCH_PEER_WORKDIR", "");
+    if (c.work_root.empty()) {
+      std::error_code ec;
+      fs::path tmp = fs::temp_directory_path(ec);
+      c.work_root = ec ? std::string("/tmp") : tmp.string();
+      c.work_root_default = true;
+    }
   }
   if (!c.keep_work_dir) c.keep_work_dir = env_or("ATTNBENCH_PEER_KEEP", "0") == "1";
   if (c.serve < 0) c.serve = env_or("ATTNBENCH_PEER_SERVE", "1") == "0" ? 0 : 1;
   return c;
+}
+
+std::string request_work_root(const LaunchConfig& c, uint64_t bytes, const std::string& shm) {
+  if (!c.work_root_default) return c.work_root;
+  struct statvfs st {};
+  if (::access(shm.c_str(), W_OK | X_OK) != 0 || ::statvfs(shm.c_str(), &st) != 0) return c.work_root;
+  const unsigned long long free_bytes = static_cast<unsigned long long>(st.f_bavail) * st.f_frsize;
+  return free_bytes >= bytes + (1ull << 30) ? shm : c.work_root;
 }
 
 void set_default_run_context(const RunContext& ctx) {

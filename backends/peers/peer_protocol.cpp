@@ -7,9 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
+#include "harness/model/dtype_codec.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/model/npy.hpp"
 #include "harness/model/thread_pool.hpp"
@@ -70,15 +72,33 @@ void write_text(const std::string& path, const std::string& text) {
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
-/// Write input `t` as float32 when every value is a float32 (make_inputs rounds
-/// to the problem dtype: bf16 / fp16 / fp32 values are), else float64: half the
-/// bytes the worker reads (a B32 S512 H16 D64 row wrote 537 MB of float64).
-void write_tensor(const std::string& path, const HostTensor& t, const std::vector<int64_t>& want, const char* name) {
+/// Write input `t` as the 16-bit bits of `dtype` (uint16, when `dtype` is fp16 or
+/// bf16 and every value is one: make_inputs rounds to the dtype), else float32 when
+/// every value is a float32, else float64: nothing is rounded on the way, and a
+/// bf16 row writes a quarter of the float64 bytes (a B32 S512 H16 D64 row wrote
+/// 537 MB of float64 per tensor before float32, half of that before the bits).
+void write_tensor(const std::string& path, const HostTensor& t, const std::vector<int64_t>& want, const char* name,
+                  DType dtype) {
   if (t.shape != want || static_cast<int64_t>(t.data.size()) != t.numel())
     throw std::invalid_argument(std::string("peer inputs: ") + name + " does not have the problem's shape");
-  std::vector<float> f(t.data.size());
+  const size_t n = t.data.size();
   std::atomic<bool> exact{true};
-  parallel_chunks(f.size(), [&](size_t begin, size_t end) {
+  if (dtype == DType::bf16 || dtype == DType::fp16) {
+    std::unique_ptr<uint16_t[]> bits(new uint16_t[n]);  // uninitialised: the workers touch its pages
+    const bool bf16 = dtype == DType::bf16;
+    parallel_chunks(n, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end && exact.load(std::memory_order_relaxed); ++i) {
+        const double x = t.data[i];
+        const uint16_t h = bf16 ? bf16_bits(x) : fp16_bits(x);
+        bits[i] = h;
+        if (!((bf16 ? bf16_value(h) : fp16_value(h)) == x)) exact.store(false);  // not in the dtype (or NaN)
+      }
+    });
+    if (exact.load()) return npy::write(path, t.shape, bits.get());
+    exact.store(true);
+  }
+  std::vector<float> f(n);
+  parallel_chunks(n, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end && exact.load(std::memory_order_relaxed); ++i) {
       f[i] = static_cast<float>(t.data[i]);
       if (static_cast<double>(f[i]) != t.data[i]) exact.store(false);  // not a float32 (or NaN)
@@ -93,10 +113,10 @@ void write_tensor(const std::string& path, const HostTensor& t, const std::vecto
 void write_work_dir(const std::string& dir, const std::string& peer, const Problem& p, const ProblemData& in,
                     const RunContext& ctx) {
   const fs::path d(dir);
-  write_tensor((d / "q.npy").string(), in.q, {p.batch, p.heads_q, p.seq_q, p.head_dim}, "q");
-  write_tensor((d / "k.npy").string(), in.k, {p.batch, p.heads_kv, p.seq_k, p.head_dim}, "k");
-  write_tensor((d / "v.npy").string(), in.v, {p.batch, p.heads_kv, p.seq_k, p.head_dim_v}, "v");
-  write_tensor((d / "do.npy").string(), in.d_o, {p.batch, p.heads_q, p.seq_q, p.head_dim_v}, "do");
+  write_tensor((d / "q.npy").string(), in.q, {p.batch, p.heads_q, p.seq_q, p.head_dim}, "q", p.dtype);
+  write_tensor((d / "k.npy").string(), in.k, {p.batch, p.heads_kv, p.seq_k, p.head_dim}, "k", p.dtype);
+  write_tensor((d / "v.npy").string(), in.v, {p.batch, p.heads_kv, p.seq_k, p.head_dim_v}, "v", p.dtype);
+  write_tensor((d / "do.npy").string(), in.d_o, {p.batch, p.heads_q, p.seq_q, p.head_dim_v}, "do", p.dtype);
   if (p.has_learnable_bias()) {
     if (static_cast<int64_t>(in.bias.size()) != p.bias_numel())
       throw std::invalid_argument("peer inputs: bias has " + std::to_string(in.bias.size()) + " elements, expected " +
@@ -159,9 +179,10 @@ void read_timings(const json& j, const std::string& file, PeerResult& r) {
 }
 
 /// Output `key` of shape `shape` (or, with `allow_flat`, the same elements as one
-/// dimension) as float64.
+/// dimension) as float64: from float64 / float32 values, or from uint16 holding the
+/// bits of the problem's 16-bit `dtype`.
 HostTensor read_output(const std::string& dir, const json& outputs, const char* key, const std::vector<int64_t>& shape,
-                       const std::string& result_file, bool allow_flat = false) {
+                       const std::string& result_file, DType dtype, bool allow_flat = false) {
   std::string name = std::string(key) + ".npy";
   if (outputs.contains(key)) {
     if (!outputs[key].is_string()) bad_result(result_file, std::string("/outputs/") + key, "expected a file name");
@@ -174,8 +195,10 @@ HostTensor read_output(const std::string& dir, const json& outputs, const char* 
   } catch (const std::exception& e) {
     throw PeerProtocolError(std::string("peer output ") + key + ": " + e.what());
   }
-  if (!npy::is_float(a.dtype))
-    throw PeerProtocolError(path.string() + ": " + key + " must be float64 or float32, got " + npy::descr(a.dtype));
+  const bool bits = a.dtype == npy::Dtype::u2 && (dtype == DType::fp16 || dtype == DType::bf16);
+  if (!npy::is_float(a.dtype) && !bits)
+    throw PeerProtocolError(path.string() + ": " + key + " must be float64, float32 or (fp16 / bf16 problems) uint16 bits, got " +
+                            npy::descr(a.dtype));
   int64_t numel = 1;
   for (int64_t s : shape) numel *= s;
   const bool flat_ok = (shape.size() == 1 || allow_flat) && a.shape.size() == 1 && a.numel() == numel;
@@ -187,7 +210,14 @@ HostTensor read_output(const std::string& dir, const json& outputs, const char* 
   }
   HostTensor t;
   t.shape = shape;
-  t.data = a.to_double();
+  if (bits) {
+    t.data.resize(static_cast<size_t>(numel));
+    parallel_chunks(t.data.size(), [&](size_t begin, size_t end) {
+      decode_span(a.raw.data(), begin, end - begin, dtype, t.data.data() + begin);
+    });
+  } else {
+    t.data = a.to_double();
+  }
   return t;
 }
 
@@ -241,13 +271,15 @@ PeerResult read_result(const std::string& dir, const Problem& p, bool with_grads
 
   if (r.status != "ok") return r;
   const json outputs = j.contains("outputs") && j["outputs"].is_object() ? j["outputs"] : json::object();
-  r.outputs.o = read_output(dir, outputs, "o", {p.batch, p.heads_q, p.seq_q, p.head_dim_v}, file);
-  r.outputs.lse = read_output(dir, outputs, "lse", {p.batch, p.heads_q, p.seq_q}, file);
+  r.outputs.o = read_output(dir, outputs, "o", {p.batch, p.heads_q, p.seq_q, p.head_dim_v}, file, p.dtype);
+  // LSE and dbias are float32 quantities: never 16-bit bits
+  r.outputs.lse = read_output(dir, outputs, "lse", {p.batch, p.heads_q, p.seq_q}, file, DType::fp32);
   if (with_grads) {
-    r.outputs.dq = read_output(dir, outputs, "dq", {p.batch, p.heads_q, p.seq_q, p.head_dim}, file);
-    r.outputs.dk = read_output(dir, outputs, "dk", {p.batch, p.heads_kv, p.seq_k, p.head_dim}, file);
-    r.outputs.dv = read_output(dir, outputs, "dv", {p.batch, p.heads_kv, p.seq_k, p.head_dim_v}, file);
-    if (p.has_learnable_bias()) r.outputs.dbias = read_output(dir, outputs, "dbias", bias_shape(p), file, true).data;
+    r.outputs.dq = read_output(dir, outputs, "dq", {p.batch, p.heads_q, p.seq_q, p.head_dim}, file, p.dtype);
+    r.outputs.dk = read_output(dir, outputs, "dk", {p.batch, p.heads_kv, p.seq_k, p.head_dim}, file, p.dtype);
+    r.outputs.dv = read_output(dir, outputs, "dv", {p.batch, p.heads_kv, p.seq_k, p.head_dim_v}, file, p.dtype);
+    if (p.has_learnable_bias())
+      r.outputs.dbias = read_output(dir, outputs, "dbias", bias_shape(p), file, DType::fp32, true).data;
   }
   return r;
 }

@@ -1,7 +1,8 @@
 // A small reader and writer for NumPy .npy files (format versions 1.0 and 2.0),
 // enough for the `attnbench reference` contract (docs/semantics.md section 11): C-order
-// arrays of little-endian float64 ('<f8'), float32 ('<f4'), int64 ('<i8') and
-// int32 ('<i4').
+// arrays of little-endian float64 ('<f8'), float32 ('<f4'), int64 ('<i8'),
+// int32 ('<i4') and uint16 ('<u2': the peer protocol carries fp16 / bf16 bits in
+// them, docs/peers.md).
 //
 // File layout (numpy/lib/format.py, "NPY format" NEP 1):
 //   "\x93NUMPY", major, minor (1 byte each),
@@ -21,11 +22,11 @@
 namespace attnbench::npy {
 
 /// Element types this module reads and writes.
-enum class Dtype { f8, f4, i8, i4 };
+enum class Dtype { f8, f4, i8, i4, u2 };
 
-/// The .npy descriptor of `t`: "<f8", "<f4", "<i8", "<i4".
+/// The .npy descriptor of `t`: "<f8", "<f4", "<i8", "<i4", "<u2".
 const char* descr(Dtype t);
-/// Bytes per element (8, 4, 8, 4).
+/// Bytes per element (8, 4, 8, 4, 2).
 int itemsize(Dtype t);
 /// True for f8 and f4.
 bool is_float(Dtype t);
@@ -42,7 +43,8 @@ struct Array {
 
   /// Product of the shape (1 for a 0-d array).
   int64_t numel() const;
-  /// Elements as float64 (exact for f8/f4 and for integers below 2^53).
+  /// Elements as float64 (exact for f8/f4 and for integers below 2^53; u2 as the
+  /// integer value, not as fp16 / bf16 bits).
   std::vector<double> to_double() const;
   /// Elements as int64. Throws std::invalid_argument for float dtypes.
   std::vector<int64_t> to_int64() const;
@@ -74,5 +76,6 @@ void write(const std::string& path, const std::vector<int64_t>& shape, const dou
 void write(const std::string& path, const std::vector<int64_t>& shape, const float* data);
 void write(const std::string& path, const std::vector<int64_t>& shape, const int64_t* data);
 void write(const std::string& path, const std::vector<int64_t>& shape, const int32_t* data);
+void write(const std::string& path, const std::vector<int64_t>& shape, const uint16_t* data);
 
 }  // namespace attnbench::npy

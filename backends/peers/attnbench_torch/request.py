@@ -20,8 +20,36 @@ from .support import static_support
 from .timing import StreamHold, time_pass
 
 
+def bits_to_tensor(T, a, dt):
+    """A host array read from a .npy file as a torch tensor of dtype `dt`: a uint16
+    array holds the fp16 / bf16 bits of `dt` (docs/peers.md, "16-bit bits"), any
+    other array holds values, converted (exactly: they are already in `dt`).
+    Raises RequestError for uint16 bits of a dtype that is not 16 bits wide."""
+    np, torch = T.np, T.torch
+    a = np.ascontiguousarray(a)
+    if a.dtype == np.uint16:
+        if dt not in (torch.float16, torch.bfloat16):
+            raise RequestError(f"uint16 (16-bit bits) given for a {dt} tensor")
+        return torch.from_numpy(a.view(np.int16)).view(dt)
+    return torch.from_numpy(a).to(dt)
+
+
+def tensor_to_npy(T, t, dt):
+    """The host array a worker saves for output `t`: the bits as uint16 when `t` has
+    the problem's 16-bit dtype `dt` (half the bytes of float32, exact), else float32
+    (float64 for a float64 tensor), both exact for fp32 / fp16 / bf16 results.
+    `dt` None: never bits."""
+    torch = T.torch
+    t = t.detach()
+    if t.dtype == dt and dt in (torch.float16, torch.bfloat16):
+        return t.contiguous().to("cpu").view(torch.int16).numpy().view(T.np.uint16)
+    wide = torch.float64 if t.dtype == torch.float64 else torch.float32
+    return t.to("cpu", dtype=wide).contiguous().numpy()
+
+
 def load_inputs(T, req_dir, req, p):
-    """Logical float32 / float64 host arrays -> device tensors of the problem dtype.
+    """Logical host arrays (float32 / float64 values, or uint16 bits of the problem's
+    16-bit dtype) -> device tensors of the problem dtype.
     Returns a dict with logical [B, H, S, D] device tensors q, k, v, do (strides of
     the problem's physical layout), and bias (float32) / offset (int64) if used."""
     np, torch = T.np, T.torch
@@ -40,7 +68,8 @@ def load_inputs(T, req_dir, req, p):
             raise RequestError(f"cannot read input {name}: {path}: {e}") from None
         except ValueError as e:
             raise RequestError(f"{path}: not a readable .npy file ({e})") from None
-        if a.dtype.kind not in kinds:
+        bits = "b" in kinds and a.dtype == np.uint16 and p.dtype in ("fp16", "bf16")
+        if a.dtype.kind not in kinds.replace("b", "") and not bits:
             raise RequestError(f"{path}: dtype {a.dtype} not accepted for {name}")
         if tuple(a.shape) != tuple(shape):
             if a.size == math.prod(shape):
@@ -52,15 +81,15 @@ def load_inputs(T, req_dir, req, p):
     B, Hq, Hkv, Sq, Sk, D, Dv = p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, p.head_dim, p.head_dim_v
 
     def place(a):
-        t = torch.from_numpy(np.ascontiguousarray(a)).to(dt)  # exact: values are already in the dtype
+        t = bits_to_tensor(T, a, dt)
         if p.layout == "bshd":
             t = t.permute(0, 2, 1, 3).contiguous().to(T.dev).permute(0, 2, 1, 3)
         else:
             t = t.contiguous().to(T.dev)
         return t.detach()
 
-    out = {"q": place(load("q", (B, Hq, Sq, D))), "k": place(load("k", (B, Hkv, Sk, D))),
-           "v": place(load("v", (B, Hkv, Sk, Dv))), "do": place(load("do", (B, Hq, Sq, Dv)))}
+    out = {"q": place(load("q", (B, Hq, Sq, D), "fb")), "k": place(load("k", (B, Hkv, Sk, D), "fb")),
+           "v": place(load("v", (B, Hkv, Sk, Dv), "fb")), "do": place(load("do", (B, Hq, Sq, Dv), "fb"))}
     bshape = p.bias_shape()
     if bshape is not None:
         out["bias"] = torch.from_numpy(load("bias", bshape).astype(np.float32)).to(T.dev)
@@ -70,7 +99,6 @@ def load_inputs(T, req_dir, req, p):
             raise RequestError(f"offset values must lie in [0, {p.bias_size})")
         out["offset"] = torch.from_numpy(off).to(T.dev)
     return out
-
 
 
 def _bitwise_equal(T, a, b):
@@ -124,7 +152,7 @@ def _masked_row_notes(T, peer, res, row_any, notes):
             notes.append(f"{key}: {nn} NaN values outside fully masked rows")
 
 
-def _save_outputs(T, req_dir, res, want_grads):
+def _save_outputs(T, req_dir, res, want_grads, dt):
     np = T.np
     files = {}
     for key in ("o", "lse", "dq", "dk", "dv", "dbias"):
@@ -133,11 +161,9 @@ def _save_outputs(T, req_dir, res, want_grads):
             continue
         if key in ("dq", "dk", "dv", "dbias") and not want_grads:
             continue
-        # float32 is exact for bf16 / fp16 / fp32 results (half the bytes of float64)
-        wide = T.torch.float64 if t.dtype == T.torch.float64 else T.torch.float32
-        a = t.detach().to("cpu", dtype=wide).contiguous().numpy()
         name = f"{key}.npy"
-        np.save(os.path.join(req_dir, name), a, allow_pickle=False)
+        bits_dt = dt if key in ("o", "dq", "dk", "dv") else None  # LSE and dbias travel as float32
+        np.save(os.path.join(req_dir, name), tensor_to_npy(T, t, bits_dt), allow_pickle=False)
         files[key] = name
     return files
 
@@ -245,7 +271,7 @@ def _run_peer(T, peer, req, req_dir, want_grads, passes, policy, result):
         result["lse_source"] = peer.lse_source
         row_any = peer.mask.row_any(T) if peer.mask is not None else None
         _masked_row_notes(T, peer, res, row_any, notes)
-        result["outputs"] = _save_outputs(T, req_dir, res, want_grads)
+        result["outputs"] = _save_outputs(T, req_dir, res, want_grads, T.dtype(peer.p.dtype))
         result["memory"] = {"allocated_bytes": int(alloc),
                             "peak_bytes": int(torch.cuda.max_memory_allocated(T.dev))}
         if req.get("determinism", True):

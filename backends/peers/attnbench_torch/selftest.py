@@ -16,7 +16,7 @@ import time
 from . import golden, rng, torch_env
 from .problems import Problem
 from .protocol import PASSES, PEERS, PROTOCOL, Unsupported, write_json_atomic
-from .request import run_request
+from .request import bits_to_tensor, run_request, tensor_to_npy
 from .torch_mask import TorchMask
 
 
@@ -159,7 +159,10 @@ def _write_case(T, root, ci, cname, pj):
     write_json_atomic(os.path.join(cdir, "problem.json"), pj)
     inp = _make_inputs(T, p, 1000 + ci)
     for key, t in inp.items():
-        np.save(os.path.join(cdir, f"{key}.npy"), t.numpy(), allow_pickle=False)
+        a = t.numpy()
+        if key in ("q", "k", "v", "do") and p.dtype in ("fp16", "bf16"):
+            a = tensor_to_npy(T, t.to(T.dtype(p.dtype)), T.dtype(p.dtype))  # as attnbench writes them: 16-bit bits
+        np.save(os.path.join(cdir, f"{key}.npy"), a, allow_pickle=False)
     failures = []
     dense_py = torch.tensor([[[p.allowed(b, i, j) for j in range(p.seq_k)] for i in range(p.seq_q)]
                              for b in range(p.batch)], dtype=torch.bool)
@@ -202,7 +205,8 @@ def _compare_outputs(T, p, res, pdir, gold, lpr, row_ok):
         if not fname:
             bad.append(f"{key} missing")
             continue
-        got = torch.from_numpy(np.load(os.path.join(pdir, fname)))
+        a = np.load(os.path.join(pdir, fname))
+        got = bits_to_tensor(T, a, T.dtype(p.dtype)).double() if a.dtype == np.uint16 else torch.from_numpy(a)
         g, lp_ = gold[key], lpr[key]
         if key in ("o", "dq"):
             sel = row_ok[:, None, :, None].expand_as(g)
