@@ -24,7 +24,9 @@ if ((${#missing[@]})); then
   [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   # An offline machine (or one whose libraries were installed without dpkg) may
   # still build: warn and let the CMake configure step name what is really missing.
-  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+  # Short network timeouts and no retries: an offline machine fails here in seconds.
+  apt_net=(-o Acquire::Retries=0 -o Acquire::http::Timeout=15 -o Acquire::https::Timeout=15)
+  if ! { $SUDO apt-get "${apt_net[@]}" update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get "${apt_net[@]}" install -y -qq \
            --no-install-recommends "${missing[@]}"; }; then
     echo "bootstrap: WARNING: could not install ${missing[*]} with apt-get; continuing with what is installed" >&2
   fi
@@ -43,7 +45,8 @@ if ((${#missing_opt[@]})) && [[ "${ATTNBENCH_NO_FUZZ:-0}" != 1 ]]; then
   echo "bootstrap: installing (optional, for fuzzing) ${missing_opt[*]}"
   SUDO=""
   [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing_opt[@]}"; then
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o Acquire::Retries=0 -o Acquire::http::Timeout=15 install -y -qq \
+       --no-install-recommends "${missing_opt[@]}"; then
     echo "bootstrap: note: could not install ${missing_opt[*]}; ci/fuzz.sh will skip fuzzing" >&2
   fi
 fi
