@@ -11,7 +11,7 @@
 //   DecodeTokens     kernels::decode_tokens of the same
 // Counters: GB/s of float64 logical data (400 MB per tensor) per wall second.
 //
-//   build-cpu/bench/bench_host_passes --benchmark_min_time=1s
+//   build/bench_host_passes --benchmark_min_time=1
 //   (results: docs/results/2026-11-28-host-passes.md)
 #include <benchmark/benchmark.h>
 
@@ -32,10 +32,7 @@ namespace {
 Problem problem() { return bench::host_pass_problem(); }
 
 /// Q of problem(), generated once.
-const HostTensor& q_tensor() {
-  static const HostTensor q = make_inputs(problem()).q;
-  return q;
-}
+const HostTensor& q_tensor() { return bench::host_pass_inputs().q; }
 
 /// Documents of 100, 237, ... 1100 tokens packed along each row of 2048.
 kernels::Sequences documents() {
@@ -56,10 +53,7 @@ kernels::Sequences documents() {
   return s;
 }
 
-void rate(benchmark::State& state, double tensors) {
-  state.counters["GB/s"] = benchmark::Counter(tensors * 8.0 * static_cast<double>(q_tensor().data.size()) * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
-}
+void rate(benchmark::State& state, double tensors) { bench::logical_rate(state, tensors); }
 
 void Inputs(benchmark::State& state) {
   const Problem p = problem();

@@ -5,15 +5,13 @@
 //   WriteWorkDir   write_work_dir: problem.json, request.json, q / k / v / dO .npy
 //   ReadResult     read_result with gradients: o, lse, dq, dk, dv as the worker
 //                  writes them (the problem dtype's bits, "encoding" in result.json)
-// The work directory is under ATTNBENCH_PEER_WORKDIR's default (peer_config.cpp:
-// /dev/shm when it exists, else the temporary directory).
+// The work directory is under $ATTNBENCH_PEER_WORKDIR, else the temporary directory
+// (run it with ATTNBENCH_PEER_WORKDIR=/dev/shm for the memory file system).
 // Counters: GB/s of float64 logical data (4 tensors of 400 MB) per wall second.
 //
 //   build/bench_peer_protocol --benchmark_min_time=1
 //   (results: docs/results/2026-11-28-peer-protocol.md)
 #include <benchmark/benchmark.h>
-
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -22,8 +20,8 @@
 
 #include "backends/peers/peer_config.hpp"
 #include "backends/peers/peer_protocol.hpp"
-#include "harness/model/npy.hpp"
 #include "bench/bench_problem.hpp"
+#include "harness/model/npy.hpp"
 #include "harness/model/tensors.hpp"
 
 using namespace attnbench;
@@ -31,46 +29,28 @@ using namespace attnbench;
 namespace {
 
 namespace fs = std::filesystem;
+using bench::host_pass_inputs;
 
 Problem problem() { return bench::host_pass_problem(); }
 
-const ProblemData& inputs() {
-  static const ProblemData in = make_inputs(problem());
-  return in;
-}
-
-/// A fresh work directory under the peers' default work root, removed at exit.
-struct Dir {
-  fs::path path;
-  Dir() {
-    path = fs::path(peers::resolve_launch_config({}).work_root) / ("attnbench-bench-" + std::to_string(::getpid()));
-    fs::create_directories(path);
-  }
-  ~Dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-void rate(benchmark::State& state) {
-  state.counters["GB/s"] = benchmark::Counter(4 * 8.0 * static_cast<double>(inputs().q.data.size()) * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
-}
+/// The peers' default work root (peer_config.cpp: the temporary directory, or
+/// $ATTNBENCH_PEER_WORKDIR).
+fs::path work_root() { return peers::resolve_launch_config({}).work_root; }
 
 void WriteWorkDir(benchmark::State& state) {
-  inputs();  // generated once, outside the timing
-  Dir d;
+  host_pass_inputs();  // generated once, outside the timing
+  const bench::ScratchDir d(work_root(), "peer");
   peers::RunContext ctx;
-  for (auto _ : state) peers::write_work_dir(d.path.string(), "torch-sdpa-flash", problem(), inputs(), ctx);
-  rate(state);
+  for (auto _ : state) peers::write_work_dir(d.path.string(), "torch-sdpa-flash", problem(), host_pass_inputs(), ctx);
+  bench::logical_rate(state, 4);
 }
 
 void ReadResult(benchmark::State& state) {
-  Dir d;
+  const bench::ScratchDir d(work_root(), "peer");
   // The outputs as a worker writes them: the inputs' files stand in for o, dq, dk,
   // dv (same shapes and dtype), lse as float32.
   peers::RunContext ctx;
-  peers::write_work_dir(d.path.string(), "torch-sdpa-flash", problem(), inputs(), ctx);
+  peers::write_work_dir(d.path.string(), "torch-sdpa-flash", problem(), host_pass_inputs(), ctx);
   const Problem p = problem();
   for (const char* name : {"q", "k", "v", "do"}) {
     const char* out = name[0] == 'q' ? "dq" : name[0] == 'k' ? "dk" : name[0] == 'v' ? "dv" : "o";
@@ -84,7 +64,7 @@ void ReadResult(benchmark::State& state) {
   if (request.contains("encoding")) result["encoding"] = {{"o", "bf16"}, {"dq", "bf16"}, {"dk", "bf16"}, {"dv", "bf16"}};
   std::ofstream((d.path / "result.json").string()) << result.dump();
   for (auto _ : state) benchmark::DoNotOptimize(peers::read_result(d.path.string(), p, true).outputs.o.data.data());
-  rate(state);
+  bench::logical_rate(state, 4);
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ Problem small_problem(uint64_t seed = 7) {
 
 }  // namespace
 
-TEST_CASE("a gold bundle reads back bit-exact; float32 where every value is one, float64 otherwise") {
+TEST_CASE("a gold bundle reads back bit-exact in the narrowest exact type: bf16 / fp16 bits, float32, float64") {
   test::cli::TempDir dir;
   const fs::path file = dir.path / "b.gold";
   GoldBundle b;
@@ -56,13 +56,19 @@ TEST_CASE("a gold bundle reads back bit-exact; float32 where every value is one,
   halfs.data[5] = -std::numeric_limits<double>::infinity();
   HostTensor doubles({3});
   doubles.data = {0.1, 1.0 / 3.0, -2e-300};
+  HostTensor f32s({2});
+  f32s.data = {1.0 + std::ldexp(1.0, -20), 2.0};  // a float32, neither bf16 nor fp16
+  HostTensor fp16s({2});
+  fp16s.data = {1.0 + std::ldexp(1.0, -9), -3.0};  // an fp16, not a bf16
   b.arrays["halfs"] = halfs;
   b.arrays["doubles"] = doubles;
   b.arrays["empty"] = HostTensor({0});
+  b.arrays["f32s"] = f32s;
+  b.arrays["fp16s"] = fp16s;
   const nlohmann::json key = {{"kind", "test"}, {"n", 1}};
   write_gold_bundle(file, key, b);
-  // float32 for `halfs` (6 * 4 bytes), float64 for `doubles` (3 * 8): the payload
-  // is their sum; the trailer follows.
+  // By name: doubles float64 (3 * 8 bytes at 0), empty (at 24), f32s float32 (2 * 4 at
+  // 24), fp16s fp16 bits (2 * 2 at 32), halfs bf16 bits (6 * 2 at 36); the trailer follows.
   std::string why;
   auto back = read_gold_bundle(file, key, &why);
   REQUIRE_MESSAGE(back, why);
@@ -71,11 +77,17 @@ TEST_CASE("a gold bundle reads back bit-exact; float32 where every value is one,
   CHECK(same_values(back->arrays.at("halfs").data, halfs.data));
   CHECK(bits_equal(back->arrays.at("doubles").data, doubles.data));
   CHECK(back->arrays.at("empty").data.empty());
+  CHECK(bits_equal(back->arrays.at("f32s").data, f32s.data));
+  CHECK(bits_equal(back->arrays.at("fp16s").data, fp16s.data));
   const std::string bytes = test::cli::slurp(file);
-  CHECK(bytes.find("\"dtype\":\"f4\"") != std::string::npos);
-  CHECK(bytes.find("\"dtype\":\"f8\"") != std::string::npos);
+  const nlohmann::json trailer = nlohmann::json::parse(bytes.substr(36 + 12, bytes.size() - 16 - 36 - 12));
+  std::map<std::string, std::pair<std::string, uint64_t>> stored;  // name -> (dtype, offset)
+  for (const auto& a : trailer["arrays"]) stored[a["name"]] = {a["dtype"], a["offset"]};
+  CHECK(stored["doubles"] == std::pair<std::string, uint64_t>{"f8", 0});
+  CHECK(stored["f32s"] == std::pair<std::string, uint64_t>{"f4", 24});
+  CHECK(stored["fp16s"] == std::pair<std::string, uint64_t>{"fp16", 32});
+  CHECK(stored["halfs"] == std::pair<std::string, uint64_t>{"bf16", 36});
   CHECK(bytes.substr(bytes.size() - 8) == "ABGOLD01");
-  CHECK(bytes.find("\"offset\":24") != std::string::npos);  // arrays by name: halfs after the 3 float64 doubles
 }
 
 TEST_CASE("stale, torn, corrupted or missing files are never used") {
@@ -129,9 +141,10 @@ TEST_CASE("GoldStore: inputs and reference round-trip exactly; keys tell problem
   CHECK(back->q.shape == in.q.shape);
   CHECK(bits_equal(back->bias, in.bias));
   CHECK(back->offset == in.offset);
-  // bf16 inputs are float32-exact: stored at 4 bytes an element (plus a small trailer)
+  // bf16 inputs are stored as their bits: 2 bytes an element (plus the bias, the
+  // offsets and a small trailer)
   const auto numel = in.q.data.size() + in.k.data.size() + in.v.data.size() + in.d_o.data.size();
-  CHECK(fs::file_size(store.file_for(GoldStore::inputs_key(p))) < 4 * numel + 4 * 64 + 4096);
+  CHECK(fs::file_size(store.file_for(GoldStore::inputs_key(p))) < 2 * numel + 8 * 64 + 4096);
 
   Problem other_seed = p;
   other_seed.seed = 8;

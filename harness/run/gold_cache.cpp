@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "harness/model/dtype_codec.hpp"
 #include "harness/model/json_util.hpp"
 #include "harness/model/printable.hpp"
 #include "harness/model/thread_pool.hpp"
@@ -27,44 +29,69 @@ namespace attnbench {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'B', 'G', 'O', 'L', 'D', '0', '1'};
-constexpr const char* kFormat = "attnbench-gold 1";
+constexpr const char* kFormat = "attnbench-gold 2";  // 2: arrays may be stored as bf16 / fp16 bits
 constexpr size_t kChunk = size_t{1} << 22;  // elements per read / write chunk (32 MiB as float64)
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Every value exactly a float32 (NaN included: it reads back as a quiet NaN).
-bool float32_exact(const std::vector<double>& v) {
-  std::atomic<bool> exact{true};
+/// The narrowest exact storage of `v`: "bf16" or "fp16" (their bits) when every
+/// value is one, else "f4" when every value is a float32, else "f8". NaN counts as
+/// exact everywhere (it reads back as a quiet NaN); one parallel pass.
+const char* storage_dtype(const std::vector<double>& v) {
+  std::atomic<bool> bf16{true}, fp16{true}, f4{true};
   parallel_chunks(v.size(), [&](size_t b, size_t e) {
-    for (size_t i = b; i < e && exact.load(std::memory_order_relaxed); ++i)
-      if (!std::isnan(v[i]) && static_cast<double>(static_cast<float>(v[i])) != v[i]) exact = false;
+    bool is_bf16 = bf16.load(std::memory_order_relaxed), is_fp16 = fp16.load(std::memory_order_relaxed),
+         is_f4 = f4.load(std::memory_order_relaxed);
+    for (size_t i = b; i < e && (is_bf16 || is_fp16 || is_f4); ++i) {
+      const double x = v[i];
+      if (std::isnan(x)) continue;
+      is_f4 = is_f4 && static_cast<double>(static_cast<float>(x)) == x;
+      is_bf16 = is_bf16 && bf16_value(bf16_bits(x)) == x;
+      is_fp16 = is_fp16 && fp16_value(fp16_bits(x)) == x;
+    }
+    if (!is_bf16) bf16 = false;
+    if (!is_fp16) fp16 = false;
+    if (!is_f4) f4 = false;
   });
-  return exact.load();
+  return bf16 ? "bf16" : fp16 ? "fp16" : f4 ? "f4" : "f8";
+}
+
+/// Bytes per element of a stored dtype ("bf16", "fp16", "f4", "f8"); 0 for another name.
+size_t storage_width(const std::string& dtype) {
+  return dtype == "bf16" || dtype == "fp16" ? 2 : dtype == "f4" ? 4 : dtype == "f8" ? 8 : 0;
 }
 
 uint32_t crc_update(uint32_t crc, const void* data, size_t bytes) {
   return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), bytes));
 }
 
-/// Append one array to `out` (chunked: float32 converted through a small buffer);
-/// returns its trailer entry.
+/// Append one array to `out` in storage_dtype(t) (chunked: narrow types converted
+/// through a small buffer on the pass pool); returns its trailer entry.
 nlohmann::json write_array(std::FILE* out, const std::string& name, const HostTensor& t, uint64_t offset,
                            const std::string& path) {
-  const bool f4 = float32_exact(t.data);
-  const size_t width = f4 ? 4 : 8;
+  const std::string dtype = storage_dtype(t.data);
+  const size_t width = storage_width(dtype);
   uint32_t crc = static_cast<uint32_t>(crc32_z(0, Z_NULL, 0));
-  std::vector<float> buf;
+  std::unique_ptr<unsigned char[]> buf(width < 8 ? new unsigned char[std::min(t.data.size(), kChunk) * width] : nullptr);
   for (size_t b = 0; b < t.data.size(); b += kChunk) {
     const size_t e = std::min(t.data.size(), b + kChunk);
     const void* src = t.data.data() + b;
-    if (f4) {
-      buf.resize(e - b);
+    if (width < 8) {
       parallel_chunks(e - b, [&](size_t i0, size_t i1) {
-        for (size_t i = i0; i < i1; ++i) buf[i] = static_cast<float>(t.data[b + i]);
+        for (size_t i = i0; i < i1; ++i) {
+          const double x = t.data[b + i];
+          if (width == 4) {
+            const float f = static_cast<float>(x);
+            std::memcpy(buf.get() + 4 * i, &f, 4);
+          } else {
+            const uint16_t h = dtype == "bf16" ? bf16_bits(x) : fp16_bits(x);
+            std::memcpy(buf.get() + 2 * i, &h, 2);
+          }
+        }
       });
-      src = buf.data();
+      src = buf.get();
     }
     const size_t bytes = (e - b) * width;
     if (std::fwrite(src, 1, bytes, out) != bytes) throw std::runtime_error(path + ": write failed (disk full?)");
@@ -72,7 +99,7 @@ nlohmann::json write_array(std::FILE* out, const std::string& name, const HostTe
   }
   return {{"name", name},
           {"shape", t.shape},
-          {"dtype", f4 ? "f4" : "f8"},
+          {"dtype", dtype},
           {"offset", offset},
           {"bytes", static_cast<uint64_t>(t.data.size() * width)},
           {"crc32", crc}};
@@ -82,8 +109,8 @@ nlohmann::json write_array(std::FILE* out, const std::string& name, const HostTe
 /// false with `why` on any mismatch.
 bool read_array(std::FILE* in, const nlohmann::json& a, uint64_t payload, HostTensor& t, std::string& why) {
   const std::string dtype = a.at("dtype").get<std::string>();
-  if (dtype != "f4" && dtype != "f8") return why = "unknown dtype " + dtype, false;
-  const size_t width = dtype == "f4" ? 4 : 8;
+  const size_t width = storage_width(dtype);
+  if (width == 0) return why = "unknown dtype " + dtype, false;
   t.shape = a.at("shape").get<std::vector<int64_t>>();
   uint64_t numel = 1;
   for (int64_t d : t.shape) {
@@ -96,20 +123,25 @@ bool read_array(std::FILE* in, const nlohmann::json& a, uint64_t payload, HostTe
   if (::fseeko(in, static_cast<off_t>(offset), SEEK_SET) != 0) return why = "seek failed", false;
   t.data.resize(numel);
   uint32_t crc = static_cast<uint32_t>(crc32_z(0, Z_NULL, 0));
-  std::vector<float> buf;
+  std::unique_ptr<unsigned char[]> buf(width < 8 ? new unsigned char[std::min<size_t>(numel, kChunk) * width] : nullptr);
+  const DType narrow = dtype == "bf16" ? DType::bf16 : DType::fp16;
   for (size_t b = 0; b < numel; b += kChunk) {
     const size_t e = std::min<size_t>(numel, b + kChunk);
-    void* dst = t.data.data() + b;
-    if (width == 4) {
-      buf.resize(e - b);
-      dst = buf.data();
-    }
+    void* dst = width < 8 ? static_cast<void*>(buf.get()) : static_cast<void*>(t.data.data() + b);
     const size_t n = (e - b) * width;
     if (std::fread(dst, 1, n, in) != n) return why = "short read", false;
     crc = crc_update(crc, dst, n);
     if (width == 4)
       parallel_chunks(e - b, [&](size_t i0, size_t i1) {
-        for (size_t i = i0; i < i1; ++i) t.data[b + i] = static_cast<double>(buf[i]);
+        for (size_t i = i0; i < i1; ++i) {
+          float f;
+          std::memcpy(&f, buf.get() + 4 * i, 4);
+          t.data[b + i] = static_cast<double>(f);
+        }
+      });
+    else if (width == 2)
+      parallel_chunks(e - b, [&](size_t i0, size_t i1) {
+        decode_span(buf.get(), i0, i1 - i0, narrow, t.data.data() + b + i0);
       });
   }
   if (crc != a.at("crc32").get<uint32_t>()) return why = "CRC-32 mismatch in " + a.at("name").get<std::string>(), false;
@@ -208,7 +240,14 @@ bool take_outputs(GoldBundle& b, const std::string& prefix, AttentionOutputs& o,
 
 // ------------------------------------------------------------------ file layout
 
-void write_gold_bundle(const std::filesystem::path& path, const nlohmann::json& key, const GoldBundle& bundle) {
+namespace {
+
+/// An array to write under a name, not copied (the inputs are GBs).
+using ArrayRefs = std::vector<std::pair<std::string, const HostTensor*>>;
+
+/// write_gold_bundle() of `arrays` and `meta`.
+void write_arrays(const std::filesystem::path& path, const nlohmann::json& key, const nlohmann::json& meta,
+                  const ArrayRefs& arrays_in) {
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
   const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
@@ -217,12 +256,12 @@ void write_gold_bundle(const std::filesystem::path& path, const nlohmann::json& 
     if (!out) throw std::runtime_error(tmp.string() + ": cannot create: " + std::strerror(errno));
     nlohmann::json arrays = nlohmann::json::array();
     uint64_t offset = 0;
-    for (const auto& [name, t] : bundle.arrays) {
-      arrays.push_back(write_array(out.get(), name, t, offset, tmp.string()));
+    for (const auto& [name, t] : arrays_in) {
+      arrays.push_back(write_array(out.get(), name, *t, offset, tmp.string()));
       offset += arrays.back()["bytes"].get<uint64_t>();
     }
     const std::string trailer =
-        nlohmann::json{{"format", kFormat}, {"key", key}, {"meta", bundle.meta}, {"arrays", arrays}}.dump();
+        nlohmann::json{{"format", kFormat}, {"key", key}, {"meta", meta}, {"arrays", arrays}}.dump();
     const uint64_t len = trailer.size();
     if (std::fwrite(trailer.data(), 1, trailer.size(), out.get()) != trailer.size() ||
         std::fwrite(&len, sizeof len, 1, out.get()) != 1 || std::fwrite(kMagic, 1, 8, out.get()) != 8 ||
@@ -234,6 +273,14 @@ void write_gold_bundle(const std::filesystem::path& path, const nlohmann::json& 
     std::filesystem::remove(tmp, ec);
     throw;
   }
+}
+
+}  // namespace
+
+void write_gold_bundle(const std::filesystem::path& path, const nlohmann::json& key, const GoldBundle& bundle) {
+  ArrayRefs refs;
+  for (const auto& [name, t] : bundle.arrays) refs.emplace_back(name, &t);
+  write_arrays(path, key, bundle.meta, refs);
 }
 
 std::optional<GoldBundle> read_gold_bundle(const std::filesystem::path& path, const nlohmann::json& key,
@@ -320,15 +367,11 @@ std::optional<ProblemData> GoldStore::load_inputs(const Problem& p) const {
 
 bool GoldStore::save_inputs(const Problem& p, const ProblemData& in) const {
   if (!enabled()) return false;
-  GoldBundle b;
-  b.arrays["q"] = in.q;
-  b.arrays["k"] = in.k;
-  b.arrays["v"] = in.v;
-  b.arrays["do"] = in.d_o;
-  b.arrays["bias"] = as_tensor(in.bias);
-  b.arrays["offset"] = as_tensor(std::vector<double>(in.offset.begin(), in.offset.end()));
+  const HostTensor bias = as_tensor(in.bias);
+  const HostTensor offset = as_tensor(std::vector<double>(in.offset.begin(), in.offset.end()));
+  const ArrayRefs arrays = {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"do", &in.d_o}, {"bias", &bias}, {"offset", &offset}};
   try {
-    write_gold_bundle(file_for(inputs_key(p)), inputs_key(p), b);
+    write_arrays(file_for(inputs_key(p)), inputs_key(p), nlohmann::json(), arrays);
     return true;
   } catch (const std::exception& e) {
     warn(std::string("cannot share the case's inputs: ") + e.what());

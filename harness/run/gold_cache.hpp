@@ -31,13 +31,15 @@
 //    the sharing (a warning on stderr), never a row.
 //
 // File layout (native little-endian): the arrays' bytes back to back, then a JSON
-// trailer {"format", "key", "meta", "arrays": [{"name", "shape", "dtype" ("f4" or
-// "f8"), "offset", "bytes", "crc32"}]}, then the trailer's length (uint64) and the
+// trailer {"format", "key", "meta", "arrays": [{"name", "shape", "dtype" ("bf16",
+// "fp16", "f4" or "f8"), "offset", "bytes", "crc32"}]}, then the trailer's length (uint64) and the
 // 8 magic bytes "ABGOLD01". Of a sampled reference only the checked (batch,
 // kv-head) slices are stored (the rest is NaN, as reference::gold leaves it, and
-// comes back so). An array is stored as float32 when every value is
-// exactly a float32 (make_inputs rounds to the dtype, so inputs halve; NaN counts
-// as exact and reads back as a quiet NaN), else as float64.
+// comes back so). An array is stored in the narrowest type that holds every value
+// exactly: the bits of bf16, else of fp16, else float32, else float64 (make_inputs
+// rounds to the dtype, so a bf16 case's inputs take a quarter of their float64
+// bytes; NaN counts as exact and reads back as a quiet NaN). The arrays are written
+// from the caller's tensors, not copied.
 #pragma once
 
 #include <cstdint>
