@@ -1,4 +1,5 @@
 #include "harness/cli/cli.hpp"
+#include "harness/model/host_memory.hpp"
 #include "harness/model/version.hpp"
 
 #include <algorithm>
@@ -136,6 +137,7 @@ void load_unit_plugin(const std::string& backend) {
 }
 
 int main_entry(int argc, char** argv) {
+  keep_freed_host_memory();  // rows reuse the pages of the last row's host tensors (host_memory.hpp)
   for (int i = 0; i < argc; ++i) {
     g_command_line += (i ? " " : "") + std::string(argv[i]);
     g_argv.emplace_back(argv[i]);
