@@ -4,7 +4,7 @@
 // bf16: four tensors of 50,331,648 elements, 400 MB each as float64):
 //   WriteWorkDir   write_work_dir: problem.json, request.json, q / k / v / dO .npy
 //   ReadResult     read_result with gradients: o, lse, dq, dk, dv as the worker
-//                  writes them (the problem dtype's bits, "encoding" in result.json)
+//                  writes them (the problem dtype's bits)
 // The work directory is under $ATTNBENCH_PEER_WORKDIR, else the temporary directory
 // (run it with ATTNBENCH_PEER_WORKDIR=/dev/shm for the memory file system).
 // Counters: GB/s of float64 logical data (4 tensors of 400 MB) per wall second.
@@ -59,9 +59,7 @@ void ReadResult(benchmark::State& state) {
   }
   std::vector<float> lse(static_cast<size_t>(p.batch * p.heads_q * p.seq_q), 1.5f);
   npy::write((d.path / "lse.npy").string(), {p.batch, p.heads_q, p.seq_q}, lse.data());
-  const nlohmann::json request = nlohmann::json::parse(std::ifstream(d.path / "request.json"));
   nlohmann::json result = {{"protocol", peers::kProtocolVersion}, {"status", "ok"}};
-  if (request.contains("encoding")) result["encoding"] = {{"o", "bf16"}, {"dq", "bf16"}, {"dk", "bf16"}, {"dv", "bf16"}};
   std::ofstream((d.path / "result.json").string()) << result.dump();
   for (auto _ : state) benchmark::DoNotOptimize(peers::read_result(d.path.string(), p, true).outputs.o.data.data());
   bench::logical_rate(state, 4);

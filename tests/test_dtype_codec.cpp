@@ -209,3 +209,24 @@ TEST_CASE("encode_physical / decode_physical equal the two-step path on every la
   CHECK_THROWS_AS(encode_physical(HostTensor({2, 2, 3, 5}), l, DType::bf16), std::invalid_argument);
   CHECK_THROWS_AS(decode_physical(EncodedBuffer(47, DType::bf16), l), std::invalid_argument);
 }
+
+TEST_CASE("representable: every value comes back exactly; NaN counts, the first other value does not") {
+  std::vector<double> v(300001);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_value(bf16_bits(counter_normal(3, 1, i) * 8.0));
+  v[5] = std::numeric_limits<double>::quiet_NaN();
+  v[6] = -0.0;
+  v[7] = -std::numeric_limits<double>::infinity();
+  CHECK(representable(v, DType::bf16));
+  CHECK(representable(v, DType::fp32));  // every bf16 is a float32
+  CHECK(representable({}, DType::fp16));
+  std::vector<double> f = v;
+  f[299999] = 1.0 + std::ldexp(1.0, -20);  // a float32, neither bf16 nor fp16, near the end
+  CHECK_FALSE(representable(f, DType::bf16));
+  CHECK_FALSE(representable(f, DType::fp16));
+  CHECK(representable(f, DType::fp32));
+  CHECK(representable({1.0 + std::ldexp(1.0, -9), -3.0}, DType::fp16));  // an fp16, not a bf16
+  CHECK_FALSE(representable({1.0 + std::ldexp(1.0, -9)}, DType::bf16));
+  CHECK_FALSE(representable({0.1}, DType::fp32));
+  CHECK_FALSE(representable({1e-50}, DType::fp32));  // underflows to 0
+  CHECK_FALSE(representable({70000.0}, DType::fp16));  // overflows to inf
+}

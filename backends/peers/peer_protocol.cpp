@@ -1,13 +1,11 @@
 // Request writing and result reading of the peer file protocol (peer_protocol.hpp).
 #include "backends/peers/peer_protocol.hpp"
 
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <sstream>
 #include <stdexcept>
 
@@ -74,38 +72,22 @@ void write_text(const std::string& path, const std::string& text) {
 
 /// Write input `t` as the 16-bit bits of `dtype` (uint16, when `dtype` is fp16 or
 /// bf16 and every value is one: make_inputs rounds to the dtype), else float32 when
-/// every value is a float32, else float64: nothing is rounded on the way, and a
-/// bf16 row writes a quarter of the float64 bytes (a B32 S512 H16 D64 row wrote
-/// 537 MB of float64 per tensor before float32, half of that before the bits).
+/// every value is a float32, else float64: nothing is rounded on the way
+/// (representable()), and a bf16 row writes a quarter of the float64 bytes (a
+/// B32 S512 H16 D64 row wrote 537 MB of float64 per tensor before float32, half of
+/// that before the bits).
 void write_tensor(const std::string& path, const HostTensor& t, const std::vector<int64_t>& want, const char* name,
                   DType dtype) {
   if (t.shape != want || static_cast<int64_t>(t.data.size()) != t.numel())
     throw std::invalid_argument(std::string("peer inputs: ") + name + " does not have the problem's shape");
-  const size_t n = t.data.size();
-  std::atomic<bool> exact{true};
-  if (dtype == DType::bf16 || dtype == DType::fp16) {
-    std::unique_ptr<uint16_t[]> bits(new uint16_t[n]);  // uninitialised: the workers touch its pages
-    const bool bf16 = dtype == DType::bf16;
-    parallel_chunks(n, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end && exact.load(std::memory_order_relaxed); ++i) {
-        const double x = t.data[i];
-        const uint16_t h = bf16 ? bf16_bits(x) : fp16_bits(x);
-        bits[i] = h;
-        if (!((bf16 ? bf16_value(h) : fp16_value(h)) == x)) exact.store(false);  // not in the dtype (or NaN)
-      }
-    });
-    if (exact.load()) return npy::write(path, t.shape, bits.get());
-    exact.store(true);
+  std::vector<DType> narrow_types = {dtype};
+  if (dtype != DType::fp32) narrow_types.push_back(DType::fp32);
+  for (DType narrow : narrow_types) {
+    if (!representable(t.data, narrow)) continue;
+    const EncodedBuffer bits = encode(t.data, narrow);
+    return npy::write(path, narrow == DType::fp32 ? npy::Dtype::f4 : npy::Dtype::u2, t.shape, bits.data());
   }
-  std::vector<float> f(n);
-  parallel_chunks(n, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end && exact.load(std::memory_order_relaxed); ++i) {
-      f[i] = static_cast<float>(t.data[i]);
-      if (static_cast<double>(f[i]) != t.data[i]) exact.store(false);  // not a float32 (or NaN)
-    }
-  });
-  if (exact.load()) npy::write(path, t.shape, f.data());
-  else npy::write(path, t.shape, t.data.data());  // keep float64
+  npy::write(path, t.shape, t.data.data());  // keep float64
 }
 
 }  // namespace

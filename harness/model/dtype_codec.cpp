@@ -1,6 +1,9 @@
 // Float64 <-> storage dtype bits (dtype_codec.hpp).
 #include "harness/model/dtype_codec.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -61,6 +64,22 @@ EncodedBuffer encode(const std::vector<double>& values, DType t) {
     encode_span(values.data() + begin, end - begin, t, out.data(), begin);
   });
   return out;
+}
+
+bool representable(const std::vector<double>& values, DType t) {
+  std::atomic<bool> exact{true};
+  parallel_chunks(values.size(), [&](size_t begin, size_t end) {
+    double back[256];
+    unsigned char bits[256 * 4];
+    for (size_t i = begin; i < end && exact.load(std::memory_order_relaxed); i += 256) {
+      const size_t n = std::min<size_t>(256, end - i);
+      encode_span(values.data() + i, n, t, bits, 0);
+      decode_span(bits, 0, n, t, back);
+      for (size_t k = 0; k < n; ++k)
+        if (back[k] != values[i + k] && !(std::isnan(back[k]) && std::isnan(values[i + k]))) exact.store(false);
+    }
+  });
+  return exact.load();
 }
 
 std::vector<double> decode(const EncodedBuffer& bits) {

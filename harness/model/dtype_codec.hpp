@@ -118,6 +118,11 @@ struct EncodedBuffer {
 
 /// values -> dtype-`t` bits, elementwise on the pass pool (parallel_chunks).
 EncodedBuffer encode(const std::vector<double>& values, DType t);
+/// Whether every value is exactly a dtype-`t` value (encoding and decoding give it
+/// back), so that `t` stores the values losslessly; NaN counts as representable
+/// (it comes back as a quiet NaN). One pass on the pass pool that stops at the
+/// first value that is not.
+bool representable(const std::vector<double>& values, DType t);
 /// dtype bits -> float64 values, elementwise on the pass pool.
 std::vector<double> decode(const EncodedBuffer& bits);
 

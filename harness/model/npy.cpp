@@ -306,7 +306,6 @@ Array read(const std::string& path, const std::string& field) {
   return a;
 }
 
-
 namespace {
 
 /// Elements of `shape` (product of the dimensions); std::invalid_argument on a negative one.

@@ -2,14 +2,13 @@
 #include "harness/run/gold_cache.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include <fcntl.h>
@@ -36,61 +35,37 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// The narrowest exact storage of `v`: "bf16" or "fp16" (their bits) when every
-/// value is one, else "f4" when every value is a float32, else "f8". NaN counts as
-/// exact everywhere (it reads back as a quiet NaN); one parallel pass.
-const char* storage_dtype(const std::vector<double>& v) {
-  std::atomic<bool> bf16{true}, fp16{true}, f4{true};
-  parallel_chunks(v.size(), [&](size_t b, size_t e) {
-    bool is_bf16 = bf16.load(std::memory_order_relaxed), is_fp16 = fp16.load(std::memory_order_relaxed),
-         is_f4 = f4.load(std::memory_order_relaxed);
-    for (size_t i = b; i < e && (is_bf16 || is_fp16 || is_f4); ++i) {
-      const double x = v[i];
-      if (std::isnan(x)) continue;
-      is_f4 = is_f4 && static_cast<double>(static_cast<float>(x)) == x;
-      is_bf16 = is_bf16 && bf16_value(bf16_bits(x)) == x;
-      is_fp16 = is_fp16 && fp16_value(fp16_bits(x)) == x;
-    }
-    if (!is_bf16) bf16 = false;
-    if (!is_fp16) fp16 = false;
-    if (!is_f4) f4 = false;
-  });
-  return bf16 ? "bf16" : fp16 ? "fp16" : f4 ? "f4" : "f8";
+/// The file's name of a storage type ("bf16", "fp16", "f4", "f8"); f8 is nullopt.
+const char* storage_name(std::optional<DType> t) {
+  if (!t) return "f8";
+  return *t == DType::bf16 ? "bf16" : *t == DType::fp16 ? "fp16" : "f4";
 }
 
-/// Bytes per element of a stored dtype ("bf16", "fp16", "f4", "f8"); 0 for another name.
-size_t storage_width(const std::string& dtype) {
-  return dtype == "bf16" || dtype == "fp16" ? 2 : dtype == "f4" ? 4 : dtype == "f8" ? 8 : 0;
+/// The narrowest type that stores `v` exactly (representable()): bf16, else fp16,
+/// else fp32, else float64 (nullopt). NaN counts as exact everywhere.
+std::optional<DType> storage_type(const std::vector<double>& v) {
+  for (DType t : {DType::bf16, DType::fp16, DType::fp32})
+    if (representable(v, t)) return t;
+  return std::nullopt;
 }
 
 uint32_t crc_update(uint32_t crc, const void* data, size_t bytes) {
   return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), bytes));
 }
 
-/// Append one array to `out` in storage_dtype(t) (chunked: narrow types converted
+/// Append one array to `out` in storage_type(t) (chunked: narrow types encoded
 /// through a small buffer on the pass pool); returns its trailer entry.
 nlohmann::json write_array(std::FILE* out, const std::string& name, const HostTensor& t, uint64_t offset,
                            const std::string& path) {
-  const std::string dtype = storage_dtype(t.data);
-  const size_t width = storage_width(dtype);
+  const std::optional<DType> narrow = storage_type(t.data);
+  const size_t width = narrow ? static_cast<size_t>(dtype_bytes(*narrow)) : 8;
   uint32_t crc = static_cast<uint32_t>(crc32_z(0, Z_NULL, 0));
-  std::unique_ptr<unsigned char[]> buf(width < 8 ? new unsigned char[std::min(t.data.size(), kChunk) * width] : nullptr);
+  std::unique_ptr<unsigned char[]> buf(narrow ? new unsigned char[std::min(t.data.size(), kChunk) * width] : nullptr);
   for (size_t b = 0; b < t.data.size(); b += kChunk) {
     const size_t e = std::min(t.data.size(), b + kChunk);
     const void* src = t.data.data() + b;
-    if (width < 8) {
-      parallel_chunks(e - b, [&](size_t i0, size_t i1) {
-        for (size_t i = i0; i < i1; ++i) {
-          const double x = t.data[b + i];
-          if (width == 4) {
-            const float f = static_cast<float>(x);
-            std::memcpy(buf.get() + 4 * i, &f, 4);
-          } else {
-            const uint16_t h = dtype == "bf16" ? bf16_bits(x) : fp16_bits(x);
-            std::memcpy(buf.get() + 2 * i, &h, 2);
-          }
-        }
-      });
+    if (narrow) {
+      parallel_chunks(e - b, [&](size_t i0, size_t i1) { encode_span(t.data.data() + b + i0, i1 - i0, *narrow, buf.get(), i0); });
       src = buf.get();
     }
     const size_t bytes = (e - b) * width;
@@ -99,7 +74,7 @@ nlohmann::json write_array(std::FILE* out, const std::string& name, const HostTe
   }
   return {{"name", name},
           {"shape", t.shape},
-          {"dtype", dtype},
+          {"dtype", storage_name(narrow)},
           {"offset", offset},
           {"bytes", static_cast<uint64_t>(t.data.size() * width)},
           {"crc32", crc}};
@@ -109,8 +84,11 @@ nlohmann::json write_array(std::FILE* out, const std::string& name, const HostTe
 /// false with `why` on any mismatch.
 bool read_array(std::FILE* in, const nlohmann::json& a, uint64_t payload, HostTensor& t, std::string& why) {
   const std::string dtype = a.at("dtype").get<std::string>();
-  const size_t width = storage_width(dtype);
-  if (width == 0) return why = "unknown dtype " + dtype, false;
+  std::optional<DType> narrow;
+  for (DType n : {DType::bf16, DType::fp16, DType::fp32})
+    if (dtype == storage_name(n)) narrow = n;
+  if (!narrow && dtype != storage_name(std::nullopt)) return why = "unknown dtype " + dtype, false;
+  const size_t width = narrow ? static_cast<size_t>(dtype_bytes(*narrow)) : 8;
   t.shape = a.at("shape").get<std::vector<int64_t>>();
   uint64_t numel = 1;
   for (int64_t d : t.shape) {
@@ -123,26 +101,15 @@ bool read_array(std::FILE* in, const nlohmann::json& a, uint64_t payload, HostTe
   if (::fseeko(in, static_cast<off_t>(offset), SEEK_SET) != 0) return why = "seek failed", false;
   t.data.resize(numel);
   uint32_t crc = static_cast<uint32_t>(crc32_z(0, Z_NULL, 0));
-  std::unique_ptr<unsigned char[]> buf(width < 8 ? new unsigned char[std::min<size_t>(numel, kChunk) * width] : nullptr);
-  const DType narrow = dtype == "bf16" ? DType::bf16 : DType::fp16;
+  std::unique_ptr<unsigned char[]> buf(narrow ? new unsigned char[std::min<size_t>(numel, kChunk) * width] : nullptr);
   for (size_t b = 0; b < numel; b += kChunk) {
     const size_t e = std::min<size_t>(numel, b + kChunk);
-    void* dst = width < 8 ? static_cast<void*>(buf.get()) : static_cast<void*>(t.data.data() + b);
+    void* dst = narrow ? static_cast<void*>(buf.get()) : static_cast<void*>(t.data.data() + b);
     const size_t n = (e - b) * width;
     if (std::fread(dst, 1, n, in) != n) return why = "short read", false;
     crc = crc_update(crc, dst, n);
-    if (width == 4)
-      parallel_chunks(e - b, [&](size_t i0, size_t i1) {
-        for (size_t i = i0; i < i1; ++i) {
-          float f;
-          std::memcpy(&f, buf.get() + 4 * i, 4);
-          t.data[b + i] = static_cast<double>(f);
-        }
-      });
-    else if (width == 2)
-      parallel_chunks(e - b, [&](size_t i0, size_t i1) {
-        decode_span(buf.get(), i0, i1 - i0, narrow, t.data.data() + b + i0);
-      });
+    if (narrow)
+      parallel_chunks(e - b, [&](size_t i0, size_t i1) { decode_span(buf.get(), i0, i1 - i0, *narrow, t.data.data() + b + i0); });
   }
   if (crc != a.at("crc32").get<uint32_t>()) return why = "CRC-32 mismatch in " + a.at("name").get<std::string>(), false;
   return true;
