@@ -98,6 +98,40 @@ TEST_CASE("tile spans cover every allowed pair and full tiles hold only allowed 
   }
 }
 
+TEST_CASE("dq_row_direct_block: the allowed keys are non-empty and lie in one key block, whose tile visits the row") {
+  Rng rng{79};
+  int direct_rows = 0, other_rows = 0;
+  for (int n = 0; n < 60; ++n) {
+    const Problem p = random_interval_problem(rng, 200 + static_cast<uint64_t>(n));
+    MaskArrays arrays;
+    const MaskDesc m = make_mask_desc(p, arrays);
+    const int bn = n % 3 == 0 ? 16 : (n % 3 == 1 ? 64 : 128);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int lq = static_cast<int>(p.valid_q(b)), lk = static_cast<int>(p.valid_k(b));
+      for (int i = 0; i < static_cast<int>(p.seq_q); ++i) {
+        std::set<int> blocks;  // the key blocks of width bn holding an allowed key of row i
+        for (int j = 0; j < static_cast<int>(p.seq_k); ++j)
+          if (i < lq && j < lk && mask_allowed(m, b, 0, i, j)) blocks.insert(j / bn);
+        const int first = dq_row_direct_block(m, i, lq, lk, bn);
+        const bool direct = first >= 0;
+        INFO("problem " << n << " b " << b << " row " << i << " block " << bn << " mask " << describe_mask(p));
+        REQUIRE(direct == (blocks.size() == 1));
+        int key_first = 0;  // the same as "the one-row tile visits one key tile"
+        CHECK(direct == (i < lq && key_tiles(m, lq, lk, i, 1, bn, &key_first) == 1));
+        (direct ? direct_rows : other_rows) += 1;
+        if (!direct) continue;
+        CHECK(first == *blocks.begin() * bn);
+        int qfirst = 0;  // the Hopper backward's 64-row query steps of that key tile include the row
+        const int qt = query_tiles(m, lq, lk, first, bn, 64, &qfirst);
+        CHECK(i >= qfirst);
+        CHECK(i < qfirst + qt * 64);
+      }
+    }
+  }
+  CHECK(direct_rows > 100);  // the draw holds both kinds of rows
+  CHECK(other_rows > 100);
+}
+
 TEST_CASE("cu_seqlens from document lengths and from document ids") {
   Problem p = with_documents(make_problem(2, 2, 1, 16, 16, 64, DType::bf16), {{3, 0, 5, 1}, {16}});
   const Sequences s = document_sequences(p);

@@ -134,9 +134,15 @@ TEST_CASE("options: the fused backends' declarations (flash, varlen, flex)") {
     return out;
   };
   CHECK(names(fused::flash_option_specs()) ==
-        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic"});
+        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct"});
   CHECK(names(fused::varlen_option_specs()) ==
-        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "pack"});
+        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "pack"});
+  CHECK(fused::parse_dq_direct("auto") == std::nullopt);
+  CHECK(fused::parse_dq_direct("on") == std::optional<bool>(true));
+  CHECK(fused::parse_dq_direct("off") == std::optional<bool>(false));
+  CHECK(resolve_options("varlen", fused::varlen_option_specs(), {}, "f", "/p").text("dq_direct") == "auto");
+  CHECK(has(error_of([] { resolve_options("flash", fused::flash_option_specs(), {{"dq_direct", "yes"}}, "f", "/p"); }),
+            "option dq_direct=\"yes\""));
   CHECK(fused::parse_fwd_rows("auto") == 0);
   CHECK(fused::parse_fwd_rows("64") == 64);
   CHECK(fused::parse_fwd_rows("128") == 128);

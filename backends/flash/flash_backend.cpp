@@ -36,10 +36,11 @@ class FlashBackend : public Backend {
     opt.fwd_path = paths_.fwd;
     opt.bwd_path = paths_.bwd;
     opt.fwd_rows = fwd_rows_;
+    opt.dq_direct = dq_direct_;
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
-  /// fwd_path, bwd_path, fwd_rows, deterministic (fused_options.hpp).
+  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct (fused_options.hpp).
   OptionSpecs option_specs() const override { return flash_option_specs(); }
 
  protected:
@@ -47,11 +48,13 @@ class FlashBackend : public Backend {
     paths_ = kernel_paths(v);
     deterministic_ = v.flag("deterministic");
     fwd_rows_ = parse_fwd_rows(v.text("fwd_rows"));
+    dq_direct_ = parse_dq_direct(v.text("dq_direct"));
   }
 
  private:
   bool deterministic_ = false;
   int fwd_rows_ = 0;  ///< 0 = kernels::fwd_cta_rows' choice
+  std::optional<bool> dq_direct_;  ///< nullopt = auto (FusedOptions::dq_direct)
   KernelPaths paths_;
 };
 

@@ -259,7 +259,11 @@ class FusedInstance final : public BackendInstance {
 
  private:
   /// How dQ is produced, for the report (extra.backend.dq_mode).
-  const char* dq_mode() const {
+  std::string dq_mode() const {
+    if (bwd_args_.shape.dq_direct)
+      return "float32 atomics, except the " +
+             std::to_string(plan_.dq_direct_rows * 100 / std::max<int64_t>(plan_.query_rows, 1)) +
+             "% of rows whose keys lie in one key block: stored directly by the dK/dV kernel";
     if (!opt_.deterministic) return "float32 atomics (added by the dK/dV kernel)";
     return bwd_path_ == kernels::BwdPath::sm90 ? "deterministic (Hopper dQ kernel, no atomics)"
                                                : "deterministic (dQ kernel, no atomics)";
@@ -455,6 +459,11 @@ void FusedInstance::set_launch_args() {
   b.shape.bwd_path = bwd_path_;
   b.shape.rows = 0;
   b.shape.deterministic = opt_.deterministic;
+  const bool direct_runs = !flex_ && !opt_.deterministic && bwd_path_ == kernels::BwdPath::sm90;
+  if (opt_.dq_direct.value_or(false) && !direct_runs)
+    throw std::invalid_argument(opt_.name + ": dq_direct=on needs the Hopper backward with atomic dQ "
+                                "(bwd_path auto or sm90 on an sm_90a build, deterministic=false)");
+  b.shape.dq_direct = direct_runs && opt_.dq_direct.value_or(kernels::dq_direct_rows_pay(plan_));
   b.dq_items = dq_items_.as<const WorkItem>();
   b.n_dq_items = static_cast<int>(plan_.dq_items.size());
   b.k_items = k_items_.as<const WorkItem>();

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backends/fused/fused_options.hpp"
@@ -88,6 +89,11 @@ struct FusedOptions {
   /// Query rows per Hopper forward CTA without GQA packing (kernels::fwd_cta_rows):
   /// 0 = its choice, 64 or 128 (the backends' option fwd_rows).
   int fwd_rows = 0;
+  /// Hopper backward with atomic dQ (not flex): the direct dQ rows stored by the
+  /// dK/dV kernel (kernels::LaunchShape::dq_direct): nullopt = where
+  /// kernels::dq_direct_rows_pay(), true = always (std::invalid_argument where
+  /// that backward does not run), false = never (the backends' option dq_direct).
+  std::optional<bool> dq_direct;
 };
 
 /// The pointer-free part of the kernels' AttnParams for problem `p`: heads, GQA

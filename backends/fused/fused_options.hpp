@@ -11,12 +11,15 @@
 //   fwd_rows       flash, varlen        auto|64|128              forward CTA rows without GQA packing
 //                                                                (auto = kernels::fwd_cta_rows' choice)
 //   deterministic  flash, varlen        false|true               dQ by its own kernel instead of atomics
+//   dq_direct      flash, varlen        auto|on|off              Hopper atomic backward: rows whose keys lie in
+//                                                                one key block get dQ stored by the dK/dV kernel
 //   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
 //   block          flex                 128|64                   Q_BLOCK = KV_BLOCK of the BlockMask
 //   dbias          flex                 deterministic|atomic|none  how dBias of a learnable bias is made
 //   schedule       flex                 auto|block_mask|documents|intervals  the tiles (FlexSchedule, fused_instance.hpp)
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -81,14 +84,30 @@ inline OptionSpec deterministic_option() {
                           "dQ by a deterministic kernel (bitwise reproducible) instead of float32 atomics");
 }
 
-/// The options of `flash`: fwd_path, bwd_path, deterministic.
-inline OptionSpecs flash_option_specs() {
-  return {fwd_path_option(), bwd_path_option(false), fwd_rows_option(), deterministic_option()};
+/// dq_direct: whether the Hopper dK/dV kernel with atomic dQ stores the dQ of the
+/// rows whose keys lie in one key block itself (kernels::dq_direct_block).
+inline OptionSpec dq_direct_option() {
+  return OptionSpec::choice(
+      "dq_direct", "auto", {"auto", "on", "off"},
+      "Hopper backward with atomic dQ: the rows whose keys lie in one key block (128 keys; 64 at head_dim 64) get "
+      "dQ stored by the dK/dV kernel, without atomics, zeroing or conversion. auto = where at least 50% of the rows "
+      "are such (packed short documents), on = always (an error row where that backward does not run), off = never");
+}
+/// The dq_direct option's value as FusedOptions::dq_direct (nullopt = auto).
+inline std::optional<bool> parse_dq_direct(const std::string& s) {
+  if (s == "on") return true;
+  if (s == "off") return false;
+  return std::nullopt;
 }
 
-/// The options of `varlen`: fwd_path, bwd_path, fwd_rows, deterministic, pack.
+/// The options of `flash`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct.
+inline OptionSpecs flash_option_specs() {
+  return {fwd_path_option(), bwd_path_option(false), fwd_rows_option(), deterministic_option(), dq_direct_option()};
+}
+
+/// The options of `varlen`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, pack.
 inline OptionSpecs varlen_option_specs() {
-  return {fwd_path_option(), bwd_path_option(false), fwd_rows_option(), deterministic_option(),
+  return {fwd_path_option(), bwd_path_option(false), fwd_rows_option(), deterministic_option(), dq_direct_option(),
           OptionSpec::choice("pack", "0", {"0", "1", "2", "4"},
                              "GQA query heads folded into one query tile; 0 = the plan's choice by document length "
                              "(a value that does not divide the group is an unsupported row)")};

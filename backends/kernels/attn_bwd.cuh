@@ -2,6 +2,9 @@
 // backward, Dao 2023, Algorithm 2, with the GQA group folded into the key tile):
 //
 //   attn_bwd_dsum_kernel  Dsum = rowsum(dO * O) in float32 (LSE's layout)
+//   attn_bwd_dsum_zero_kernel  the same, and the zeroing of the dQ accumulator's
+//                         rows that the Hopper dK/dV kernel does not store
+//                         directly (LaunchShape::dq_direct)
 //   attn_dbias_*_reduce_kernel  the ordered dBias reductions of the flex path
 //   attn_bwd_dkdv_kernel  one CTA per (key tile, KV head): K, V stay in shared
 //                         memory; the loop runs over every query head of the
@@ -13,7 +16,8 @@
 //   attn_bwd_dq_kernel    the deterministic dQ: one CTA per query tile walks the
 //                         key tiles like the forward and accumulates dS K in
 //                         registers (recomputes S and dP: 7 instead of 5 GEMMs).
-//   attn_bwd_dq_convert_kernel  dQ = scale * accumulator, to the element type.
+//   attn_bwd_dq_convert_kernel  dQ = scale * accumulator, to the element type
+//                         (attn_bwd_dq_rows_convert_kernel: the rows that are not direct).
 //
 // Per element: P = exp2(log2e * score_mod(scale * s) - log2e * LSE) (0 on masked
 // pairs and on rows whose LSE is -inf), dS = P * (dP - Dsum) * score_mod'(s),
@@ -31,6 +35,73 @@ __host__ __device__ constexpr int dsum_threads_per_row(int head_dim) {
   int t = 1;
   while (t < head_dim / 8 && t < 32) t *= 2;
   return t;
+}
+
+/// THD sequence starts for the row kernels' searches (attn_bwd_dsum_zero_kernel,
+/// attn_bwd_dq_rows_convert_kernel): cu_seqlens_q[0 .. num_seqs]
+/// copied into shared memory by the whole block (one coalesced load instead of a
+/// chain of dependent global loads per thread, which on the packed CodeAlpaca 8B
+/// row cost as much as the memset it replaces), or the global array when there
+/// are more than kCap sequences. Call from every thread of the block.
+struct SeqStarts {
+  static constexpr int kCap = 2048;
+  const int32_t* cu = nullptr;  ///< the sequences' first tokens (shared or global memory), null off THD
+
+  __device__ __forceinline__ static SeqStarts stage(const AttnParams& p, int32_t* smem) {
+    SeqStarts s;
+    if (!p.cu_seqlens_q) return s;
+    if (p.num_seqs > kCap) {
+      s.cu = p.cu_seqlens_q;
+      return s;
+    }
+    for (int i = threadIdx.x; i <= p.num_seqs; i += blockDim.x) smem[i] = p.cu_seqlens_q[i];
+    __syncthreads();
+    s.cu = smem;
+    return s;
+  }
+};
+
+/// Row r of query head h of the Q-shaped buffers (dQ and its float32
+/// accumulator, Q's strides): the offset of its first element, and whether the
+/// Hopper backward stores its dQ directly (dq_row_direct_block at key blocks of
+/// kDirectN > 0). Rows are numbered as in attn_bwd_dsum_kernel: THD tokens (the
+/// sequence found by binary search of `starts`; a token past the last sequence is
+/// never direct), else num_seqs * seq_q rows.
+template <int kDirectN>
+__device__ __forceinline__ int64_t dq_row_at(const AttnParams& p, const SeqStarts& starts, int64_t r, int h,
+                                             bool* direct) {
+  static_assert(kDirectN > 0, "only the Hopper backward's passes ask");
+  int b = 0, t = 0;
+  *direct = false;
+  if (starts.cu) {
+    if (r >= starts.cu[p.num_seqs]) return r * p.q_row_stride + h * p.q_head_stride;
+    int lo = 0, hi = p.num_seqs - 1;  // the last sequence whose first token is <= r
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (starts.cu[mid] <= r) lo = mid; else hi = mid - 1;
+    }
+    b = lo;
+    t = static_cast<int>(r - starts.cu[b]);
+  } else {
+    b = static_cast<int>(r / p.seq_q);
+    t = static_cast<int>(r % p.seq_q);
+  }
+  const SeqInfo si = seq_info(p, b);
+  *direct = dq_row_direct_block(p.mask, t, si.lq, si.lk, kDirectN) >= 0;
+  return q_off(p, si, b, t, h);
+}
+
+/// sum over the 8 element pairs of one 16-byte chunk of O and of dO of o * do, in float32.
+template <bool Bf16>
+__device__ __forceinline__ float dot_chunk(const uint4& a, const uint4& e) {
+  const uint32_t av[4] = {a.x, a.y, a.z, a.w}, ev[4] = {e.x, e.y, e.z, e.w};
+  float acc = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 x = unpack2<Bf16>(av[k]), y = unpack2<Bf16>(ev[k]);
+    acc += x.x * y.x + x.y * y.y;
+  }
+  return acc;
 }
 
 /// Dsum = rowsum(dO * O) in float32 for every stored row of head blockIdx.y.
@@ -68,16 +139,75 @@ __global__ void __launch_bounds__(256) attn_bwd_dsum_kernel(const AttnParams p, 
     if (!valid) break;
     const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.o) + o_off + 8 * cc);
     const uint4 e = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.dout) + o_off + 8 * cc);
-    const uint32_t av[4] = {a.x, a.y, a.z, a.w}, ev[4] = {e.x, e.y, e.z, e.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 x = unpack2<Bf16>(av[k]), y = unpack2<Bf16>(ev[k]);
-      acc += x.x * y.x + x.y * y.y;
-    }
+    acc += dot_chunk<Bf16>(a, e);
   }
 #pragma unroll
   for (int o = kT / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (store && c == 0) p.dsum[l_off] = acc;
+}
+
+/// Heads per group of the head loops of attn_bwd_dsum_zero_kernel and
+/// attn_bwd_dq_rows_convert_kernel: the loads of a group are issued together.
+constexpr int kRowHeadGroup = 4;
+
+/// The Hopper backward's preprocess with direct dQ rows (LaunchShape::dq_direct):
+/// Dsum as attn_bwd_dsum_kernel (same rows, threads per row and chunks) and the
+/// zeroing of the float32 dQ accumulator rows that are not direct (dq_row_at),
+/// in place of a memset of the whole accumulator; the direct rows' dQ is stored
+/// by the dK/dV kernel. A block covers its rows for every query head (grid.y = 1):
+/// the row's sequence is found once (a search of the sequence starts staged in
+/// shared memory), and the loads of kRowHeadGroup heads are in flight together.
+template <int D, bool Bf16, int kDirectN>
+__global__ void __launch_bounds__(256) attn_bwd_dsum_zero_kernel(const AttnParams p, int64_t rows) {
+  constexpr int kT = dsum_threads_per_row(D), kG = kRowHeadGroup;
+  static_assert(32 % kT == 0 && D / 8 <= kT, "a row's threads stay in one warp, one 16-byte chunk each");
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kT;
+  const int c = threadIdx.x % kT;
+  const bool has_chunk = c < D / 8;
+  int64_t o_row = 0, l_row = 0;  // the row's offsets at head 0
+  bool valid = false;
+  if (r < rows) {
+    if (p.cu_seqlens_q) {
+      o_row = r * p.o_row_stride;
+      l_row = r * p.lse_row_stride;
+      valid = true;
+    } else {
+      const int b = static_cast<int>(r / p.seq_q), t = static_cast<int>(r % p.seq_q);
+      o_row = b * p.o_batch_stride + t * p.o_row_stride;
+      l_row = b * p.lse_batch_stride + t * p.lse_row_stride;
+      valid = t < (p.seqlens_q ? p.seqlens_q[b] : p.seq_q);
+    }
+  }
+  __shared__ int32_t s_cu[SeqStarts::kCap + 1];
+  const SeqStarts starts = SeqStarts::stage(p, s_cu);
+  bool direct = false;
+  const int64_t q_row = r < rows ? dq_row_at<kDirectN>(p, starts, r, 0, &direct) + 8 * c : 0;
+  for (int h0 = 0; h0 < p.heads_q; h0 += kG) {
+    uint4 a[kG], e[kG];  // the group's O and dO chunks, loaded before any is used
+#pragma unroll
+    for (int k = 0; k < kG; ++k) {
+      a[k] = e[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (valid && has_chunk && h0 + k < p.heads_q) {
+        const int64_t off = o_row + (h0 + k) * p.o_head_stride + 8 * c;
+        a[k] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.o) + off);
+        e[k] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.dout) + off);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kG; ++k) {
+      const int h = h0 + k;
+      if (h >= p.heads_q) break;  // uniform over the block: the shuffles below stay whole-warp
+      float acc = dot_chunk<Bf16>(a[k], e[k]);
+#pragma unroll
+      for (int o = kT / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (r < rows && c == 0) p.dsum[l_row + h * p.lse_head_stride] = acc;
+      if (r < rows && !direct && has_chunk) {
+        float4* z = reinterpret_cast<float4*>(p.dq_accum + q_row + h * p.q_head_stride);
+        z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+  }
 }
 
 /// Deterministic rel_bias dBias: entry (h, e) = the sum of the scratch rows of
@@ -127,6 +257,45 @@ __global__ void attn_bwd_dq_convert_kernel(const float* __restrict__ accum, uint
         dq[k] = static_cast<uint16_t>(v & 0xffffu);
       }
     }
+  }
+}
+
+/// dQ = scale * accumulator in the element type for the rows that are not
+/// direct (dq_row_at; the Hopper backward stored those), every query head of
+/// them, with attn_bwd_dsum_zero_kernel's row numbering, thread layout and head
+/// groups: each thread converts one 8-float chunk of a row per head (two float4
+/// loads, one 16-byte store).
+template <int D, bool Bf16, int kDirectN>
+__global__ void __launch_bounds__(256) attn_bwd_dq_rows_convert_kernel(const AttnParams p, int64_t rows) {
+  constexpr int kT = dsum_threads_per_row(D), kG = kRowHeadGroup;
+  static_assert(D / 8 <= kT, "one 16-byte chunk per thread");
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kT;
+  const int c = threadIdx.x % kT;
+  __shared__ int32_t s_cu[SeqStarts::kCap + 1];
+  const SeqStarts starts = SeqStarts::stage(p, s_cu);
+  if (r >= rows || c >= D / 8) return;
+  bool direct;
+  const int64_t q_row = dq_row_at<kDirectN>(p, starts, r, 0, &direct) + 8 * c;
+  if (direct) return;
+  for (int h0 = 0; h0 < p.heads_q; h0 += kG) {
+    float4 a[kG][2];
+#pragma unroll
+    for (int k = 0; k < kG; ++k)
+      if (h0 + k < p.heads_q) {
+        const float4* src = reinterpret_cast<const float4*>(p.dq_accum + q_row + (h0 + k) * p.q_head_stride);
+        a[k][0] = src[0];
+        a[k][1] = src[1];
+      }
+#pragma unroll
+    for (int k = 0; k < kG; ++k)
+      if (h0 + k < p.heads_q) {
+        uint4 v;
+        v.x = pack2<Bf16>(a[k][0].x * p.scale, a[k][0].y * p.scale);
+        v.y = pack2<Bf16>(a[k][0].z * p.scale, a[k][0].w * p.scale);
+        v.z = pack2<Bf16>(a[k][1].x * p.scale, a[k][1].y * p.scale);
+        v.w = pack2<Bf16>(a[k][1].z * p.scale, a[k][1].w * p.scale);
+        *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.dq) + q_row + (h0 + k) * p.q_head_stride) = v;
+      }
   }
 }
 

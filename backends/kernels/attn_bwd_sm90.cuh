@@ -28,8 +28,7 @@
 
 namespace attnbench::kernels {
 
-/// Keys per CTA (two warpgroups of 64) and query rows per step of the Hopper dK/dV kernel.
-constexpr int kBwdSm90BlockN = bwd_block_n(BwdPath::sm90);
+/// Query rows per step of the Hopper dK/dV kernel (keys per CTA: kBwdSm90BlockN, attn_params.hpp).
 constexpr int kBwdSm90BlockM = bwd_block_m(128, BwdPath::sm90);
 static_assert(kBwdSm90BlockN == 128 && kBwdSm90BlockM == 64, "two warpgroups of 64 keys, m64 query steps");
 /// Q / dO stages: the tile of step t + 1 loads while step t computes.
@@ -55,6 +54,7 @@ struct BwdSm90Storage {
   uint64_t full[kStages];       ///< stage loaded (TMA bytes + the rows warp)
   uint64_t empty[kStages];      ///< stage read by every consumer thread
   int span[kStages][2];         ///< the step rows' KeySpan (lo, hi)
+  int direct[kStages];          ///< whether a row of the step has its dQ stored directly
   int2 rb[kStages][kM];         ///< the step rows' row_bounds()
   static_assert((2u * kN * D) % 1024 == 0 && (2u * kM * D) % 1024 == 0 && (2u * kN * kM) % 1024 == 0,
                 "tiles at 1024-byte offsets");
@@ -135,18 +135,61 @@ __device__ __forceinline__ void ds_barrier(int wg) {
 
 }  // namespace sm90
 
-/// dQ accumulator += this warp's m64n64 dQ fragment (rows t0 + g, t0 + g + 8 of
-/// query head h, columns c0 ..), float2 atomics (sm_90: only built there); rows
-/// past lq and columns past the head dim DH (a tile wider than it) are skipped.
+/// dq_direct_block_n (attn_params.hpp) of head dim DH, for the kernels' templates.
 template <int DH>
-__device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int t0, int c0,
-                                           int g, int qd, const Acc (&dq)[8]) {
+constexpr int bwd_sm90_direct_n() {
+  static_assert(sm90::tile_dim(DH) == (DH <= 64 ? 64 : 128), "the direct width follows the tile width");
+  return dq_direct_block_n(DH);
+}
+
+/// This warp's m64n64 dQ fragment (rows t0 + g, t0 + g + 8 of query head h,
+/// columns c0 ..) out of the Hopper dK/dV kernel; rows past lq and columns past
+/// the head dim DH (a tile wider than it) are skipped. `rb`: the step's rows'
+/// key intervals (bwd_stage_rows), row t at rb[t - m0]. Per row:
+/// - direct (dq_direct_block at kDirectN = bwd_sm90_direct_n) and its block is this
+///   warpgroup's keys starting at `block0`: dQ = scale * fragment, stored in the
+///   element type (no other CTA or warpgroup adds to the row). 4-byte stores in
+///   the fragment's layout: regrouping a row within its quad into 16-byte stores
+///   (three rounds of shuffles) made the kernel spill and measured slower on the
+///   H200 (packed CodeAlpaca 8B dK/dV kernel 1340 us against 1270);
+/// - direct with another block: skipped (every key here is masked for the row,
+///   so the fragment is zero);
+/// - otherwise: float2 atomics into p.dq_accum (zeroed by the preprocess,
+///   converted after; sm_90 only, where they exist).
+/// kDirectN = 0 (the flex path, whose tiles come from a BlockMask) or
+/// `step_direct` false (no row of the step is direct, bwd_stage_rows): every row
+/// takes the atomics.
+template <int DH, bool Bf16, int kDirectN>
+__device__ __forceinline__ void bwd_write_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int m0, int t0,
+                                             int c0, int block0, bool step_direct, const int2* rb, int g, int qd,
+                                             const Acc (&dq)[8]) {
 #if ATTNBENCH_SM90A
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = t0 + g + 8 * r;
     if (t >= si.lq) continue;
-    float* row = p.dq_accum + q_off(p, si, b, t, h) + c0 + 2 * qd;
+    const int64_t off = q_off(p, si, b, t, h) + c0 + 2 * qd;
+    int first = -1;
+    if (kDirectN > 0 && step_direct) {
+      const int2 iv = rb[t - m0];
+      RowBounds bounds;
+      bounds.lo = iv.x;
+      bounds.hi = iv.y;
+      first = dq_direct_block(bounds, kDirectN);
+    }
+    if (first >= 0) {
+      if (first != block0) continue;
+      uint16_t* drow = static_cast<uint16_t*>(p.dq) + off;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if constexpr (DH % 64 != 0)
+          if (c0 + nt * 8 >= DH) break;
+        *reinterpret_cast<uint32_t*>(drow + nt * 8) =
+            pack2<Bf16>(dq[nt].c[2 * r] * p.scale, dq[nt].c[2 * r + 1] * p.scale);
+      }
+      continue;
+    }
+    float* row = p.dq_accum + off;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       if constexpr (DH % 64 != 0)
@@ -155,27 +198,38 @@ __device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& s
     }
   }
 #else
-  (void)p, (void)si, (void)b, (void)h, (void)t0, (void)c0, (void)g, (void)qd, (void)dq;
+  (void)p, (void)si, (void)b, (void)h, (void)m0, (void)t0, (void)c0, (void)block0, (void)step_direct, (void)rb,
+      (void)g, (void)qd, (void)dq;
   __trap();  // the Hopper backward only
 #endif
 }
 
 /// The producer's row warp's share of one query step (rows m0 .. m0 + kBlockM - 1
 /// of query head h): each row's log2(e) LSE and Dsum into tLse / tDsum; on the flex
-/// path each row's key interval (row_bounds) into tRb; without dQ (kDq = false) the
-/// KeySpan of the rows into span[0..1] (lane 0, after a warp reduction).
-template <bool kFlex, bool kDq, int kBlockM>
+/// path and with direct dQ rows each row's key interval (row_bounds) into tRb (the
+/// flex mask; the direct rows of bwd_write_dq); without dQ (kDq = false) the KeySpan of
+/// the rows into span[0..1] (lane 0, after a warp reduction). kDirectN > 0 (dQ
+/// off the flex path): whether some row of the step is direct (dq_direct_block at
+/// kDirectN) into *direct_out, so that steps without one take the atomics alone.
+template <bool kFlex, bool kDq, int kBlockM, int kDirectN>
 __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInfo& si, int b, int m0, int h, int lane,
-                                               float* tLse, float* tDsum, int2* tRb, int* span_out) {
+                                               float* tLse, float* tDsum, int2* tRb, int* span_out, int* direct_out) {
   KeySpan span;
+  bool direct = false;
   for (int r = lane; r < kBlockM; r += 32) {
     tLse[r] = lse2_of(p, si, b, m0 + r, h);
     tDsum[r] = dsum_of(p, si, b, m0 + r, h);
-    if constexpr (kFlex || !kDq) {  // flex: the consumers read the rows' intervals from here
+    if constexpr (kFlex || !kDq || kDirectN > 0) {
+      // flex: the consumers mask with the rows' intervals; direct dQ rows: they find them there
       const RowBounds rb = row_bounds<kFlex>(p, si, b, m0 + r);
-      if constexpr (kFlex) tRb[r] = make_int2(rb.lo, rb.hi);
+      if constexpr (kFlex || kDirectN > 0) tRb[r] = make_int2(rb.lo, rb.hi);
       if constexpr (!kDq) span.add(rb);
+      if constexpr (kDirectN > 0) direct = direct || (m0 + r < si.lq && dq_direct_block(rb, kDirectN) >= 0);
     }
+  }
+  if constexpr (kDirectN > 0) {
+    direct = __any_sync(0xffffffffu, direct);
+    if (lane == 0) *direct_out = direct ? 1 : 0;
   }
   if constexpr (!kDq) {
     span.warp_reduce();
@@ -210,18 +264,26 @@ __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInf
 /// the Hopper forward. CTAs with no query step skip the K / V loads and store
 /// zero dK / dV.
 ///
+/// kDirect (atomic dQ off the flex path, LaunchShape::dq_direct): the rows whose
+/// keys lie in one key block (dq_direct_block at bwd_sm90_direct_n) get their dQ
+/// stored in the element type by the CTA (warpgroup at head_dim 64) of that
+/// block instead of atomics (bwd_write_dq); the host zeroes and converts only the
+/// other rows (attn_bwd_dsum_zero_kernel, attn_bwd_dq_rows_convert_kernel).
+///
 /// kDq = false (the deterministic mode): dK / dV only, no dS^T stores, barrier or
 /// dQ products; attn_dq_sm90_kernel (attn_dq_sm90.cuh) computes dQ without atomics.
 /// There the LSE / Dsum warp also leaves the KeySpan of each step's rows, and a
 /// warpgroup skips the partial steps whose rows see none of its 64 keys (with kDq
 /// the two warpgroups meet once per step, so they never skip).
-template <int DH, bool Bf16, bool kFlex = false, bool kDq = true>
+template <int DH, bool Bf16, bool kFlex = false, bool kDq = true, bool kDirect = false>
 __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     attn_bwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items,
                          const __grid_constant__ BwdTensorMaps maps) {
 #if ATTNBENCH_SM90A
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kBlockN = kBwdSm90BlockN, kBlockM = kBwdSm90BlockM, kStages = kBwdSm90Stages;
+  static_assert(!kDirect || (kDq && !kFlex), "direct dQ rows: atomic dQ off the flex path");
+  constexpr int kDirectN = kDirect ? bwd_sm90_direct_n<DH>() : 0;  // direct dQ rows (bwd_write_dq)
   constexpr int kConsumers = 256, kDt = D / 8;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -279,8 +341,9 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
                                              &maps.dout, ob, q_row + m0, h, &full[stage]);
       } else {
-        bwd_stage_rows<kFlex, kDq, kBlockM>(p, si, b, m0, h, lane, sLse + stage * kBlockM, sDsum + stage * kBlockM,
-                                            sRb + stage * kBlockM, sSpan + 2 * stage);
+        bwd_stage_rows<kFlex, kDq, kBlockM, kDirectN>(p, si, b, m0, h, lane, sLse + stage * kBlockM,
+                                                      sDsum + stage * kBlockM, sRb + stage * kBlockM,
+                                                      sSpan + 2 * stage, sm.direct + stage);
         sm90::mbar_arrive(&full[stage]);
       }
     }
@@ -349,7 +412,9 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
         sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
         sm90::fence_acc(dq);
-        bwd_add_dq<DH>(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, g, qd, dq);
+        bwd_write_dq<DH, Bf16, kDirectN>(p, si, b, h, m0, m0 + wrow, D == 128 ? wg * 64 : 0,
+                                         D == 128 ? n0 : n0 + wg * 64, kDirectN > 0 && sm.direct[stage] != 0,
+                                         sRb + stage * kBlockM, g, qd, dq);
       } else {
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 2)
       }

@@ -81,6 +81,10 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
       k.push_back({static_cast<int32_t>(b), n0});
       kc.push_back(static_cast<int64_t>(query_tiles(m, lq, lk, n0, t.bwd_tile_keys, bwd_rows, &first)));
     }
+    if (bwd == BwdPath::sm90) {
+      t.query_rows += lq;
+      for (int i = 0; i < lq; ++i) t.dq_direct_rows += dq_row_direct_block(m, i, lq, lk, dq_direct_block_n(head_dim)) >= 0;
+    }
   }
   t.q_items = longest_first(std::move(q), qc);
   t.dq_items = longest_first(std::move(dq), dqc);

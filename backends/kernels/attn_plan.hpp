@@ -40,7 +40,20 @@ struct TilePlan {
   std::vector<WorkItem> k_items;  ///< dK/dV tiles, longest first
   int64_t fwd_tiles = 0;          ///< forward (query tile, key tile) steps of one head chunk
   int64_t executed_pairs = 0;     ///< forward: tile rows x keys of every visited tile, summed over Hq
+  /// Hopper backward (bwd sm90): valid query rows whose keys lie in one key
+  /// block of dq_direct_block_n(head_dim) (dq_row_direct_block), and all valid
+  /// query rows; per head. The launch stores the direct rows' dQ in the dK/dV
+  /// kernel when they are kDqDirectRowsPercent of the rows (dq_direct_rows_pay).
+  int64_t dq_direct_rows = 0;
+  int64_t query_rows = 0;
 };
+
+/// Whether plan `t` stores the direct rows' dQ in the Hopper dK/dV kernel
+/// (LaunchShape::dq_direct): at least kDqDirectRowsPercent of its query rows are
+/// direct.
+inline bool dq_direct_rows_pay(const TilePlan& t) {
+  return t.query_rows > 0 && t.dq_direct_rows * 100 >= t.query_rows * kDqDirectRowsPercent;
+}
 
 /// Plan `s` under mask `m` (its diagonal / prefix bounds; lengths come from `s`)
 /// for heads_q query heads of head_dim (which, with the forward kernel `path`,

@@ -131,6 +131,8 @@ std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<c
            std::to_string(kMaxRelBiasDistance) + "] (the dBias row of 2m + 1 floats lives in shared memory)";
   if (s.flex)
     if (std::string why = flex_reason(p, s); !why.empty()) return why;
+  if (s.dq_direct && (s.direction != Direction::backward || s.bwd_path != BwdPath::sm90 || s.deterministic || s.flex))
+    return "direct dQ rows need the Hopper backward with atomic dQ off the flex path";
   if (s.direction == Direction::forward)
     return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.flex, p.bm.q_block, p.head_dim, s.fwd_path);
   return {};

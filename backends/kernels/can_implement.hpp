@@ -51,6 +51,11 @@ struct LaunchShape {
   int rows = 0;
   /// Backward: dQ by its own kernel (bitwise reproducible) instead of float32 atomics.
   bool deterministic = true;
+  /// Backward, Hopper path with atomic dQ, not flex: the dK/dV kernel stores the
+  /// dQ of the rows whose keys lie in one key block itself (attn_bwd_sm90.cuh,
+  /// dq_direct_block), the other rows take the atomics. The plan sets it where
+  /// kDqDirectRowsPercent of the rows are direct (TilePlan::dq_direct_rows).
+  bool dq_direct = false;
 };
 
 /// The instance a launch of `shape` on problem `p` runs: its direction, the path
@@ -84,7 +89,8 @@ std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head
 /// fwd_rows_reason(), num_seqs <= kMaxSequences, score mods (learnable biases on
 /// the flex path only, rel_bias max_distance in [0, kMaxRelBiasDistance]), the
 /// flex BlockMask's block sizes (64 or 128 each) and the flex Hopper backward's
-/// limits (KV blocks of bwd_block_n(BwdPath::sm90), no rel_bias dBias).
+/// limits (KV blocks of bwd_block_n(BwdPath::sm90), no rel_bias dBias), and
+/// dq_direct only on the Hopper backward with atomic dQ off the flex path.
 /// Pointers are not looked at (the launch checks its arguments separately).
 std::string can_implement(const AttnParams& p, const LaunchShape& shape,
                           std::span<const InstanceKey> built = compiled_instances());

@@ -30,14 +30,36 @@ void allow_smem(size_t bytes) {
   if (dev < kDevices) set_bytes[dev].store(bytes);
 }
 
-/// Dsum = rowsum(dO * O) over the q_numel / (Hq * D) rows of the Q-shaped buffers.
-template <int D, bool Bf16>
+/// The grid of the row kernels (Dsum, the row-wise dQ conversion) over `rows`
+/// rows of the Q-shaped buffers: 256 threads, y = `heads` (each block loops over
+/// the query heads when 1).
+template <int D>
+dim3 q_rows_grid(int64_t rows, int heads) {
+  constexpr int kRowsPerBlock = 256 / dsum_threads_per_row(D);
+  return dim3(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(heads));
+}
+
+/// Dsum = rowsum(dO * O) over the q_numel / (Hq * D) rows of the Q-shaped buffers;
+/// kDirectN > 0: also the zeroing of the dQ accumulator's rows that are not
+/// direct (the Hopper backward with atomic dQ; dq_row_direct_block in attn_tiles.hpp).
+template <int D, bool Bf16, int kDirectN = 0>
 void dsum(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
   const int64_t rows = q_numel / (static_cast<int64_t>(p.heads_q) * D);
   if (rows == 0) return;
-  constexpr int kThreads = 256, kRowsPerBlock = kThreads / dsum_threads_per_row(D);
-  const dim3 grid(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(p.heads_q));
-  attn_bwd_dsum_kernel<D, Bf16><<<grid, kThreads, 0, st>>>(p, rows);
+  if constexpr (kDirectN > 0)
+    attn_bwd_dsum_zero_kernel<D, Bf16, kDirectN><<<q_rows_grid<D>(rows, 1), 256, 0, st>>>(p, rows);
+  else
+    attn_bwd_dsum_kernel<D, Bf16><<<q_rows_grid<D>(rows, p.heads_q), 256, 0, st>>>(p, rows);
+  ATTNBENCH_CHECK(cudaGetLastError());
+}
+
+/// dQ = scale * accumulator in the element type, row by row, skipping the rows
+/// that the Hopper dK/dV kernel stored directly (key blocks of kDirectN).
+template <int D, bool Bf16, int kDirectN>
+void dq_rows_convert(const AttnParams& p, int64_t q_numel, cudaStream_t st) {
+  const int64_t rows = q_numel / (static_cast<int64_t>(p.heads_q) * D);
+  if (rows == 0) return;
+  attn_bwd_dq_rows_convert_kernel<D, Bf16, kDirectN><<<q_rows_grid<D>(rows, 1), 256, 0, st>>>(p, rows);
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 

@@ -30,14 +30,16 @@ void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int p
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
-/// The Hopper dK/dV kernel over key tiles of kBwdSm90BlockN (kDq: with dQ by
-/// atomics, the accumulator zeroed first and converted after; without, dQ is
-/// left to dq_sm90).
-template <int D, bool Bf16, bool kFlex, bool kDq>
+/// The Hopper dK/dV kernel over key tiles of kBwdSm90BlockN. kDq: with dQ by
+/// atomics into the float32 accumulator, zeroed before and converted after; with
+/// kDirect the rows of one key block get their dQ from the kernel itself
+/// (dq_direct_block), the Dsum preprocess zeroes the other rows' accumulator
+/// and the conversion skips the direct ones. Without kDq, dQ is left to dq_sm90.
+template <int D, bool Bf16, bool kFlex, bool kDq, bool kDirect = false>
 void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_numel, const BwdTensorMaps& maps,
                cudaStream_t st) {
-  if constexpr (kDq) dq_accum_zero(p, q_numel, st);
-  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex, kDq>;
+  if constexpr (kDq && !kDirect) dq_accum_zero(p, q_numel, st);
+  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex, kDq, kDirect>;
   constexpr size_t smem = bwd_sm90_smem_bytes<sm90::tile_dim(D)>();
   allow_smem<kernel>(smem);
   const int64_t blocks = TileScheduler::ctas(n_k, p.heads_kv);
@@ -45,7 +47,8 @@ void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_
     kernel<<<static_cast<unsigned>(blocks), kBwdSm90Threads, smem, st>>>(p, k_items, maps);
     ATTNBENCH_CHECK(cudaGetLastError());
   }
-  if constexpr (kDq) dq_convert<Bf16>(p, q_numel, st);
+  if constexpr (kDq && !kDirect) dq_convert<Bf16>(p, q_numel, st);
+  if constexpr (kDirect) dq_rows_convert<D, Bf16, bwd_sm90_direct_n<D>()>(p, q_numel, st);
 }
 
 /// The deterministic Hopper dQ kernel over query tiles of kDqBlockM / pack
@@ -67,6 +70,10 @@ void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, co
 template <int D, bool Bf16, bool kFlex>
 void backward_sm90(const AttnParams& p, const LaunchArgs& a) {
   const BwdTensorMaps& maps = *a.bwd_maps;
+  if constexpr (!kFlex) {
+    if (a.shape.dq_direct)
+      return dkdv_sm90<D, Bf16, false, true, true>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
+  }
   if (!a.shape.deterministic)
     return dkdv_sm90<D, Bf16, kFlex, true>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
   dkdv_sm90<D, Bf16, kFlex, false>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
@@ -100,12 +107,17 @@ void run_forward_sm90(const AttnParams& p, const LaunchArgs& a) {
                                                                            maps, a.stream);
 }
 
-/// Backward: Dsum, then backward_sm90 (flex: pack 1, dBias cleared before and
-/// reduced after; the Hopper kernels compute no rel_bias dBias: can_implement).
+/// Backward: Dsum (with direct dQ rows, LaunchShape::dq_direct: and the zeroing
+/// of the accumulator's other rows), then backward_sm90 (flex: pack 1, dBias
+/// cleared before and reduced after; the Hopper kernels compute no rel_bias
+/// dBias: can_implement).
 template <int D, bool Bf16>
 void run_backward_sm90(const AttnParams& p, const LaunchArgs& a) {
   using namespace detail;
-  dsum<D, Bf16>(p, a.q_numel, a.stream);
+  if (a.shape.dq_direct)
+    dsum<D, Bf16, bwd_sm90_direct_n<D>()>(p, a.q_numel, a.stream);
+  else
+    dsum<D, Bf16>(p, a.q_numel, a.stream);
   if (!a.shape.flex) return backward_sm90<D, Bf16, false>(p, a);
   flex_dbias_clear(p, a.scratch_floats, a.stream);
   backward_sm90<D, Bf16, true>(p, a);

@@ -41,10 +41,11 @@ class VarlenBackend : public Backend {
     opt.fwd_path = paths_.fwd;
     opt.bwd_path = paths_.bwd;
     opt.fwd_rows = fwd_rows_;
+    opt.dq_direct = dq_direct_;
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
-  /// fwd_path, bwd_path, fwd_rows, deterministic, pack (fused_options.hpp).
+  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, pack (fused_options.hpp).
   OptionSpecs option_specs() const override { return varlen_option_specs(); }
 
  protected:
@@ -53,12 +54,14 @@ class VarlenBackend : public Backend {
     deterministic_ = v.flag("deterministic");
     pack_ = static_cast<int>(v.integer("pack"));
     fwd_rows_ = parse_fwd_rows(v.text("fwd_rows"));
+    dq_direct_ = parse_dq_direct(v.text("dq_direct"));
   }
 
  private:
   bool deterministic_ = false;
   int pack_ = 0;  ///< 0 = the plan's choice
   int fwd_rows_ = 0;  ///< 0 = kernels::fwd_cta_rows' choice
+  std::optional<bool> dq_direct_;  ///< nullopt = auto (FusedOptions::dq_direct)
   KernelPaths paths_;
 };
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "backends/kernels/attn_launch.hpp"
 #include "harness/backend/backend.hpp"
 #include "harness/model/errors.hpp"
 #include "tests/gpu/gpu_check.hpp"
@@ -23,10 +24,10 @@ namespace {
 /// kernel paths `path` (auto | sm80 | sm90, both passes) and the Hopper forward's
 /// CTA rows `rows` (auto | 64 | 128).
 std::unique_ptr<Backend> flash(bool deterministic, const std::string& path = "auto",
-                               const std::string& rows = "auto") {
+                               const std::string& rows = "auto", const std::string& direct = "auto") {
   std::unique_ptr<Backend> be = BackendRegistry::create_variant(
       "flash[deterministic=" + std::string(deterministic ? "true" : "false") + ",fwd_path=" + path +
-      ",bwd_path=" + path + ",fwd_rows=" + rows + "]");
+      ",bwd_path=" + path + ",fwd_rows=" + rows + ",dq_direct=" + direct + "]");
   REQUIRE(be);
   return be;
 }
@@ -36,12 +37,18 @@ std::unique_ptr<Backend> flash(bool deterministic, const std::string& path = "au
 /// forward and backward: the deterministic one with the Hopper dQ kernel, bitwise
 /// checked, with 64-row forward CTAs, fwd_rows=64; the atomic one with 128-row
 /// CTAs, fwd_rows=128); both again with the portable forward and backward
-/// (options fwd_path = bwd_path = sm80).
+/// (options fwd_path = bwd_path = sm80). Where the Hopper backward runs, the
+/// atomic one twice more: every direct dQ row stored by the dK/dV kernel
+/// (dq_direct=on) and none (off), whatever the automatic choice.
 void run_case(const Problem& p) {
   check_gpu_case(*flash(true, "auto", "64"), p, true);  // both Hopper forward tiles, whatever fwd_cta_rows picks
   check_gpu_case(*flash(false, "auto", "128"), p, false);
   check_gpu_case(*flash(true, "sm80"), p, true);
   check_gpu_case(*flash(false, "sm80"), p, false);
+  if (kernels::fwd_sm90_usable() && p.head_dim <= 128) {
+    check_gpu_case(*flash(false, "auto", "auto", "on"), p, false);
+    check_gpu_case(*flash(false, "auto", "auto", "off"), p, false);
+  }
 }
 
 }  // namespace
@@ -62,7 +69,13 @@ TEST_CASE("flash: backward path choice (option bwd_path)") {
   const nlohmann::json atomic = flash(false)->prepare(p, in)->extra();
   const bool hopper = atomic["fwd_path"] == "sm90";  // auto takes the Hopper kernels where they run
   CHECK(atomic["bwd_path"] == (hopper ? "sm90" : "sm80"));
-  CHECK(atomic["dq_mode"] == "float32 atomics (added by the dK/dV kernel)");
+  // 128 causal-free rows in one 128-key block: every row is direct, so auto stores them all on the Hopper path.
+  CHECK(atomic["dq_mode"] == (hopper ? "float32 atomics, except the 100% of rows whose keys lie in one key block: "
+                                       "stored directly by the dK/dV kernel"
+                                     : "float32 atomics (added by the dK/dV kernel)"));
+  CHECK(flash(false, "auto", "auto", "off")->prepare(p, in)->extra()["dq_mode"] ==
+        "float32 atomics (added by the dK/dV kernel)");
+  if (!hopper) CHECK_THROWS_AS(flash(false, "auto", "auto", "on")->prepare(p, in), std::invalid_argument);
   // The deterministic mode runs on the Hopper kernels too (the Hopper dQ kernel), and sm80 keeps it portable.
   const nlohmann::json det = flash(true)->prepare(p, in)->extra();
   CHECK(det["bwd_path"] == (hopper ? "sm90" : "sm80"));

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/kernels/attn_launch.hpp"
 #include "harness/backend/backend.hpp"
 #include "tests/gpu/gpu_check.hpp"
 #include "tests/test_util.hpp"
@@ -29,11 +30,15 @@ std::unique_ptr<Backend> variant(const std::string& spec) {
 }
 
 /// flash in both dQ modes (deterministic: bitwise checked) on the automatic
-/// paths (the Hopper kernels at head dim 96 on an H100), and on the portable ones.
+/// paths (the Hopper kernels at head dim 96 on an H100), and on the portable ones;
+/// where the Hopper backward runs (96), atomic with every direct dQ row stored by
+/// the dK/dV kernel (dq_direct=on: the 96 columns of a 128-wide tile).
 void flash_case(const Problem& p) {
   check_gpu_case(*variant("flash[deterministic=true]"), p, true);
   check_gpu_case(*variant("flash[deterministic=false]"), p, false);
   check_gpu_case(*variant("flash[deterministic=true,fwd_path=sm80,bwd_path=sm80]"), p, true);
+  if (kernels::fwd_sm90_usable() && p.head_dim <= 128)
+    check_gpu_case(*variant("flash[deterministic=false,dq_direct=on]"), p, false);
 }
 
 constexpr int64_t kDims[] = {96, 256};
@@ -97,6 +102,8 @@ TEST_CASE("varlen at head dims 96 and 256: documents, THD with padding, chunked 
         with_documents(make_problem(2, 8, 2, 300, 300, d, DType::bf16, Layout::bshd, 970 + d), {{100, 77, 123}, {300}}));
     check_gpu_case(*variant("varlen[deterministic=true]"), docs, true);
     check_gpu_case(*variant("varlen[deterministic=false]"), docs, false);
+    if (kernels::fwd_sm90_usable() && d <= 128)
+      check_gpu_case(*variant("varlen[deterministic=false,dq_direct=on]"), docs, false);
     const Problem thd = with_padding(make_problem(3, 4, 1, 150, 150, d, DType::bf16, Layout::thd, 971 + d),
                                      {150, 3, 90}, {150, 3, 90});
     check_gpu_case(*variant("varlen[deterministic=true]"), thd, true);
