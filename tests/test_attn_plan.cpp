@@ -100,7 +100,7 @@ TEST_CASE("tile spans cover every allowed pair and full tiles hold only allowed 
 
 TEST_CASE("dq_row_direct_block: the allowed keys are non-empty and lie in one key block, whose tile visits the row") {
   Rng rng{79};
-  int direct_rows = 0, other_rows = 0;
+  int n_direct = 0, n_other = 0;
   for (int n = 0; n < 60; ++n) {
     const Problem p = random_interval_problem(rng, 200 + static_cast<uint64_t>(n));
     MaskArrays arrays;
@@ -118,9 +118,13 @@ TEST_CASE("dq_row_direct_block: the allowed keys are non-empty and lie in one ke
         REQUIRE(direct == (blocks.size() == 1));
         int key_first = 0;  // the same as "the one-row tile visits one key tile"
         CHECK(direct == (i < lq && key_tiles(m, lq, lk, i, 1, bn, &key_first) == 1));
-        (direct ? direct_rows : other_rows) += 1;
+        (direct ? n_direct : n_other) += 1;
         if (!direct) continue;
         CHECK(first == *blocks.begin() * bn);
+        int d0 = 0, d1 = 0;  // the kernel's per-CTA form holds the row
+        direct_rows(m, lq, lk, first, bn, &d0, &d1);
+        CHECK(i >= d0);
+        CHECK(i < d1);
         int qfirst = 0;  // the Hopper backward's 64-row query steps of that key tile include the row
         const int qt = query_tiles(m, lq, lk, first, bn, 64, &qfirst);
         CHECK(i >= qfirst);
@@ -128,8 +132,33 @@ TEST_CASE("dq_row_direct_block: the allowed keys are non-empty and lie in one ke
       }
     }
   }
-  CHECK(direct_rows > 100);  // the draw holds both kinds of rows
-  CHECK(other_rows > 100);
+  CHECK(n_direct > 100);  // the draw holds both kinds of rows
+  CHECK(n_other > 100);
+}
+
+TEST_CASE("direct_rows: the rows of a key block's [d0, d1) are direct with that block, or see no key") {
+  Rng rng{80};
+  int inside = 0;
+  for (int n = 0; n < 60; ++n) {
+    const Problem p = random_interval_problem(rng, 300 + static_cast<uint64_t>(n));
+    MaskArrays arrays;
+    const MaskDesc m = make_mask_desc(p, arrays);
+    const int bn = n % 2 ? 64 : 128;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int lq = static_cast<int>(p.valid_q(b)), lk = static_cast<int>(p.valid_k(b));
+      for (int n0 = 0; n0 < lk; n0 += bn) {
+        int d0 = 0, d1 = 0;
+        direct_rows(m, lq, lk, n0, bn, &d0, &d1);
+        for (int i = d0; i < d1 && i < lq; ++i) {
+          const RowBounds rb = RowBounds::of(m, i, lq, lk);
+          INFO("problem " << n << " b " << b << " n0 " << n0 << " row " << i << " mask " << describe_mask(p));
+          CHECK((rb.lo > rb.hi || dq_direct_block(rb, bn) == n0));
+          ++inside;
+        }
+      }
+    }
+  }
+  CHECK(inside > 100);
 }
 
 TEST_CASE("cu_seqlens from document lengths and from document ids") {

@@ -90,7 +90,7 @@ inline OptionSpec dq_direct_option() {
   return OptionSpec::choice(
       "dq_direct", "auto", {"auto", "on", "off"},
       "Hopper backward with atomic dQ: the rows whose keys lie in one key block (128 keys; 64 at head_dim 64) get "
-      "dQ stored by the dK/dV kernel, without atomics, zeroing or conversion. auto = where at least 50% of the rows "
+      "dQ stored by the dK/dV kernel, without atomics, zeroing or conversion. auto = where at least 25% of the rows "
       "are such (packed short documents), on = always (an error row where that backward does not run), off = never");
 }
 /// The dq_direct option's value as FusedOptions::dq_direct (nullopt = auto).

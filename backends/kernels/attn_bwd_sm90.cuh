@@ -54,7 +54,6 @@ struct BwdSm90Storage {
   uint64_t full[kStages];       ///< stage loaded (TMA bytes + the rows warp)
   uint64_t empty[kStages];      ///< stage read by every consumer thread
   int span[kStages][2];         ///< the step rows' KeySpan (lo, hi)
-  int direct[kStages];          ///< whether a row of the step has its dQ stored directly
   int2 rb[kStages][kM];         ///< the step rows' row_bounds()
   static_assert((2u * kN * D) % 1024 == 0 && (2u * kM * D) % 1024 == 0 && (2u * kN * kM) % 1024 == 0,
                 "tiles at 1024-byte offsets");
@@ -144,41 +143,29 @@ constexpr int bwd_sm90_direct_n() {
 
 /// This warp's m64n64 dQ fragment (rows t0 + g, t0 + g + 8 of query head h,
 /// columns c0 ..) out of the Hopper dK/dV kernel; rows past lq and columns past
-/// the head dim DH (a tile wider than it) are skipped. `rb`: the step's rows'
-/// key intervals (bwd_stage_rows), row t at rb[t - m0]. Per row:
-/// - direct (dq_direct_block at kDirectN = bwd_sm90_direct_n) and its block is this
-///   warpgroup's keys starting at `block0`: dQ = scale * fragment, stored in the
-///   element type (no other CTA or warpgroup adds to the row). 4-byte stores in
-///   the fragment's layout: regrouping a row within its quad into 16-byte stores
-///   (three rounds of shuffles) made the kernel spill and measured slower on the
-///   H200 (packed CodeAlpaca 8B dK/dV kernel 1340 us against 1270);
-/// - direct with another block: skipped (every key here is masked for the row,
-///   so the fragment is zero);
+/// the head dim DH (a tile wider than it) are skipped. Per row:
+/// - in [d0, d1) (kDirectN > 0: direct_rows() of this warpgroup's key block, the
+///   rows whose keys all lie in it): dQ = scale * fragment, stored in the element
+///   type (no other CTA or warpgroup adds to the row; rows there that see no key
+///   store their zero). 4-byte stores in the fragment's layout: regrouping a row
+///   within its quad into 16-byte stores (three rounds of shuffles) made the
+///   kernel spill and measured slower on the H200 (packed CodeAlpaca 8B dK/dV
+///   kernel 1340 us against 1270);
 /// - otherwise: float2 atomics into p.dq_accum (zeroed by the preprocess,
-///   converted after; sm_90 only, where they exist).
-/// kDirectN = 0 (the flex path, whose tiles come from a BlockMask) or
-/// `step_direct` false (no row of the step is direct, bwd_stage_rows): every row
-/// takes the atomics.
+///   converted after; sm_90 only, where they exist). A row that is direct for
+///   another block adds zeros here into an accumulator row nobody reads.
+/// kDirectN = 0 (the flex path, whose tiles come from a BlockMask; atomic dQ
+/// without direct rows): every row takes the atomics.
 template <int DH, bool Bf16, int kDirectN>
-__device__ __forceinline__ void bwd_write_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int m0, int t0,
-                                             int c0, int block0, bool step_direct, const int2* rb, int g, int qd,
-                                             const Acc (&dq)[8]) {
+__device__ __forceinline__ void bwd_write_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int t0, int c0,
+                                             int d0, int d1, int g, int qd, const Acc (&dq)[8]) {
 #if ATTNBENCH_SM90A
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = t0 + g + 8 * r;
     if (t >= si.lq) continue;
     const int64_t off = q_off(p, si, b, t, h) + c0 + 2 * qd;
-    int first = -1;
-    if (kDirectN > 0 && step_direct) {
-      const int2 iv = rb[t - m0];
-      RowBounds bounds;
-      bounds.lo = iv.x;
-      bounds.hi = iv.y;
-      first = dq_direct_block(bounds, kDirectN);
-    }
-    if (first >= 0) {
-      if (first != block0) continue;
+    if (kDirectN > 0 && t >= d0 && t < d1) {
       uint16_t* drow = static_cast<uint16_t*>(p.dq) + off;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -198,38 +185,27 @@ __device__ __forceinline__ void bwd_write_dq(const AttnParams& p, const SeqInfo&
     }
   }
 #else
-  (void)p, (void)si, (void)b, (void)h, (void)m0, (void)t0, (void)c0, (void)block0, (void)step_direct, (void)rb,
-      (void)g, (void)qd, (void)dq;
+  (void)p, (void)si, (void)b, (void)h, (void)t0, (void)c0, (void)d0, (void)d1, (void)g, (void)qd, (void)dq;
   __trap();  // the Hopper backward only
 #endif
 }
 
 /// The producer's row warp's share of one query step (rows m0 .. m0 + kBlockM - 1
 /// of query head h): each row's log2(e) LSE and Dsum into tLse / tDsum; on the flex
-/// path and with direct dQ rows each row's key interval (row_bounds) into tRb (the
-/// flex mask; the direct rows of bwd_write_dq); without dQ (kDq = false) the KeySpan of
-/// the rows into span[0..1] (lane 0, after a warp reduction). kDirectN > 0 (dQ
-/// off the flex path): whether some row of the step is direct (dq_direct_block at
-/// kDirectN) into *direct_out, so that steps without one take the atomics alone.
-template <bool kFlex, bool kDq, int kBlockM, int kDirectN>
+/// path each row's key interval (row_bounds) into tRb; without dQ (kDq = false) the
+/// KeySpan of the rows into span[0..1] (lane 0, after a warp reduction).
+template <bool kFlex, bool kDq, int kBlockM>
 __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInfo& si, int b, int m0, int h, int lane,
-                                               float* tLse, float* tDsum, int2* tRb, int* span_out, int* direct_out) {
+                                               float* tLse, float* tDsum, int2* tRb, int* span_out) {
   KeySpan span;
-  bool direct = false;
   for (int r = lane; r < kBlockM; r += 32) {
     tLse[r] = lse2_of(p, si, b, m0 + r, h);
     tDsum[r] = dsum_of(p, si, b, m0 + r, h);
-    if constexpr (kFlex || !kDq || kDirectN > 0) {
-      // flex: the consumers mask with the rows' intervals; direct dQ rows: they find them there
+    if constexpr (kFlex || !kDq) {  // flex: the consumers read the rows' intervals from here
       const RowBounds rb = row_bounds<kFlex>(p, si, b, m0 + r);
-      if constexpr (kFlex || kDirectN > 0) tRb[r] = make_int2(rb.lo, rb.hi);
+      if constexpr (kFlex) tRb[r] = make_int2(rb.lo, rb.hi);
       if constexpr (!kDq) span.add(rb);
-      if constexpr (kDirectN > 0) direct = direct || (m0 + r < si.lq && dq_direct_block(rb, kDirectN) >= 0);
     }
-  }
-  if constexpr (kDirectN > 0) {
-    direct = __any_sync(0xffffffffu, direct);
-    if (lane == 0) *direct_out = direct ? 1 : 0;
   }
   if constexpr (!kDq) {
     span.warp_reduce();
@@ -267,8 +243,9 @@ __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInf
 /// kDirect (atomic dQ off the flex path, LaunchShape::dq_direct): the rows whose
 /// keys lie in one key block (dq_direct_block at bwd_sm90_direct_n) get their dQ
 /// stored in the element type by the CTA (warpgroup at head_dim 64) of that
-/// block instead of atomics (bwd_write_dq); the host zeroes and converts only the
-/// other rows (attn_bwd_dsum_zero_kernel, attn_bwd_dq_rows_convert_kernel).
+/// block instead of atomics (bwd_write_dq, over the block's direct_rows() found
+/// once per CTA); the host zeroes and converts only the other rows
+/// (attn_bwd_dsum_zero_kernel, attn_bwd_dq_rows_convert_kernel).
 ///
 /// kDq = false (the deterministic mode): dK / dV only, no dS^T stores, barrier or
 /// dQ products; attn_dq_sm90_kernel (attn_dq_sm90.cuh) computes dQ without atomics.
@@ -341,9 +318,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
                                              &maps.dout, ob, q_row + m0, h, &full[stage]);
       } else {
-        bwd_stage_rows<kFlex, kDq, kBlockM, kDirectN>(p, si, b, m0, h, lane, sLse + stage * kBlockM,
-                                                      sDsum + stage * kBlockM, sRb + stage * kBlockM,
-                                                      sSpan + 2 * stage, sm.direct + stage);
+        bwd_stage_rows<kFlex, kDq, kBlockM>(p, si, b, m0, h, lane, sLse + stage * kBlockM, sDsum + stage * kBlockM,
+                                            sRb + stage * kBlockM, sSpan + 2 * stage);
         sm90::mbar_arrive(&full[stage]);
       }
     }
@@ -356,6 +332,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     zero_acc(dk);
     zero_acc(dv);
     DbiasAcc dbias;  // offset_bias dBias on the flex path (per-key sums)
+    int d0 = 0, d1 = 0;  // kDirect: the rows whose dQ this CTA (warpgroup at head_dim 64) stores (direct_rows)
+    if constexpr (kDirectN > 0) direct_rows(p.mask, si.lq, si.lk, D == 128 ? n0 : n0 + wg * 64, kDirectN, &d0, &d1);
     if (iters > 0) sm90::mbar_wait(kv_bar, 0);
 
     for (int it = 0; it < iters; ++it) {
@@ -412,9 +390,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
         sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
         sm90::fence_acc(dq);
-        bwd_write_dq<DH, Bf16, kDirectN>(p, si, b, h, m0, m0 + wrow, D == 128 ? wg * 64 : 0,
-                                         D == 128 ? n0 : n0 + wg * 64, kDirectN > 0 && sm.direct[stage] != 0,
-                                         sRb + stage * kBlockM, g, qd, dq);
+        bwd_write_dq<DH, Bf16, kDirectN>(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, d0, d1, g, qd, dq);
       } else {
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 2)
       }

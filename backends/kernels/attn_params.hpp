@@ -202,16 +202,6 @@ constexpr int bwd_block_m(int head_dim, BwdPath path = BwdPath::sm80) {
 /// keys when each consumer warpgroup's dQ columns sum over all of them (tiles 128
 /// wide: head_dim 96, 128), one warpgroup's 64 keys at head_dim 64.
 constexpr int dq_direct_block_n(int head_dim) { return head_dim <= 64 ? kBwdSm90BlockN / 2 : kBwdSm90BlockN; }
-/// The Hopper backward with atomic dQ stores the direct rows' dQ itself
-/// (LaunchShape::dq_direct) when at least this percentage of the query rows are
-/// direct (TilePlan::dq_direct_rows). Measured on an H200
-/// (docs/results/2026-11-28-h200-session17.md), backward ms without -> with:
-/// packed CodeAlpaca Llama-3-8B (71% of the rows direct) 1.69 -> 1.51; the
-/// Llama-3.2-1B pack at head_dim 64 (37%) 1.30 -> 1.31; rows that are seldom
-/// direct pay the per-step checks of the dK/dV kernel for nothing: causal S2048
-/// D64 0.98 -> 1.10, causal S4096 D128 1.89 -> 2.07, full S8192 D128 6.20 ->
-/// 6.49, packed 32k-token long documents 13.37 -> 14.24.
-constexpr int kDqDirectRowsPercent = 50;
 constexpr int kDqBlockM = 64;    ///< deterministic dQ: query rows per CTA
 constexpr int kDqBlockN = 64;    ///< deterministic dQ: keys per step
 

@@ -48,6 +48,17 @@ struct TilePlan {
   int64_t query_rows = 0;
 };
 
+/// The Hopper backward with atomic dQ stores the direct rows' dQ itself
+/// (LaunchShape::dq_direct) when at least this percentage of the query rows are
+/// direct (TilePlan::dq_direct_rows). Measured on an H200
+/// (docs/results/2026-11-28-h200-session17.md), backward ms with dq_direct off ->
+/// on, the direct rows found once per CTA: packed CodeAlpaca Llama-3-8B (71% of
+/// the rows direct) 1.683 -> 1.485; Llama-3.2-1B at head_dim 64 (37%) 1.299 ->
+/// 1.291; dense rows where few rows are direct pay a little: causal S2048 D64
+/// 0.977 -> 0.981, causal S4096 D128 1.898 -> 1.918, full S8192 D128 5.989 ->
+/// 6.018.
+constexpr int kDqDirectRowsPercent = 25;
+
 /// Whether plan `t` stores the direct rows' dQ in the Hopper dK/dV kernel
 /// (LaunchShape::dq_direct): at least kDqDirectRowsPercent of its query rows are
 /// direct.

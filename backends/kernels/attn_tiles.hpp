@@ -125,6 +125,27 @@ ATTNBENCH_HD int dq_row_direct_block(const MaskDesc& m, int t, int lq, int lk, i
   return dq_direct_block(RowBounds::of(m, t, lq, lk), block_n);
 }
 
+/// The query rows [*d0, *d1) whose intervals lie inside the key block
+/// [n0, n0 + block_n): lo(i) >= n0 and hi(i) < n0 + block_n (two binary searches
+/// over [0, lq), both bounds being monotone in i). It holds every row whose
+/// dq_direct_block() is n0, and possibly rows with an empty interval, whose dQ is
+/// zero. The Hopper dK/dV kernel computes it once per CTA (warpgroup at head_dim
+/// 64) to store those rows' dQ directly without a per-row interval.
+ATTNBENCH_HD void direct_rows(const MaskDesc& m, int lq, int lk, int n0, int block_n, int* d0, int* d1) {
+  int lo = 0, hi = lq;
+  while (lo < hi) {  // the first row with lo(i) >= n0
+    const int mid = (lo + hi) >> 1;
+    if (RowBounds::of(m, mid, lq, lk).lo >= n0) hi = mid; else lo = mid + 1;
+  }
+  *d0 = lo;
+  hi = lq;
+  while (lo < hi) {  // the first row at or after d0 with hi(i) >= n0 + block_n
+    const int mid = (lo + hi) >> 1;
+    if (RowBounds::of(m, mid, lq, lk).hi >= n0 + block_n) hi = mid; else lo = mid + 1;
+  }
+  *d1 = lo;
+}
+
 /// True when every valid row of the query tile [m0, m0 + rows) allows every key
 /// of [n0, n0 + block_n) (no per-element mask needed; rows past lq are ignored).
 ATTNBENCH_HD bool tile_full(const MaskDesc& m, int lq, int lk, int m0, int rows, int n0, int block_n) {
