@@ -15,7 +15,7 @@
 #   long         scenarios/packed_long_docs.json: the same backends
 #   flex-packed  scenarios/packed_codealpaca.json: flex, varlen, torch-flex, cudnn
 #   flex-long    scenarios/packed_long_docs.json: flex, varlen, torch-flex
-#   trace-packed kernel trace of varlen and cudnn on the packed Llama-3-8B row
+#   trace-packed kernel trace of varlen (direct dQ rows on and off) and cudnn on the packed Llama-3-8B row
 #   masks        scenarios/masks.json: flex, flash, cudnn (every case), torch-flex (MASKS_PEER_CASES)
 #   window       scenarios/sliding_window.json: flex, flash, cudnn, torch-flex
 #   bias         scenarios/flex_bias.json: flex, torch-flex
@@ -96,7 +96,7 @@ for step in "$@"; do
     long) run long packed_long_docs '.' varlen,cudnn,torch-varlen,torch-flex ;;
     flex-packed) run flex_packed packed_codealpaca '.' flex,varlen,torch-flex,cudnn ;;
     flex-long) run flex_long packed_long_docs '.' flex,varlen,torch-flex ;;
-    trace-packed) run trace_packed packed_codealpaca 'llama3-8b_greedy_fill1_padmax' varlen,cudnn --kernel-trace ;;
+    trace-packed) run trace_packed packed_codealpaca 'llama3-8b_greedy_fill1_padmax' 'varlen,varlen[dq_direct=off],cudnn' --kernel-trace ;;
     masks)
       run masks masks '.' flex,flash,cudnn
       run masks_peer masks "$MASKS_PEER_CASES" torch-flex ;;
