@@ -178,3 +178,24 @@ TEST_CASE("instance_key takes the path of the launch's direction") {
   s.direction = Direction::backward;
   CHECK(instance_key(dense(), s) == InstanceKey{Direction::backward, 0, 128, ElemType::bf16});
 }
+
+TEST_CASE("direct dQ rows: the Hopper backward with atomic dQ off the flex path, and nothing else") {
+  const auto built = hopper_build();
+  LaunchShape s = bwd(BwdPath::sm90);
+  s.deterministic = false;
+  CHECK(dq_direct_reason(s).empty());
+  s.dq_direct = true;
+  CHECK(can_implement(dense(), s, built).empty());
+  LaunchShape det = s;
+  det.deterministic = true;
+  LaunchShape portable = s;
+  portable.bwd_path = BwdPath::sm80;
+  LaunchShape forward = fwd();
+  forward.dq_direct = true;
+  for (const LaunchShape& no : {det, portable, forward}) {
+    CHECK_FALSE(dq_direct_reason(no).empty());
+    CHECK(can_implement(dense(), no, built) == dq_direct_reason(no));
+  }
+  det.dq_direct = false;  // the shape without direct rows stays launchable
+  CHECK(can_implement(dense(), det, built).empty());
+}

@@ -459,11 +459,11 @@ void FusedInstance::set_launch_args() {
   b.shape.bwd_path = bwd_path_;
   b.shape.rows = 0;
   b.shape.deterministic = opt_.deterministic;
-  const bool direct_runs = !flex_ && !opt_.deterministic && bwd_path_ == kernels::BwdPath::sm90;
-  if (opt_.dq_direct.value_or(false) && !direct_runs)
-    throw std::invalid_argument(opt_.name + ": dq_direct=on needs the Hopper backward with atomic dQ "
-                                "(bwd_path auto or sm90 on an sm_90a build, deterministic=false)");
-  b.shape.dq_direct = direct_runs && opt_.dq_direct.value_or(kernels::dq_direct_rows_pay(plan_));
+  if (const std::string why = kernels::dq_direct_reason(b.shape); !why.empty()) {
+    if (opt_.dq_direct.value_or(false)) throw std::invalid_argument(opt_.name + ": dq_direct=on: " + why);
+  } else {
+    b.shape.dq_direct = opt_.dq_direct.value_or(kernels::dq_direct_rows_pay(plan_));
+  }
   b.dq_items = dq_items_.as<const WorkItem>();
   b.n_dq_items = static_cast<int>(plan_.dq_items.size());
   b.k_items = k_items_.as<const WorkItem>();

@@ -61,20 +61,19 @@ struct SeqStarts {
   }
 };
 
-/// Row r of query head h of the Q-shaped buffers (dQ and its float32
-/// accumulator, Q's strides): the offset of its first element, and whether the
+/// Row r of the Q-shaped buffers (dQ and its float32 accumulator, Q's strides):
+/// the offset of its first element at head 0, and whether the
 /// Hopper backward stores its dQ directly (dq_row_direct_block at key blocks of
 /// kDirectN > 0). Rows are numbered as in attn_bwd_dsum_kernel: THD tokens (the
 /// sequence found by binary search of `starts`; a token past the last sequence is
 /// never direct), else num_seqs * seq_q rows.
 template <int kDirectN>
-__device__ __forceinline__ int64_t dq_row_at(const AttnParams& p, const SeqStarts& starts, int64_t r, int h,
-                                             bool* direct) {
+__device__ __forceinline__ int64_t dq_row_at(const AttnParams& p, const SeqStarts& starts, int64_t r, bool* direct) {
   static_assert(kDirectN > 0, "only the Hopper backward's passes ask");
   int b = 0, t = 0;
   *direct = false;
   if (starts.cu) {
-    if (r >= starts.cu[p.num_seqs]) return r * p.q_row_stride + h * p.q_head_stride;
+    if (r >= starts.cu[p.num_seqs]) return r * p.q_row_stride;
     int lo = 0, hi = p.num_seqs - 1;  // the last sequence whose first token is <= r
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
@@ -88,7 +87,7 @@ __device__ __forceinline__ int64_t dq_row_at(const AttnParams& p, const SeqStart
   }
   const SeqInfo si = seq_info(p, b);
   *direct = dq_row_direct_block(p.mask, t, si.lq, si.lk, kDirectN) >= 0;
-  return q_off(p, si, b, t, h);
+  return q_off(p, si, b, t, 0);
 }
 
 /// sum over the 8 element pairs of one 16-byte chunk of O and of dO of o * do, in float32.
@@ -104,6 +103,32 @@ __device__ __forceinline__ float dot_chunk(const uint4& a, const uint4& e) {
   return acc;
 }
 
+/// Row r of the O / dO- and LSE-strided buffers as the Dsum kernels number rows
+/// (`rows` = tokens in THD, every one valid; else num_seqs * seq_q, row r being
+/// position r % seq_q of sequence r / seq_q): its offsets at head 0 in O's and
+/// LSE's strides, and whether it is a valid position (false past the sequence's
+/// length and for r >= rows).
+struct DsumRow {
+  int64_t o = 0, lse = 0;
+  bool valid = false;
+
+  __device__ __forceinline__ static DsumRow of(const AttnParams& p, int64_t r, int64_t rows) {
+    DsumRow w;
+    if (r >= rows) return w;
+    if (p.cu_seqlens_q) {
+      w.o = r * p.o_row_stride;
+      w.lse = r * p.lse_row_stride;
+      w.valid = true;
+    } else {
+      const int b = static_cast<int>(r / p.seq_q), t = static_cast<int>(r % p.seq_q);
+      w.o = b * p.o_batch_stride + t * p.o_row_stride;
+      w.lse = b * p.lse_batch_stride + t * p.lse_row_stride;
+      w.valid = t < (p.seqlens_q ? p.seqlens_q[b] : p.seq_q);
+    }
+    return w;
+  }
+};
+
 /// Dsum = rowsum(dO * O) in float32 for every stored row of head blockIdx.y.
 /// Rows are numbered over the whole buffer: `rows` = tokens in THD (every token
 /// is a valid row) or num_seqs * seq_q in the padded layouts (row r is position
@@ -118,21 +143,9 @@ __global__ void __launch_bounds__(256) attn_bwd_dsum_kernel(const AttnParams p, 
   const int h = blockIdx.y;
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kT;
   const int c = threadIdx.x % kT;
-  int64_t o_off = 0, l_off = 0;
-  bool valid = false, store = false;
-  if (r < rows) {
-    if (p.cu_seqlens_q) {
-      o_off = r * p.o_row_stride + h * p.o_head_stride;
-      l_off = r * p.lse_row_stride + h * p.lse_head_stride;
-      valid = store = true;
-    } else {
-      const int b = static_cast<int>(r / p.seq_q), t = static_cast<int>(r % p.seq_q);
-      o_off = b * p.o_batch_stride + t * p.o_row_stride + h * p.o_head_stride;
-      l_off = b * p.lse_batch_stride + t * p.lse_row_stride + h * p.lse_head_stride;
-      valid = t < (p.seqlens_q ? p.seqlens_q[b] : p.seq_q);
-      store = true;
-    }
-  }
+  const DsumRow row = DsumRow::of(p, r, rows);
+  const bool valid = row.valid, store = r < rows;  // invalid stored rows get Dsum 0
+  const int64_t o_off = row.o + h * p.o_head_stride, l_off = row.lse + h * p.lse_head_stride;
   float acc = 0.f;
 #pragma unroll
   for (int cc = c; cc < D / 8; cc += kT) {
@@ -164,31 +177,18 @@ __global__ void __launch_bounds__(256) attn_bwd_dsum_zero_kernel(const AttnParam
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kT;
   const int c = threadIdx.x % kT;
   const bool has_chunk = c < D / 8;
-  int64_t o_row = 0, l_row = 0;  // the row's offsets at head 0
-  bool valid = false;
-  if (r < rows) {
-    if (p.cu_seqlens_q) {
-      o_row = r * p.o_row_stride;
-      l_row = r * p.lse_row_stride;
-      valid = true;
-    } else {
-      const int b = static_cast<int>(r / p.seq_q), t = static_cast<int>(r % p.seq_q);
-      o_row = b * p.o_batch_stride + t * p.o_row_stride;
-      l_row = b * p.lse_batch_stride + t * p.lse_row_stride;
-      valid = t < (p.seqlens_q ? p.seqlens_q[b] : p.seq_q);
-    }
-  }
+  const DsumRow row = DsumRow::of(p, r, rows);
   __shared__ int32_t s_cu[SeqStarts::kCap + 1];
   const SeqStarts starts = SeqStarts::stage(p, s_cu);
   bool direct = false;
-  const int64_t q_row = r < rows ? dq_row_at<kDirectN>(p, starts, r, 0, &direct) + 8 * c : 0;
+  const int64_t q_row = r < rows ? dq_row_at<kDirectN>(p, starts, r, &direct) + 8 * c : 0;
   for (int h0 = 0; h0 < p.heads_q; h0 += kG) {
     uint4 a[kG], e[kG];  // the group's O and dO chunks, loaded before any is used
 #pragma unroll
     for (int k = 0; k < kG; ++k) {
       a[k] = e[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (valid && has_chunk && h0 + k < p.heads_q) {
-        const int64_t off = o_row + (h0 + k) * p.o_head_stride + 8 * c;
+      if (row.valid && has_chunk && h0 + k < p.heads_q) {
+        const int64_t off = row.o + (h0 + k) * p.o_head_stride + 8 * c;
         a[k] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.o) + off);
         e[k] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.dout) + off);
       }
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(256) attn_bwd_dsum_zero_kernel(const AttnParam
       float acc = dot_chunk<Bf16>(a[k], e[k]);
 #pragma unroll
       for (int o = kT / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (r < rows && c == 0) p.dsum[l_row + h * p.lse_head_stride] = acc;
+      if (r < rows && c == 0) p.dsum[row.lse + h * p.lse_head_stride] = acc;
       if (r < rows && !direct && has_chunk) {
         float4* z = reinterpret_cast<float4*>(p.dq_accum + q_row + h * p.q_head_stride);
         z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(256) attn_bwd_dq_rows_convert_kernel(const Att
   const SeqStarts starts = SeqStarts::stage(p, s_cu);
   if (r >= rows || c >= D / 8) return;
   bool direct;
-  const int64_t q_row = dq_row_at<kDirectN>(p, starts, r, 0, &direct) + 8 * c;
+  const int64_t q_row = dq_row_at<kDirectN>(p, starts, r, &direct) + 8 * c;
   if (direct) return;
   for (int h0 = 0; h0 < p.heads_q; h0 += kG) {
     float4 a[kG][2];

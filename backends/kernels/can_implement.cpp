@@ -108,6 +108,12 @@ std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head
          (fwd_block_m(pack, head_dim, path) == kFwdBlockMWide ? " or 64)" : ")");
 }
 
+std::string dq_direct_reason(const LaunchShape& s) {
+  if (s.direction == Direction::backward && s.bwd_path == BwdPath::sm90 && !s.deterministic && !s.flex) return {};
+  return "direct dQ rows need the Hopper backward (bwd_path auto or sm90 on an sm_90a build) with atomic dQ "
+         "(deterministic=false), off the flex path";
+}
+
 std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<const InstanceKey> built) {
   if (p.dtype != ElemType::bf16 && p.dtype != ElemType::fp16)
     return std::string("dtype ") + to_string(p.dtype) + " not supported (bf16 and fp16 only)";
@@ -131,8 +137,8 @@ std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<c
            std::to_string(kMaxRelBiasDistance) + "] (the dBias row of 2m + 1 floats lives in shared memory)";
   if (s.flex)
     if (std::string why = flex_reason(p, s); !why.empty()) return why;
-  if (s.dq_direct && (s.direction != Direction::backward || s.bwd_path != BwdPath::sm90 || s.deterministic || s.flex))
-    return "direct dQ rows need the Hopper backward with atomic dQ off the flex path";
+  if (s.dq_direct)
+    if (std::string why = dq_direct_reason(s); !why.empty()) return why;
   if (s.direction == Direction::forward)
     return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.flex, p.bm.q_block, p.head_dim, s.fwd_path);
   return {};

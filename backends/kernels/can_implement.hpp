@@ -82,6 +82,11 @@ std::string pack_reason(int pack, int group);
 /// (64, or 128 up to that head dim), or 64-row halves of 128-row blocks.
 std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head_dim, FwdPath path);
 
+/// Why launch shape `shape` cannot store direct dQ rows (LaunchShape::dq_direct;
+/// empty when it can): only the Hopper backward with atomic dQ off the flex path
+/// does. Looks at direction, bwd_path, deterministic and flex, not at dq_direct.
+std::string dq_direct_reason(const LaunchShape& shape);
+
 /// Why the kernel family cannot run problem `p` with launch shape `shape`
 /// (empty when it can). Decides on: element type (fp16 / bf16), Dqk = Dv, an
 /// instance of (direction, path, head_dim, dtype) in `built`, heads (heads_q a
@@ -90,7 +95,7 @@ std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head
 /// the flex path only, rel_bias max_distance in [0, kMaxRelBiasDistance]), the
 /// flex BlockMask's block sizes (64 or 128 each) and the flex Hopper backward's
 /// limits (KV blocks of bwd_block_n(BwdPath::sm90), no rel_bias dBias), and
-/// dq_direct only on the Hopper backward with atomic dQ off the flex path.
+/// dq_direct where dq_direct_reason() allows it.
 /// Pointers are not looked at (the launch checks its arguments separately).
 std::string can_implement(const AttnParams& p, const LaunchShape& shape,
                           std::span<const InstanceKey> built = compiled_instances());
