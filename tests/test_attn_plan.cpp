@@ -463,6 +463,17 @@ Problem random_flex_problem(Rng& rng, uint64_t seed) {
 
 }  // namespace
 
+TEST_CASE("rel_bias dBias scratch: a row for every 64-key tile of every 128-key dK/dV CTA, both warpgroups") {
+  for (int64_t sk = 1; sk <= 1100; ++sk) {
+    const int64_t tiles = rel_bias_scratch_tiles(sk);
+    const int64_t ctas = (sk + kBwdSm90BlockN - 1) / kBwdSm90BlockN;  // the Hopper kernel's key tiles
+    CHECK(tiles >= (sk + kBwdBlockN - 1) / kBwdBlockN);               // the portable kernel's
+    CHECK(tiles * kBwdBlockN >= ctas * kBwdSm90BlockN);               // warpgroup 1 of the last CTA too
+  }
+  CHECK(rel_bias_scratch_tiles(64) == 2);
+  CHECK(rel_bias_scratch_tiles(129) == 4);
+}
+
 TEST_CASE("flex mask form: BlockMask lists + row intervals + remaining pair terms equal mask_allowed on every pair") {
   Rng rng(777);
   int spans = 0, pairs_left = 0, sparse_dropped = 0;

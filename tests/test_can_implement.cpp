@@ -158,11 +158,11 @@ TEST_CASE("can_implement: score mods and the flex path's limits") {
   p.bm.q_block = 64;  // more rows than a block has
   CHECK(can_implement(p, f, built).find("forward CTAs of 128 rows for query blocks of 64") == 0);
   p.bm.q_block = 128;
-  // The Hopper backward: 128-key KV blocks, no rel_bias dBias.
-  p.dbias_mode = DbiasMode::atomic;
-  CHECK(can_implement(p, bwd(BwdPath::sm90, true), built).find("the Hopper backward has no rel_bias dBias") == 0);
-  p.dbias_mode = DbiasMode::none;
-  CHECK(can_implement(p, bwd(BwdPath::sm90, true), built).empty());
+  // The Hopper backward: 128-key KV blocks; rel_bias dBias in either mode.
+  for (DbiasMode m : {DbiasMode::atomic, DbiasMode::deterministic, DbiasMode::none}) {
+    p.dbias_mode = m;
+    CHECK(can_implement(p, bwd(BwdPath::sm90, true), built).empty());
+  }
   p.bm.kv_block = 64;
   CHECK(can_implement(p, bwd(BwdPath::sm90, true), built).find("the Hopper backward needs block=128") == 0);
   CHECK(can_implement(p, bwd(BwdPath::sm80, true), built).empty());

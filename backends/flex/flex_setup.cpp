@@ -74,7 +74,7 @@ void setup_flex(const Problem& p, const ProblemData& in, kernels::DbiasMode dbia
   f->scratch_floats = dbias_scratch_bytes(p) / static_cast<int64_t>(sizeof(float));
   f->scratch = DeviceBuffer(static_cast<size_t>(f->scratch_floats), sizeof(float));
   a->dbias_scratch = f->scratch.as<float>();
-  a->dbias_tiles = static_cast<int32_t>((p.seq_k + kernels::kBwdBlockN - 1) / kernels::kBwdBlockN);
+  a->dbias_tiles = static_cast<int32_t>(kernels::rel_bias_scratch_tiles(p.seq_k));
   if (a->mod == kernels::ModKind::offset_bias) {
     std::vector<int32_t> ptr, keys;
     kernels::offset_keys_csr(in.offset, p.bias_numel(), &ptr, &keys);
@@ -89,8 +89,7 @@ void setup_flex(const Problem& p, const ProblemData& in, kernels::DbiasMode dbia
 int64_t dbias_scratch_bytes(const Problem& p) {
   const int64_t f = static_cast<int64_t>(sizeof(float));
   if (p.score_mod.kind == ScoreMod::Kind::rel_bias)
-    return p.batch * ((p.seq_k + kernels::kBwdBlockN - 1) / kernels::kBwdBlockN) * p.heads_q *
-           (2 * p.score_mod.max_distance + 1) * f;
+    return p.batch * kernels::rel_bias_scratch_tiles(p.seq_k) * p.heads_q * (2 * p.score_mod.max_distance + 1) * f;
   if (p.score_mod.kind == ScoreMod::Kind::offset_bias) return p.batch * p.heads_kv * p.seq_k * f;
   return 0;
 }

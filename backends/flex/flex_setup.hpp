@@ -43,7 +43,7 @@ void setup_flex(const Problem& p, const ProblemData& in, kernels::DbiasMode dbia
                 kernels::AttnParams* a, cudaStream_t st);
 
 /// Bytes of the deterministic dBias scratch buffer of `p` with BlockMask tiles
-/// (rel_bias: B * ceil(Sk / 64) * Hq * (2m + 1) floats; offset_bias: B * Hkv * Sk
+/// (rel_bias: B * kernels::rel_bias_scratch_tiles(Sk) * Hq * (2m + 1) floats; offset_bias: B * Hkv * Sk
 /// floats; 0 otherwise).
 int64_t dbias_scratch_bytes(const Problem& p);
 

@@ -121,8 +121,7 @@ kernels::BwdPath choose_bwd_path(const FusedOptions& opt, const Problem& p) {
 
 /// The flex path's backward kernels: option bwd_path (sm90_path); auto =
 /// the Hopper kernels where kernels::fwd_sm90_usable() and
-/// flex_bwd_sm90_refusal() has no objection (128-key KV blocks, no rel_bias
-/// dBias), else the portable ones, with the reason in *why_portable. sm90 asked
+/// flex_bwd_sm90_refusal() has no objection (128-key KV blocks), else the portable ones, with the reason in *why_portable. sm90 asked
 /// for a problem the Hopper backward refuses throws std::invalid_argument (an
 /// error row naming why; the backend reports it as unsupported before that).
 kernels::BwdPath choose_flex_bwd_path(const Problem& p, const FusedOptions& opt, std::string* why_portable) {

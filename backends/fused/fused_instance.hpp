@@ -133,8 +133,7 @@ std::string asked_path_reason(const Problem& p, Placement placement, const Kerne
 
 /// Why the flex path's Hopper backward cannot run `p` with BlockMask blocks of
 /// `block` and dBias mode `dbias` (empty when it can): kernels::can_implement()
-/// of that launch (its 128-key tiles are one KV block, it has no rel_bias dBias,
-/// and this build must have its instance). By default (option bwd_path=auto) the
+/// of that launch (its 128-key tiles are one KV block, and this build must have its instance). By default (option bwd_path=auto) the
 /// instance then runs the portable backward and reports the reason
 /// (extra.backend.bwd_path_reason); with bwd_path=sm90 the flex backend reports it
 /// as an unsupported row and make_instance throws it.

@@ -62,6 +62,32 @@ template <int D>
 constexpr size_t bwd_sm90_smem_bytes() {
   return sizeof(BwdSm90Storage<D>);
 }
+
+/// Shared memory of rel_bias dBias in attn_bwd_sm90_kernel (flex), after
+/// BwdSm90Storage at bwd_sm90_rel_offset(), present only in launches that compute
+/// it: per warpgroup two float32 dS tiles [64 keys][64 queries] (step t stores
+/// one while the diagonals of step t - 1 are read from the other) and the
+/// clamped ends' per-warp partials. Element (key k, query column c) sits at
+/// k * 64 + (c ^ 8 (k % 4)): the float2 stores of a warp's accumulator fragment
+/// (keys g, g + 8, columns 8 nt + 2 qd) and the diagonal reads (32 consecutive
+/// columns of one key) are both free of bank conflicts.
+struct BwdSm90RelTiles {
+  static constexpr int kKeys = 64, kRows = kBwdSm90BlockM;
+  float ds[2][2][kKeys * kRows];  ///< [warpgroup][buffer][offset(k, c)]
+  float ends[2][2][8];            ///< [warpgroup][head parity]: lo sums of warps 0..3, then hi sums
+  __host__ __device__ static constexpr int offset(int k, int c) { return k * kRows + (c ^ ((k & 3) << 3)); }
+};
+template <int D>
+constexpr size_t bwd_sm90_rel_offset() {
+  return (sizeof(BwdSm90Storage<D>) + 15) / 16 * 16;
+}
+/// Dynamic shared memory of attn_bwd_sm90_kernel: with `rel` (flex, rel_bias
+/// dBias) the BwdSm90RelTiles too: 226 KB at head_dim 128.
+template <int D>
+constexpr size_t bwd_sm90_smem_bytes(bool rel) {
+  return rel ? bwd_sm90_rel_offset<D>() + sizeof(BwdSm90RelTiles) : bwd_sm90_smem_bytes<D>();
+}
+static_assert(bwd_sm90_smem_bytes<128>(true) <= 227u * 1024u, "rel_bias dBias tiles fit beside head_dim 128's");
 constexpr int kBwdSm90Threads = 3 * 128;  ///< two consumer warpgroups and the producer warpgroup
 constexpr int kBwdSm90ProducerRegs = 24;
 constexpr int kBwdSm90ConsumerRegs = 240;
@@ -130,6 +156,85 @@ __device__ __forceinline__ void ds_barrier(int wg) {
     named_barrier(2, 128);
   else
     named_barrier(3, 128);
+}
+
+/// A barrier of warpgroup `wg`'s 128 threads alone: ids kId (warpgroup 0) and
+/// kId + 1 (constant ids, as ds_barrier).
+template <int kId>
+__device__ __forceinline__ void wg_barrier(int wg) {
+  if (wg == 0)
+    named_barrier(kId, 128);
+  else
+    named_barrier(kId + 1, 128);
+}
+
+/// Store the warp's float32 dS^T fragment (keys wrow + g, + 8 of the warpgroup's
+/// 64, query columns 8 nt + 2 qd ..+1) into a BwdSm90RelTiles tile.
+__device__ __forceinline__ void rel_store_ds(float* tile, const Acc (&dpt)[8], int wrow, int g, int qd) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<float2*>(tile + BwdSm90RelTiles::offset(wrow + g + 8 * r, nt * 8 + 2 * qd)) =
+          make_float2(dpt[nt].c[2 * r], dpt[nt].c[2 * r + 1]);
+}
+
+/// rel_bias dBias of one query step of a warpgroup (after the step's dS tile is
+/// in `tile` and a barrier of the warpgroup): thread wt < 127 sums diagonal
+/// column - key = wt - 63 of the tile in key order, i.e. the pairs at distance
+/// d = i - j = d0 + wt - 63 (d0 = m0 - the warpgroup's first key), and adds it
+/// to slot clamp(d, -m, m) + m of `row` (the head's dBias row in the atomic
+/// mode, the (sequence, 64-key tile, head) scratch row in the deterministic mode,
+/// owned by this warpgroup alone: a plain read-modify-write in L2, ordered
+/// across steps by the warpgroup's barriers), or into acc.lo / acc.hi where d is
+/// clamped to an end (rel_stage_ends, rel_add_ends). The definition is flush_rel_bias's
+/// (attn_bwd.cuh), the portable kernel's.
+__device__ __forceinline__ void rel_bias_step(const float* tile, int wt, int d0, int m, float* row, bool atomic,
+                                              DbiasAcc& acc) {
+  const int qq = wt - 63, d = d0 + qq;
+  if (qq > 63) return;
+  const bool inner = d > -m && d < m;
+  const float old = inner && !atomic ? __ldcg(row + d + m) : 0.f;
+  float s = 0.f;
+#pragma unroll 4
+  for (int k = 0; k < 64; ++k) {
+    const int c = k + qq;
+    if (static_cast<unsigned>(c) < 64u) s += tile[BwdSm90RelTiles::offset(k, c)];
+  }
+  if (d <= -m)
+    acc.lo += s;
+  else if (d >= m)
+    acc.hi += s;
+  else if (!atomic)
+    __stcg(row + d + m, old + s);
+  else if (s != 0.f)
+    atomicAdd(row + d + m, s);
+}
+
+/// Stage the clamped ends of a head's rel_bias row after its last step: the
+/// warpgroup's acc.lo / acc.hi summed per warp into ends[0..3] / ends[4..7] by
+/// lane 0 (no barrier here; rel_add_ends reads them after the next one).
+__device__ __forceinline__ void rel_stage_ends(float* ends, int wt, DbiasAcc& acc) {
+  const float lo = warp_sum(acc.lo), hi = warp_sum(acc.hi);
+  acc.lo = acc.hi = 0.f;
+  if (wt % 32 == 0) {
+    ends[wt / 32] = lo;
+    ends[4 + wt / 32] = hi;
+  }
+}
+
+/// Add staged ends (warps in order) to slots 0 and 2m of `row`; thread 0 of the
+/// warpgroup, after a barrier of it that follows rel_stage_ends.
+__device__ __forceinline__ void rel_add_ends(const float* ends, int m, float* row, bool atomic) {
+  const float l = ((ends[0] + ends[1]) + ends[2]) + ends[3], u = ((ends[4] + ends[5]) + ends[6]) + ends[7];
+  float* last = row + 2 * m;
+  if (atomic) {
+    if (l != 0.f) atomicAdd(row, l);
+    if (u != 0.f) atomicAdd(last, u);
+  } else {
+    __stcg(row, __ldcg(row) + l);
+    __stcg(last, __ldcg(last) + u);
+  }
 }
 
 }  // namespace sm90
@@ -221,8 +326,12 @@ __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInf
 /// kFlex: the query steps come from the BlockMask's query lists of the CTA's key
 /// block (kv_block must be kBwdSm90BlockN), partial steps evaluate the pair mask
 /// in dkdv_probs, and an offset_bias dBias (p.dbias_mode) leaves the CTA as in
-/// the portable kernel; rel_bias dBias stays on the portable kernel (the host
-/// does not launch this one for it). `maps`: K / V with 128-row boxes, Q / dO with 64-row
+/// the portable kernel. kRel (flex with a rel_bias dBias, p.dbias_mode not none):
+/// each step's float32 dS tile of a warpgroup goes to shared memory
+/// (BwdSm90RelTiles, after the storage: the launch adds its bytes) and its
+/// diagonals into the dBias row or the same scratch rows, one per 64-key tile, as
+/// the portable kernel's (sm90::rel_bias_step); its own instance, since the flex
+/// consumers have no registers to spare, and without skipping steps. `maps`: K / V with 128-row boxes, Q / dO with 64-row
 /// boxes (make_bwd_tensor_maps).
 ///
 /// Warp specialization: the producer warpgroup (setmaxnreg 24) has one thread
@@ -252,7 +361,7 @@ __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInf
 /// There the LSE / Dsum warp also leaves the KeySpan of each step's rows, and a
 /// warpgroup skips the partial steps whose rows see none of its 64 keys (with kDq
 /// the two warpgroups meet once per step, so they never skip).
-template <int DH, bool Bf16, bool kFlex = false, bool kDq = true, bool kDirect = false>
+template <int DH, bool Bf16, bool kFlex = false, bool kDq = true, bool kDirect = false, bool kRel = false>
 __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     attn_bwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items,
                          const __grid_constant__ BwdTensorMaps maps) {
@@ -260,6 +369,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kBlockN = kBwdSm90BlockN, kBlockM = kBwdSm90BlockM, kStages = kBwdSm90Stages;
   static_assert(!kDirect || (kDq && !kFlex), "direct dQ rows: atomic dQ off the flex path");
+  static_assert(!kRel || kFlex, "rel_bias dBias: the flex path");
   constexpr int kDirectN = kDirect ? bwd_sm90_direct_n<DH>() : 0;  // direct dQ rows (bwd_write_dq)
   constexpr int kConsumers = 256, kDt = D / 8;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
@@ -331,7 +441,27 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     Acc dk[kDt], dv[kDt];
     zero_acc(dk);
     zero_acc(dv);
-    DbiasAcc dbias;  // offset_bias dBias on the flex path (per-key sums)
+    DbiasAcc dbias;  // flex dBias: offset_bias per-key sums, rel_bias clamped ends
+    // kRel: rel_bias dBias (BwdSm90RelTiles after the storage). Compile-time on, also in a
+    // warpgroup past the keys (its dS are zero; its scratch row exists: rel_bias_scratch_tiles):
+    // a run-time switch here made ptxas spill the consumers' accumulators.
+    constexpr bool rel = kRel;
+    const int n0w = n0 + wg * 64, wt = tid % 128;
+    BwdSm90RelTiles* rel_tiles = reinterpret_cast<BwdSm90RelTiles*>(smem_raw + bwd_sm90_rel_offset<D>());
+    const bool rel_atomic = p.dbias_mode == DbiasMode::atomic;
+    auto rel_row = [&](int h) -> float* {  // the head's dBias row / this warpgroup's scratch row
+      const int64_t slots = 2 * p.max_distance + 1;
+      return rel_atomic ? p.dbias + h * slots
+                        : p.dbias_scratch + ((static_cast<int64_t>(b) * p.dbias_tiles + n0w / 64) * p.heads_q + h) * slots;
+    };
+    // The clamped ends of head h: staged by warp sums after its last step (buffer: the head's
+    // parity), added by thread 0 after the warpgroup's next barrier (rel_flush).
+    int rel_pending = -1;
+    auto rel_flush = [&] {
+      if (rel_pending >= 0 && wt == 0)
+        sm90::rel_add_ends(rel_tiles->ends[wg][rel_pending & 1], p.max_distance, rel_row(rel_pending), rel_atomic);
+      rel_pending = -1;
+    };
     int d0 = 0, d1 = 0;  // kDirect: the rows whose dQ this CTA (warpgroup at head_dim 64) stores (direct_rows)
     if constexpr (kDirectN > 0) direct_rows(p.mask, si.lq, si.lk, D == 128 ? n0 : n0 + wg * 64, kDirectN, &d0, &d1);
     if (iters > 0) sm90::mbar_wait(kv_bar, 0);
@@ -350,7 +480,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         KeySpan span;
         span.lo = sSpan[2 * stage];
         span.hi = sSpan[2 * stage + 1];
-        if (!full_tile && !span.meets(n0 + wg * 64, 64)) {
+        if (!kRel && !full_tile && !span.meets(n0 + wg * 64, 64)) {  // (kRel: every step has a barrier)
           sm90::mbar_arrive(&empty[stage]);
           continue;
         }
@@ -367,6 +497,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       dkdv_probs<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, sLse + stage * kBlockM,
                                     sDsum + stage * kBlockM, false, nullptr, dbias, st, dpt,
                                     kFlex ? sRb + stage * kBlockM : nullptr);
+      float* rel_tile = rel_tiles->ds[wg][it & 1];
+      if (rel) sm90::rel_store_ds(rel_tile, dpt, wrow, g, qd);  // read after the barrier below
       uint32_t pa[4][4], sa[4][4];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -382,6 +514,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow + g, qd);
         sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
         sm90::ds_barrier<D>(wg);
+        if (rel) rel_flush();
 
         Acc dq[8];
         sm90::wgmma_fence();
@@ -393,11 +526,26 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         bwd_write_dq<DH, Bf16, kDirectN>(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, d0, d1, g, qd, dq);
       } else {
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 2)
+        if (rel) {
+          sm90::wg_barrier<2>(wg);  // the rel tile is stored
+          rel_flush();
+        }
       }
+      // rel_bias dBias while dK runs on the tensor cores. One barrier per step suffices: the
+      // tile written at step t + 2 was last read before step t + 1's barrier.
+      if (rel) sm90::rel_bias_step(rel_tile, wt, m0 - n0w, p.max_distance, rel_row(h), rel_atomic, dbias);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(dk);
       sm90::fence_acc(dv);
       sm90::mbar_arrive(&empty[stage]);  // Q, dO, LSE, Dsum of this stage are read
+      if (rel && (it + 1 == iters || (it + 1) / n_qt != it / n_qt)) {  // the last step of head h
+        sm90::rel_stage_ends(rel_tiles->ends[wg][h & 1], wt, dbias);
+        rel_pending = h;
+      }
+    }
+    if (rel_pending >= 0) {
+      sm90::wg_barrier<4>(wg);
+      rel_flush();
     }
     if constexpr (kFlex) {
       if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias)

@@ -135,7 +135,7 @@ struct AttnParams {
   /// Deterministic dBias partial sums (float32): rel_bias [num_seqs, dbias_tiles,
   /// Hq, 2m+1] (one slot per key tile and head), offset_bias [num_seqs, Hkv, seq_k].
   float* dbias_scratch = nullptr;
-  int32_t dbias_tiles = 0;              ///< key tiles of kBwdBlockN per sequence (ceil(seq_k / 64))
+  int32_t dbias_tiles = 0;              ///< 64-key tiles per sequence: rel_bias_scratch_tiles(seq_k)
   const int32_t* offset_keys_ptr = nullptr;  ///< offset_bias: [bias_size + 1] CSR row starts into offset_keys
   const int32_t* offset_keys = nullptr;      ///< offset_bias: keys j grouped by offset[j], ascending
 };
@@ -146,6 +146,14 @@ constexpr int kMaxSequences = 65535;
 /// Largest rel_bias max_distance the flex backward reduces in shared memory
 /// (2m + 1 floats per CTA).
 constexpr int kMaxRelBiasDistance = 8191;
+
+/// Scratch rows of the deterministic rel_bias dBias per (sequence, query head):
+/// one per 64-key tile, rounded up to an even count, 2 ceil(seq_k / 128), since
+/// the Hopper dK/dV kernel's second warpgroup writes its (zero) row also where
+/// its 64 keys lie past seq_k. The reduction adds every row.
+constexpr int64_t rel_bias_scratch_tiles(int64_t seq_k) {
+  return 2 * ((seq_k + 127) / 128);
+}
 
 /// Tile shapes of the instantiated kernels (rows x keys per CTA, 16 rows per warp).
 constexpr int kFwdWarps = 4;     ///< forward: warps per CTA

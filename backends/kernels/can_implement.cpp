@@ -38,8 +38,6 @@ std::string flex_reason(const AttnParams& p, const LaunchShape& s) {
   if (bm.kv_block != bwd_block_n(BwdPath::sm90))
     return "the Hopper backward needs block=" + std::to_string(bwd_block_n(BwdPath::sm90)) +
            " (its 128-key tiles are one KV block)";
-  if (p.mod == ModKind::rel_bias && p.dbias_mode != DbiasMode::none)
-    return "the Hopper backward has no rel_bias dBias (the portable backward computes it: bwd_path=auto or sm80)";
   return {};
 }
 

@@ -94,7 +94,7 @@ std::string dq_direct_reason(const LaunchShape& shape);
 /// fwd_rows_reason(), num_seqs <= kMaxSequences, score mods (learnable biases on
 /// the flex path only, rel_bias max_distance in [0, kMaxRelBiasDistance]), the
 /// flex BlockMask's block sizes (64 or 128 each) and the flex Hopper backward's
-/// limits (KV blocks of bwd_block_n(BwdPath::sm90), no rel_bias dBias), and
+/// limits (KV blocks of bwd_block_n(BwdPath::sm90)), and
 /// dq_direct where dq_direct_reason() allows it.
 /// Pointers are not looked at (the launch checks its arguments separately).
 std::string can_implement(const AttnParams& p, const LaunchShape& shape,

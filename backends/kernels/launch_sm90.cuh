@@ -35,12 +35,13 @@ void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int p
 /// kDirect the rows of one key block get their dQ from the kernel itself
 /// (dq_direct_block), the Dsum preprocess zeroes the other rows' accumulator
 /// and the conversion skips the direct ones. Without kDq, dQ is left to dq_sm90.
-template <int D, bool Bf16, bool kFlex, bool kDq, bool kDirect = false>
+/// kRel (flex, rel_bias dBias): the instance with the BwdSm90RelTiles.
+template <int D, bool Bf16, bool kFlex, bool kDq, bool kDirect = false, bool kRel = false>
 void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_numel, const BwdTensorMaps& maps,
                cudaStream_t st) {
   if constexpr (kDq && !kDirect) dq_accum_zero(p, q_numel, st);
-  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex, kDq, kDirect>;
-  constexpr size_t smem = bwd_sm90_smem_bytes<sm90::tile_dim(D)>();
+  constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex, kDq, kDirect, kRel>;
+  constexpr size_t smem = bwd_sm90_smem_bytes<sm90::tile_dim(D)>(kRel);
   allow_smem<kernel>(smem);
   const int64_t blocks = TileScheduler::ctas(n_k, p.heads_kv);
   if (blocks > 0) {
@@ -74,9 +75,15 @@ void backward_sm90(const AttnParams& p, const LaunchArgs& a) {
     if (a.shape.dq_direct)
       return dkdv_sm90<D, Bf16, false, true, true>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
   }
-  if (!a.shape.deterministic)
+  const bool rel = kFlex && p.mod == ModKind::rel_bias && p.dbias_mode != DbiasMode::none;
+  if (!a.shape.deterministic) {
+    if (rel) return dkdv_sm90<D, Bf16, kFlex, true, false, kFlex>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
     return dkdv_sm90<D, Bf16, kFlex, true>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
-  dkdv_sm90<D, Bf16, kFlex, false>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
+  }
+  if (rel)
+    dkdv_sm90<D, Bf16, kFlex, false, false, kFlex>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
+  else
+    dkdv_sm90<D, Bf16, kFlex, false>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
   dq_sm90<D, Bf16, kFlex>(p, a.dq_items, a.n_dq_items, a.shape.pack, maps.dq_kv, a.stream);
 }
 
@@ -109,8 +116,7 @@ void run_forward_sm90(const AttnParams& p, const LaunchArgs& a) {
 
 /// Backward: Dsum (with direct dQ rows, LaunchShape::dq_direct: and the zeroing
 /// of the accumulator's other rows), then backward_sm90 (flex: pack 1, dBias
-/// cleared before and reduced after; the Hopper kernels compute no rel_bias
-/// dBias: can_implement).
+/// cleared before and reduced after).
 template <int D, bool Bf16>
 void run_backward_sm90(const AttnParams& p, const LaunchArgs& a) {
   using namespace detail;

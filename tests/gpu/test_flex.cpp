@@ -45,12 +45,11 @@ bool hopper() {
 }
 
 /// Deterministic dBias at `block`, bitwise checked, with the default paths (on an
-/// sm_90a build on an H100 the Hopper forward and, at block 128 without rel_bias
-/// dBias, the deterministic Hopper backward); then with the portable forward and
-/// backward (fwd_path = bwd_path = sm80): atomic dBias when asked, else
-/// deterministic again; then, where the Hopper kernels run, block 128 and no
-/// rel_bias dBias, with the atomic Hopper backward (bwd_path=sm90: dQ by atomics,
-/// not bitwise).
+/// sm_90a build on an H100 the Hopper forward and, at block 128, the deterministic
+/// Hopper backward); then with the portable forward and backward (fwd_path =
+/// bwd_path = sm80): atomic dBias when asked, else deterministic again; then,
+/// where the Hopper kernels run and at block 128, with the atomic Hopper backward
+/// (bwd_path=sm90: dQ by atomics, not bitwise; atomic dBias when asked).
 void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
   check_gpu_case(*flex(block, "deterministic"), p, true);
   // auto may have taken the documents or the intervals schedule: the BlockMask walk too
@@ -59,7 +58,7 @@ void run_case(const Problem& p, int block = 128, bool atomic_too = false) {
     check_gpu_case(*flex(block, "atomic", "sm80", "sm80", "block_mask"), p, false);
   else
     check_gpu_case(*flex(block, "deterministic", "sm80", "sm80", "block_mask"), p, true);
-  if (block == 128 && p.score_mod.kind != ScoreMod::Kind::rel_bias && hopper())
+  if (block == 128 && hopper())
     check_gpu_case(*flex(block, atomic_too ? "atomic" : "deterministic", "auto", "sm90", "block_mask"), p, false);
 }
 
@@ -94,11 +93,9 @@ TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   // 128-key tiles are one KV block
   CHECK_THROWS_AS(flex(64, "deterministic", "auto", "sm90")->prepare(p, in), Unsupported);
   CHECK(flex(64, "deterministic", "auto", "sm90")->supports(p).reason.find("block=128") != std::string::npos);
-  const Problem rel = with_score_mod(p, ScoreMod::Kind::rel_bias, 8);
-  CHECK_THROWS_AS(flex(128, "deterministic", "auto", "sm90")->prepare(rel, make_inputs(rel)),
-                  Unsupported);  // no rel_bias dBias
-  CHECK(flex(128, "deterministic", "auto", "sm90")->supports(rel).reason.find("no rel_bias dBias") !=
-        std::string::npos);
+  const Problem rel = with_score_mod(p, ScoreMod::Kind::rel_bias, 8);  // rel_bias dBias runs there too
+  CHECK(flex(128, "deterministic", "auto", "sm90")->supports(rel).ok);
+  CHECK(flex(128, "atomic", "auto", "sm90", "block_mask")->prepare(rel, make_inputs(rel))->extra()["bwd_path"] == "sm90");
   CHECK(flex(128, "deterministic")->deterministic());
   // auto: the deterministic Hopper backward where it can run, else the portable one with the reason.
   const nlohmann::json def = flex(128, "deterministic", "auto", "auto", "block_mask")->prepare(p, in)->extra();
@@ -108,8 +105,8 @@ TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   CHECK(b64["bwd_path"] == "sm80");
   CHECK(b64["bwd_path_reason"].get<std::string>().find("128") != std::string::npos);
   const nlohmann::json relx = flex(128, "deterministic")->prepare(rel, make_inputs(rel))->extra();
-  CHECK(relx["bwd_path"] == "sm80");
-  CHECK(relx["bwd_path_reason"].get<std::string>().find("rel_bias") != std::string::npos);
+  CHECK(relx["bwd_path"] == "sm90");
+  CHECK(relx["dq_mode"] == "deterministic (Hopper dQ kernel, no atomics)");
 }
 
 TEST_CASE("flex: partial tiles of contiguous documents and aligned block_sparse use row intervals, not pairs") {
@@ -264,5 +261,6 @@ TEST_CASE("flex: block_sparse with causal at S 1000, rel_bias m 0 and m larger t
 TEST_CASE("flex: sanitizer-sized cases (documents, rel_bias and offset_bias dBias, blocks 64 and 128)") {
   const Problem base = with_documents(make_problem(1, 2, 1, 150, 150, 64, DType::bf16, Layout::bshd, 520), {{70, 80}});
   run_case(with_score_mod(with_causal(base), ScoreMod::Kind::rel_bias, 20), 64, true);
+  run_case(with_score_mod(with_causal(base), ScoreMod::Kind::rel_bias, 20), 128, true);  // the Hopper rel tiles
   run_case(with_score_mod(base, ScoreMod::Kind::offset_bias, 9), 128, true);
 }
