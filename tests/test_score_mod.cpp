@@ -107,3 +107,49 @@ TEST_CASE("ScoreMod2: softcap saturates at cap, alibi is linear in |i - j|") {
   CHECK(a.apply<false>(0.f, 10, 3) == doctest::Approx(-7.0 * slope * kLog2eD).epsilon(1e-6));
   CHECK(a.apply<false>(0.f, 3, 10) == a.apply<false>(0.f, 10, 3));
 }
+
+TEST_CASE("with_score_mod: each kind's specialised score and grad, and the staged bias terms, equal apply / grad") {
+  std::mt19937 rng(20261128);
+  std::uniform_real_distribution<float> score(-60.f, 60.f), weight(-3.f, 3.f);
+  std::uniform_int_distribution<int> entry(0, kBiasSize - 1);
+  std::vector<float> rel(static_cast<size_t>(kHeads * (2 * kMaxDistance + 1))), table(kBiasSize);
+  for (float& b : rel) b = weight(rng);
+  for (float& b : table) b = weight(rng);
+  std::vector<int32_t> offset(kKeys);
+  for (int32_t& o : offset) o = entry(rng);
+  constexpr int kRows = 64, kCols = 64, m0 = 128, n0 = 64, h = 5;  // one key step of a tile, as the kernels stage it
+  for (ModKind k : {ModKind::none, ModKind::softcap, ModKind::alibi, ModKind::rel_bias, ModKind::offset_bias}) {
+    INFO("kind " << static_cast<int>(k));
+    const Pair pr = make(k, k == ModKind::offset_bias ? table : rel, offset);
+    const ScoreMod2 m = ScoreMod2::of(pr.p, h);
+    // The staged terms as BiasTerms (pipeline_sm90.cuh) writes them: by key, or by distance from d_lo.
+    const bool by_key = k == ModKind::offset_bias;
+    const int d_lo = m0 - n0 - (kCols - 1);
+    const bool learnable = k == ModKind::rel_bias || by_key;
+    std::vector<float> v(kRows + kCols - 1);
+    for (int e = 0; learnable && e < static_cast<int>(v.size()); ++e)
+      v[e] = by_key ? (e < kCols ? m.bias_term(0, n0 + e) : 0.f) : m.bias_term(d_lo + e, 0);
+    const StagedBias staged{v.data(), by_key ? n0 : d_lo, by_key};
+    int loops = 0;
+    for (bool use_staged : {false, true}) {
+      auto check = [&](const auto& score_of, const auto& grad_of) {
+        ++loops;
+        for (int i = m0; i < m0 + kRows; ++i)
+          for (int j = n0; j < n0 + kCols; ++j) {
+            const float x = score(rng);
+            REQUIRE(score_of(x, i, j) == doctest::Approx(m.apply<true>(x, i, j)).epsilon(1e-6));
+            REQUIRE(grad_of(x) == m.grad(x));
+          }
+      };
+      if (use_staged)
+        with_score_mod<true>(m, staged, check);
+      else
+        with_score_mod<true>(m, NoStagedBias{}, check);
+      with_score_mod<false>(m, NoStagedBias{}, [&](const auto& score_of, const auto&) {
+        const float x = score(rng);
+        if (k != ModKind::rel_bias && k != ModKind::offset_bias) CHECK(score_of(x, 3, 9) == m.apply<false>(x, 3, 9));
+      });
+    }
+    CHECK(loops == 2);
+  }
+}

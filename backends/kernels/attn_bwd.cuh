@@ -435,12 +435,12 @@ __device__ __forceinline__ void dkdv_scores(const uint16_t* sK, const uint16_t* 
 
 /// The general case of dkdv_probs: mask on partial tiles, score mod and its
 /// derivative, dBias on the flex path.
-template <bool kFlex, int kQt, int kBlockM>
+template <bool kFlex, int kQt, int kBlockM, class Staged>
 __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                                   bool full, int m0, int n0, const int (&key_row)[2], int qd,
                                                   const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
                                                   DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt],
-                                                  const int2* tRb) {
+                                                  const int2* tRb, const Staged& sb) {
   // flex with documents / block_sparse: bit (2 nt + c) * 2 + r for pair (query nt * 8 + 2 qd + c, key row r)
   uint32_t bits = ~0u;
   if constexpr (kFlex) {
@@ -450,44 +450,47 @@ __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const Seq
         *j = key_row[k % 2];
       });
   }
+  const bool key_sums = kFlex && p.dbias_mode != DbiasMode::none && mod.kind == ModKind::offset_bias;
+  with_score_mod<kFlex>(mod, sb, [&](const auto& score, const auto& grad) {
 #pragma unroll
-  for (int nt = 0; nt < kQt; ++nt) {
+    for (int nt = 0; nt < kQt; ++nt) {
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int col = nt * 8 + 2 * qd + c, i = m0 + col;
-      const RowBounds rb = full ? RowBounds{}
-                           : tRb ? RowBounds{tRb[col].x, tRb[col].y}
-                                 : row_bounds<kFlex>(p, si, b, i);
-      const float lse2 = tLse[col], ds = tDsum[col];
+      for (int c = 0; c < 2; ++c) {
+        const int col = nt * 8 + 2 * qd + c, i = m0 + col;
+        const RowBounds rb = full ? RowBounds{}
+                             : tRb ? RowBounds{tRb[col].x, tRb[col].y}
+                                   : row_bounds<kFlex>(p, si, b, i);
+        const float lse2 = tLse[col], ds = tDsum[col];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int e = 2 * r + c;
-        const float x = st[nt].c[e];
-        const bool ok = full || (rb.allows(key_row[r]) && ((bits >> ((2 * nt + c) * 2 + r)) & 1u));
-        const float pe = ok ? fast_exp2(mod.template apply<kFlex>(x, i, key_row[r]) - lse2) : 0.f;
-        st[nt].c[e] = pe;
-        dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * mod.grad(x);
-        if constexpr (kFlex) {
-          if (rel_dbias) sT[(key_row[r] - n0) * (kBlockM + 1) + col] = dpt[nt].c[e];
-          else if (p.dbias_mode != DbiasMode::none && mod.kind == ModKind::offset_bias)
-            dbias.key_sum[r] += dpt[nt].c[e];
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * r + c;
+          const float x = st[nt].c[e];
+          const bool ok = full || (rb.allows(key_row[r]) && ((bits >> ((2 * nt + c) * 2 + r)) & 1u));
+          const float pe = ok ? fast_exp2(score(x, i, key_row[r]) - lse2) : 0.f;
+          st[nt].c[e] = pe;
+          dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * grad(x);
+          if constexpr (kFlex) {
+            if (rel_dbias) sT[(key_row[r] - n0) * (kBlockM + 1) + col] = dpt[nt].c[e];
+            else if (key_sums) dbias.key_sum[r] += dpt[nt].c[e];
+          }
         }
       }
     }
-  }
+  });
 }
 
 /// P^T and dS^T in place of S^T and dP^T for the thread's two keys key_row and
 /// the query tile at m0 (tLse / tDsum: its rows' log2(e) LSE and Dsum; tRb, when
-/// not null, their row_bounds() as (lo, hi), staged once per tile). On the
+/// not null, their row_bounds() as (lo, hi), staged once per tile; sb: the
+/// step's learnable-bias terms where the caller staged them, StagedBias). On the
 /// flex path dS also feeds dBias: the float dS tile sT (rel_bias) or the per-key
 /// sums (offset_bias).
-template <bool kFlex, int kQt, int kBlockM>
+template <bool kFlex, int kQt, int kBlockM, class Staged = NoStagedBias>
 __device__ __forceinline__ void dkdv_probs(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                            bool full, int m0, int n0, const int (&key_row)[2], int qd,
                                            const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
                                            DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt],
-                                           const int2* tRb = nullptr) {
+                                           const int2* tRb = nullptr, const Staged& sb = {}) {
   if (mod.kind == ModKind::none && full) {  // the common case: no mask, no score-mod derivative
 #pragma unroll
     for (int nt = 0; nt < kQt; ++nt)
@@ -500,7 +503,7 @@ __device__ __forceinline__ void dkdv_probs(const AttnParams& p, const SeqInfo& s
       }
   } else {
     dkdv_probs_masked<kFlex, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, tLse, tDsum, rel_dbias, sT, dbias,
-                                           st, dpt, tRb);
+                                           st, dpt, tRb, sb);
   }
 }
 
@@ -784,12 +787,13 @@ __device__ __forceinline__ void dq_scores(const uint16_t* sQ, const uint16_t* sd
 }
 
 /// dS in place of dP for the thread's rows row_t (interval rb, log2(e) LSE lse2,
-/// Dsum dsum) against the key tile at n0.
+/// Dsum dsum) against the key tile at n0; `sb`: the step's learnable-bias terms
+/// where the caller staged them (the Hopper dQ kernel).
 template <bool kFlex, int kNt>
 __device__ __forceinline__ void dq_ds(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod, bool full,
                                       int n0, int qd, const int (&row_t)[2], const RowBounds (&rb)[2],
                                       const float (&lse2)[2], const float (&dsum)[2], const Acc (&s)[kNt],
-                                      Acc (&dp)[kNt]) {
+                                      Acc (&dp)[kNt], StagedBias sb = {}) {
   if (mod.kind == ModKind::none && full) {
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt)
@@ -801,17 +805,19 @@ __device__ __forceinline__ void dq_ds(const AttnParams& p, const SeqInfo& si, in
     return;
   }
   const RowPairBits<kFlex, kNt> pairs(p, si, b, full, n0, qd, row_t[0], row_t[1]);  // documents / block_sparse
+  with_score_mod<kFlex>(mod, sb, [&](const auto& score, const auto& grad) {
 #pragma unroll
-  for (int nt = 0; nt < kNt; ++nt) {
+                          for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-      const float x = s[nt].c[e];
-      const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
-      const float pe = ok ? fast_exp2(mod.template apply<kFlex>(x, row_t[r], j) - lse2[r]) : 0.f;
-      dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * mod.grad(x);
-    }
-  }
+                            for (int e = 0; e < 4; ++e) {
+                              const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+                              const float x = s[nt].c[e];
+                              const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
+                              const float pe = ok ? fast_exp2(score(x, row_t[r], j) - lse2[r]) : 0.f;
+                              dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * grad(x);
+                            }
+                          }
+                        });
 }
 
 /// dQ += dS K with dS from registers.

@@ -392,6 +392,11 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   // Step it: query head kvh * group + it / n_qt, its (it % n_qt)-th query tile.
   auto head_of = [&](int it) { return kvh * p.group + it / n_qt; };
   constexpr uint32_t kTileBytes = 2u * kBlockM * D;
+  // flex with a learnable bias, deterministic mode (kDq false, the dS^T tiles unused): the rows warp
+  // stages each step's bias terms (sm90::BiasTerms) in the dS^T tiles' shared memory
+  const bool stage_bias = kFlex && !kDq && (p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias);
+  float* s_bias = reinterpret_cast<float*>(sm.ds[0]);
+  static_assert(kStages * sm90::kBiasStageFloats * sizeof(float) <= sizeof(sm.ds), "bias stages in the dS^T tiles");
 
   if (tid == 0) {
     sm90::mbar_init(kv_bar, 1);
@@ -418,11 +423,11 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     for (int it = 0; (tma || rows) && it < iters; ++it) {
       const sm90::PipelineState<kStages> ps{it};
       const int stage = ps.stage();
-      if (ps.refill()) sm90::mbar_wait(&empty[stage], ps.refill_phase());
       const int h = head_of(it);
       int m0;
       bool full_unused;
       q_steps.at(p, si, it % n_qt, &m0, &full_unused);
+      if (ps.refill()) sm90::mbar_wait(&empty[stage], ps.refill_phase());
       if (tma) {
         sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTileBytes);  // Q and dO
         sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
@@ -430,6 +435,9 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       } else {
         bwd_stage_rows<kFlex, kDq, kBlockM>(p, si, b, m0, h, lane, sLse + stage * kBlockM, sDsum + stage * kBlockM,
                                             sRb + stage * kBlockM, sSpan + 2 * stage);
+        if (stage_bias)
+          sm90::BiasTerms<kBlockM, kBlockN>::copy(s_bias + stage * sm90::kBiasStageFloats, ScoreMod2::of(p, h),
+                                                  p.mod == ModKind::offset_bias, m0, n0, lane);
         sm90::mbar_arrive(&full[stage]);
       }
     }
@@ -496,7 +504,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       sm90::fence_acc(dpt);
       dkdv_probs<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, sLse + stage * kBlockM,
                                     sDsum + stage * kBlockM, false, nullptr, dbias, st, dpt,
-                                    kFlex ? sRb + stage * kBlockM : nullptr);
+                                    kFlex ? sRb + stage * kBlockM : nullptr,
+                                    stage_bias ? sm90::staged_bias<kBlockN>(p, s_bias, stage, m0, n0) : StagedBias{});
       float* rel_tile = rel_tiles->ds[wg][it & 1];
       if (rel) sm90::rel_store_ds(rel_tile, dpt, wrow, g, qd);  // read after the barrier below
       uint32_t pa[4][4], sa[4][4];

@@ -39,9 +39,12 @@ static_assert(kDqSm90BlockM == 64, "one consumer warpgroup of 64 rows");
 /// 64 KB at 64.
 template <int D>
 using DqSm90Storage = sm90::KvStageStorage<2, kDqSm90BlockM, kDqSm90BlockN, D, dq_sm90_stages<D>(), 4>;
-template <int D>
+/// Dynamic shared memory of attn_dq_sm90_kernel: the DqSm90Storage, and on the
+/// flex path after it each stage's staged bias terms (sm90::kBiasStageFloats).
+template <int D, bool kFlex = false>
 constexpr size_t dq_sm90_smem_bytes() {
-  return sizeof(DqSm90Storage<D>);
+  return sizeof(DqSm90Storage<D>) +
+         (kFlex ? sm90::bias_stage_bytes<kDqSm90BlockM, kDqSm90BlockN>(dq_sm90_stages<D>()) : 0);
 }
 constexpr int kDqSm90Threads = 2 * 128;  ///< the consumer warpgroup and the producer warpgroup
 constexpr int kDqSm90ProducerRegs = 40;
@@ -88,12 +91,17 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
   const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
   constexpr uint32_t kStageBytes = Storage::kTileBytes;
-  if (tid == 0) sm.init_barriers(kConsumers);
+  // flex with a learnable bias: producer warp 1 stages each step's bias terms (StagedBias)
+  const bool stage_bias = kFlex && (p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias);
+  float* s_bias = reinterpret_cast<float*>(smem_raw + sizeof(Storage));  // kFlex: dq_sm90_smem_bytes
+  if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1);
   __syncthreads();  // the only CTA-wide barrier
 
   if (warp >= 4) {  // producer warpgroup
     sm90::regs_dec<kDqSm90ProducerRegs>();
     if (tid == kConsumers) sm90::produce_kv_tiles<kBlockN, D, kStages>(p, si, b, kvh, steps, maps, sm);
+    if (stage_bias && warp == 5)  // (flex: pack 1, the tile's rows are one head)
+      sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, si, b, h0, m0, steps, sm, s_bias, lane);
   } else {  // the consumer warpgroup
     sm90::regs_inc<kDqSm90ConsumerRegs>();
     load_packed_rows<kBlockM, D, kConsumers, RowTile, DH>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
@@ -147,7 +155,10 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
       }
       sm90::fence_acc(s);
       sm90::fence_acc(dp);
-      dq_ds<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp);
+      StagedBias sb;
+      if (stage_bias)
+        sb = sm90::staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
+      dq_ds<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp, sb);
       sm90::wgmma_wait<0>();  // the previous dQ product has read dsa and K
       sm90::fence_acc(dq);
       if (ds_stage >= 0) sm90::mbar_arrive(&sm.empty[ds_stage]);

@@ -55,12 +55,13 @@ __device__ __forceinline__ void fwd_scores(const uint16_t* sQ, const uint16_t* t
 /// replaced by P; `corr` receives the factor O must be rescaled by (rescale_o;
 /// the Hopper kernel applies it once the previous P V has retired). row0 / row1:
 /// this thread's two query rows; `rows_rb`: their row_bounds() when the caller
-/// computed them once for every tile (null: computed here, per partial tile).
+/// computed them once for every tile (null: computed here, per partial tile);
+/// `sb`: the step's learnable-bias terms where the caller staged them.
 template <bool kFlex, int kNt>
 __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                               bool full, int n0, int qd, int row0, int row1, Acc (&s)[kNt],
                                               float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
-                                              const RowBounds* rows_rb = nullptr) {
+                                              const RowBounds* rows_rb = nullptr, StagedBias sb = {}) {
   float mx[2] = {-INFINITY, -INFINITY};
   if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
 #pragma unroll
@@ -74,18 +75,20 @@ __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo
     const RowBounds rb[2] = {rows_rb ? rows_rb[0] : row_bounds<kFlex>(p, si, b, row0),
                              rows_rb ? rows_rb[1] : row_bounds<kFlex>(p, si, b, row1)};
     const RowPairBits<kFlex, kNt> pairs(p, si, b, full, n0, qd, row0, row1);  // documents / block_sparse
+    with_score_mod<kFlex>(mod, sb, [&](const auto& score, const auto&) {
 #pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
+                            for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-        float x = mod.template apply<kFlex>(s[nt].c[e], r ? row1 : row0, j);
-        const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
-        if (!ok) x = -INFINITY;
-        s[nt].c[e] = x;
-        mx[r] = fmaxf(mx[r], x);
-      }
-    }
+                              for (int e = 0; e < 4; ++e) {
+                                const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+                                float x = score(s[nt].c[e], r ? row1 : row0, j);
+                                const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
+                                if (!ok) x = -INFINITY;
+                                s[nt].c[e] = x;
+                                mx[r] = fmaxf(mx[r], x);
+                              }
+                            }
+                          });
   }
   float base[2];
 #pragma unroll

@@ -36,9 +36,12 @@ constexpr int fwd_sm90_stages() {
 /// tiles (two CTAs per SM); 192 KB at 256 with 128-row, 64-key tiles.
 template <int D, int kWG, int kBlockN>
 using FwdSm90Storage = sm90::KvStageStorage<1, 64 * kWG, kBlockN, D, fwd_sm90_stages<D>(), 4 * kWG>;
-template <int D, int kWG, int kBlockN>
+/// Dynamic shared memory of attn_fwd_sm90_kernel: the FwdSm90Storage, and on the
+/// flex path after it each stage's staged bias terms (sm90::kBiasStageFloats).
+template <int D, int kWG, int kBlockN, bool kFlex = false>
 constexpr size_t fwd_sm90_smem_bytes() {
-  return sizeof(FwdSm90Storage<D, kWG, kBlockN>);
+  return sizeof(FwdSm90Storage<D, kWG, kBlockN>) +
+         (kFlex ? sm90::bias_stage_bytes<64 * kWG, kBlockN>(fwd_sm90_stages<D>()) : 0);
 }
 
 namespace sm90 {
@@ -164,12 +167,17 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
   const int n_tiles = steps.count;
   constexpr uint32_t kStageBytes = Storage::kTileBytes;
-  if (tid == 0) sm.init_barriers(kConsumers);
+  // flex with a learnable bias: producer warp 1 stages each step's bias terms (StagedBias)
+  const bool stage_bias = kFlex && (p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias);
+  float* s_bias = reinterpret_cast<float*>(smem_raw + sizeof(Storage));  // kFlex: fwd_sm90_smem_bytes
+  if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1);
   __syncthreads();  // the only CTA-wide barrier
 
   if (wg == kWG) {  // producer warpgroup: one thread issues the bulk tensor copies
     sm90::regs_dec<kFwdSm90ProducerRegs>();
     if (tid == kConsumers) sm90::produce_kv_tiles<kBlockN, D, kStages>(p, si, b, kvh, steps, maps, sm);
+    if (stage_bias && tid / 32 == kConsumers / 32 + 1)  // (flex: pack 1, the CTA's rows are one head)
+      sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, si, b, h0, m0, steps, sm, s_bias, lane);
   } else {  // consumer warpgroups
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG>()>();
     load_packed_rows<kBlockM, D, kConsumers, QTile, DH>(sm.rows[0], static_cast<const uint16_t*>(p.q), m0, Mq, si.lq,
@@ -220,7 +228,10 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       }
       sm90::fence_acc(s);
       float corr[2];
-      fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb);
+      StagedBias sb;
+      if (stage_bias)
+        sb = sm90::staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
+      fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb, sb);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(o);
       if (p_stage >= 0) sm90::mbar_arrive(&sm.empty[p_stage]);  // K / V of the previous tile are read

@@ -22,7 +22,7 @@ template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, const KvTensorMaps& maps,
                         cudaStream_t st) {
   constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN, kFlex>;
-  constexpr size_t smem = fwd_sm90_smem_bytes<sm90::tile_dim(D), kWG, kBlockN>();
+  constexpr size_t smem = fwd_sm90_smem_bytes<sm90::tile_dim(D), kWG, kBlockN, kFlex>();
   allow_smem<kernel>(smem);
   const int64_t blocks = TileScheduler::ctas(n, p.heads_q / pack);
   if (blocks == 0) return;
@@ -58,7 +58,7 @@ template <int D, bool Bf16, bool kFlex>
 void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, const KvTensorMaps& maps,
              cudaStream_t st) {
   constexpr auto kernel = attn_dq_sm90_kernel<D, Bf16, kFlex>;
-  constexpr size_t smem = dq_sm90_smem_bytes<sm90::tile_dim(D)>();
+  constexpr size_t smem = dq_sm90_smem_bytes<sm90::tile_dim(D), kFlex>();
   allow_smem<kernel>(smem);
   const int64_t blocks = TileScheduler::ctas(n_q, p.heads_q / pack);
   if (blocks == 0) return;

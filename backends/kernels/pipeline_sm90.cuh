@@ -1,9 +1,10 @@
 // Pipeline vocabulary of the Hopper kernels of the fused family (CUTLASS's and
 // FlashAttention-3's terms): the position in a circular pipeline of stages
 // (PipelineState), the shared memory of a kernel as one struct whose size is the
-// launch's dynamic shared memory (SharedStorage), and the producer role that
-// streams K / V tiles by TMA into the stages (produce_kv_tiles), shared by the
-// forward (attn_fwd_sm90.cuh) and the deterministic dQ kernel (attn_dq_sm90.cuh).
+// launch's dynamic shared memory (SharedStorage), and the producer roles that
+// stream K / V tiles by TMA into the stages (produce_kv_tiles) and stage a flex
+// key step's learnable-bias terms (produce_bias_terms), shared by the forward
+// (attn_fwd_sm90.cuh) and the deterministic dQ kernel (attn_dq_sm90.cuh).
 #pragma once
 
 #include <cstddef>
@@ -51,12 +52,12 @@ struct KvStageStorage {
     if (smem_u32(smem) % 1024 != 0) __trap();  // the swizzle needs 1024-byte aligned tiles
     return *reinterpret_cast<KvStageStorage*>(smem);
   }
-  /// Thread 0 initialises the barriers (full: one producer arrival plus bytes;
-  /// empty: `consumers` arrivals) and fences them for the TMA unit; the caller's
-  /// CTA-wide barrier follows.
-  __device__ __forceinline__ void init_barriers(int consumers) {
+  /// Thread 0 initialises the barriers (full: `producers` arrivals, the copy
+  /// thread's with the bytes; empty: `consumers` arrivals) and fences them for the
+  /// TMA unit; the caller's CTA-wide barrier follows.
+  __device__ __forceinline__ void init_barriers(int consumers, int producers = 1) {
     for (int st = 0; st < kStages; ++st) {
-      mbar_init(&full[st], 1);
+      mbar_init(&full[st], producers);
       mbar_init(&empty[st], consumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit too
@@ -84,6 +85,81 @@ __device__ __forceinline__ void produce_kv_tiles(const AttnParams& p, const SeqI
     tma_load_tile_pair<kBlockN, D>(s.k[stage], &maps.k, kb, s.v[stage], &maps.v, vb, row_base + n0, kvh,
                                    &s.full[stage]);
   }
+}
+
+/// Floats per stage of a key step's staged learnable-bias terms (StagedBias,
+/// produce_bias_terms): rel_bias needs one per query-key distance of the step,
+/// kBlockM + kBlockN - 1.
+constexpr int kBiasStageFloats = 256;
+/// Bytes of `stages` bias stages for steps of kBlockM rows x kBlockN keys.
+template <int kBlockM, int kBlockN>
+constexpr size_t bias_stage_bytes(int stages) {
+  static_assert(kBlockM + kBlockN - 1 <= kBiasStageFloats, "a step's distances fit a bias stage");
+  return sizeof(float) * kBiasStageFloats * stages;
+}
+
+/// Producer role (one warp, flex with a learnable bias): for each key step of
+/// `steps`, once its stage is free, the step's bias terms of query head h
+/// (ScoreMod2::bias_term) into the stage's kBiasStageFloats floats at `bias`:
+/// rel_bias per distance d_lo .. d_lo + kBlockM + kBlockN - 2 (d_lo = m0 - n0 -
+/// kBlockN + 1), offset_bias per key n0 .. n0 + kBlockN - 1; each lane then
+/// arrives on the stage's full barrier (whose count includes the 32).
+/// One warp's share of a step's bias terms (rows m0 .. m0 + kBlockM - 1, keys n0
+/// .. n0 + kBlockN - 1): lane's values of StagedBias entries lane + 32 u, loaded
+/// (load) and later written to a stage (store) so that a wait can sit between.
+template <int kBlockM, int kBlockN>
+struct BiasTerms {
+  static constexpr int kPerLane = (kBlockM + kBlockN - 1 + 31) / 32;
+  float t[kPerLane];
+  int count = 0;
+  __device__ __forceinline__ void load(const ScoreMod2& mod, bool by_key, int m0, int n0, int lane) {
+    count = by_key ? kBlockN : kBlockM + kBlockN - 1;
+    const int d_lo = m0 - n0 - (kBlockN - 1);
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const int k = lane + 32 * u;
+      t[u] = k >= count ? 0.f : by_key ? mod.bias_term(0, n0 + k) : mod.bias_term(d_lo + k, 0);
+    }
+  }
+  __device__ __forceinline__ void store(float* v, int lane) const {
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u)
+      if (lane + 32 * u < count) v[lane + 32 * u] = t[u];
+  }
+  /// load() and store() one value at a time, for a warp with few registers (the
+  /// dK/dV kernel's rows warp: 24).
+  __device__ __forceinline__ static void copy(float* v, const ScoreMod2& mod, bool by_key, int m0, int n0, int lane) {
+    const int n = by_key ? kBlockN : kBlockM + kBlockN - 1, d_lo = m0 - n0 - (kBlockN - 1);
+#pragma unroll 1
+    for (int k = lane; k < n; k += 32) v[k] = by_key ? mod.bias_term(0, n0 + k) : mod.bias_term(d_lo + k, 0);
+  }
+};
+
+template <int kBlockM, int kBlockN, int kStages, class Steps, class Storage>
+__device__ __forceinline__ void produce_bias_terms(const AttnParams& p, const SeqInfo& si, int b, int h, int m0,
+                                                   const Steps& steps, Storage& s, float* bias, int lane) {
+  const ScoreMod2 mod = ScoreMod2::of(p, h);
+  const bool by_key = p.mod == ModKind::offset_bias;
+  for (int tile = 0; tile < steps.count; ++tile) {
+    const PipelineState<kStages> ps{tile};
+    const int stage = ps.stage();
+    int n0;
+    bool full_unused;
+    steps.at(p, si, tile, &n0, &full_unused);
+    BiasTerms<kBlockM, kBlockN> terms;
+    terms.load(mod, by_key, m0, n0, lane);  // before the wait for the stage: the loads' latency hides in it
+    if (ps.refill()) mbar_wait(&s.empty[stage], ps.refill_phase());
+    terms.store(bias + stage * kBiasStageFloats, lane);
+    mbar_arrive(&s.full[stage]);
+  }
+}
+
+/// The consumers' view of the bias terms staged at stage `stage` of `bias`
+/// (BiasTerms) for the step of rows from m0 and kBlockN keys from n0.
+template <int kBlockN>
+__device__ __forceinline__ StagedBias staged_bias(const AttnParams& p, const float* bias, int stage, int m0, int n0) {
+  const bool by_key = p.mod == ModKind::offset_bias;
+  return {bias + stage * kBiasStageFloats, by_key ? n0 : m0 - n0 - (kBlockN - 1), by_key};
 }
 
 }  // namespace attnbench::kernels::sm90

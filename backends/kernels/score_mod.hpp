@@ -77,15 +77,33 @@ struct ScoreMod2 {
     const int d = i - j;
     return (d < -max_distance ? -max_distance : (d > max_distance ? max_distance : d)) + max_distance;
   }
+  /// The learnable bias's term of pair (i, j) in the exp2 domain, log2(e) *
+  /// bias[bias_index(i, j)]: rel_bias reads only i - j, offset_bias only j (the
+  /// Hopper forward stages these per key step, StagedBias in attn_fwd.cuh).
+  ATTNBENCH_HD float bias_term(int i, int j) const { return kLog2e * load_readonly(bias + bias_index(i, j)); }
+  /// apply() of a learnable bias given its bias_term() t.
+  ATTNBENCH_HD float apply_bias_term(float x, float t) const { return x * scale_log2 + t; }
+  /// apply() for the kind K known at compile time (rel_bias: both learnable
+  /// biases), without a branch on `kind`.
+  template <ModKind K>
+  ATTNBENCH_HD float apply_as(float x, int i, int j) const {
+    if constexpr (K == ModKind::none)
+      return x * scale_log2;
+    else if constexpr (K == ModKind::softcap)
+      return cap_log2 * tanhf(x * cap_inv);
+    else if constexpr (K == ModKind::alibi)
+      return x * scale_log2 - slope_log2 * static_cast<float>(i > j ? i - j : j - i);
+    else
+      return apply_bias_term(x, bias_term(i, j));
+  }
   /// kBias: whether the learnable biases can occur (the flex path); without,
   /// their code and registers are compiled out.
   template <bool kBias>
   ATTNBENCH_HD float apply(float x, int i, int j) const {
-    if (kind == ModKind::none) return x * scale_log2;
-    if (kind == ModKind::softcap) return cap_log2 * tanhf(x * cap_inv);
-    if (!kBias || kind == ModKind::alibi)
-      return x * scale_log2 - slope_log2 * static_cast<float>(i > j ? i - j : j - i);
-    return x * scale_log2 + kLog2e * load_readonly(bias + bias_index(i, j));
+    if (kind == ModKind::none) return apply_as<ModKind::none>(x, i, j);
+    if (kind == ModKind::softcap) return apply_as<ModKind::softcap>(x, i, j);
+    if (!kBias || kind == ModKind::alibi) return apply_as<ModKind::alibi>(x, i, j);
+    return apply_as<ModKind::rel_bias>(x, i, j);
   }
   /// d score_mod / d s at raw dot product x.
   ATTNBENCH_HD float grad(float x) const {
@@ -94,5 +112,62 @@ struct ScoreMod2 {
     return 1.f - t * t;
   }
 };
+
+/// A key step's learnable-bias terms (ScoreMod2::bias_term) staged in shared
+/// memory by the producer of a flex Hopper kernel that walks key steps (forward,
+/// deterministic dQ; sm90::produce_bias_terms): offset_bias (by_key) v[j - off]
+/// with off the step's first key, rel_bias v[(i - j) - off] with off its least
+/// query-key distance. v null: nothing staged, apply() loads the bias per score.
+struct StagedBias {
+  static constexpr bool kCanStage = true;
+  const float* v = nullptr;
+  int off = 0;
+  bool by_key = false;
+  ATTNBENCH_HD float key(int j) const { return v[j - off]; }
+  ATTNBENCH_HD float distance(int i, int j) const { return v[i - j - off]; }
+};
+/// with_score_mod's `staged` where no kernel stages the bias terms.
+struct NoStagedBias {
+  static constexpr bool kCanStage = false;
+};
+
+/// Run `loop(score, grad)` with score(x, i, j) = mod.apply<kBias>(x, i, j) and
+/// grad(x) = mod.grad(x). kBias (the flex kernels): once per kind, specialised
+/// (ScoreMod2::apply_as), so that the loop over a tile's scores carries no
+/// per-score branch on the kind (on the H200 those branches were a quarter of the
+/// biased flex forward's instructions), and with staged.v (StagedBias; or
+/// NoStagedBias) the bias terms from shared memory instead
+/// of per-score loads, by key or by distance (no per-score select between the
+/// two: a thread's 2 rows then read the same or constant-offset words). Without
+/// kBias one loop, as before (four copies made the portable kernels spill more).
+template <bool kBias, class Loop, class Staged>
+ATTNBENCH_HD void with_score_mod(const ScoreMod2& mod, const Staged& staged, Loop&& loop) {
+  if constexpr (!kBias) {
+    (void)staged;
+    loop([&](float x, int i, int j) { return mod.apply<false>(x, i, j); }, [&](float x) { return mod.grad(x); });
+    return;
+  }
+  const auto one = [](float) { return 1.f; };  // d score_mod / d s of every kind but softcap
+  if (mod.kind == ModKind::none) {
+    loop([&](float x, int i, int j) { return mod.apply_as<ModKind::none>(x, i, j); }, one);
+  } else if (mod.kind == ModKind::softcap) {
+    loop([&](float x, int i, int j) { return mod.apply_as<ModKind::softcap>(x, i, j); },
+         [&](float x) { return mod.grad(x); });
+  } else if (mod.kind == ModKind::alibi) {
+    loop([&](float x, int i, int j) { return mod.apply_as<ModKind::alibi>(x, i, j); }, one);
+  } else {
+    if constexpr (Staged::kCanStage) {
+      if (staged.v && staged.by_key) {
+        loop([&](float x, int, int j) { return mod.apply_bias_term(x, staged.key(j)); }, one);
+        return;
+      }
+      if (staged.v) {
+        loop([&](float x, int i, int j) { return mod.apply_bias_term(x, staged.distance(i, j)); }, one);
+        return;
+      }
+    }
+    loop([&](float x, int i, int j) { return mod.apply_as<ModKind::rel_bias>(x, i, j); }, one);
+  }
+}
 
 }  // namespace attnbench::kernels
