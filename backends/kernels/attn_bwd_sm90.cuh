@@ -237,6 +237,38 @@ __device__ __forceinline__ void rel_add_ends(const float* ends, int m, float* ro
   }
 }
 
+/// A consumer warpgroup's rel_bias dBias in attn_bwd_sm90_kernel<..., kRel>: its
+/// 64 keys from n0w, its thread wt, its BwdSm90RelTiles; per step rel_bias_step
+/// on tile(step); the clamped ends of head h staged after its last step
+/// (head_end: buffer by the head's parity) and added by thread 0 after the
+/// warpgroup's next barrier (flush). row(): the head's dBias row (atomic mode)
+/// or the warpgroup's scratch row (deterministic).
+struct RelDbias {
+  BwdSm90RelTiles* tiles;
+  int b, n0w, wg, wt;
+  bool atomic;
+  int pending = -1;  ///< the head whose staged ends wait for flush(), or -1
+  __device__ __forceinline__ RelDbias(const AttnParams& p, BwdSm90RelTiles* t, int b_, int n0w_, int wg_, int wt_)
+      : tiles(t), b(b_), n0w(n0w_), wg(wg_), wt(wt_), atomic(p.dbias_mode == DbiasMode::atomic) {}
+  __device__ __forceinline__ float* row(const AttnParams& p, int h) const {
+    const int64_t slots = 2 * p.max_distance + 1;
+    return atomic ? p.dbias + h * slots
+                  : p.dbias_scratch + ((static_cast<int64_t>(b) * p.dbias_tiles + n0w / 64) * p.heads_q + h) * slots;
+  }
+  __device__ __forceinline__ float* tile(int step) const { return tiles->ds[wg][step & 1]; }
+  __device__ __forceinline__ void step(const AttnParams& p, const float* t, int m0, int h, DbiasAcc& acc) const {
+    rel_bias_step(t, wt, m0 - n0w, p.max_distance, row(p, h), atomic, acc);
+  }
+  __device__ __forceinline__ void head_end(int h, DbiasAcc& acc) {
+    rel_stage_ends(tiles->ends[wg][h & 1], wt, acc);
+    pending = h;
+  }
+  __device__ __forceinline__ void flush(const AttnParams& p) {
+    if (pending >= 0 && wt == 0) rel_add_ends(tiles->ends[wg][pending & 1], p.max_distance, row(p, pending), atomic);
+    pending = -1;
+  }
+};
+
 }  // namespace sm90
 
 /// dq_direct_block_n (attn_params.hpp) of head dim DH, for the kernels' templates.
@@ -317,6 +349,53 @@ __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInf
     if (lane == 0) {
       span_out[0] = span.lo;
       span_out[1] = span.hi;
+    }
+  }
+}
+
+/// The producer warpgroup of attn_bwd_sm90_kernel (thread ptid of it): thread 0
+/// loads K / V once on kv_bar and each step's Q and dO tiles by TMA on the
+/// stage's full barrier; warp 1 writes each step's rows (bwd_stage_rows) and,
+/// with `stage_bias`, its learnable-bias terms (sm90::BiasTerms, into the unused
+/// dS^T tiles), its 32 lanes arriving on full too. Steps: the CTA's query steps
+/// of each query head of KV head kvh's group, heads outer.
+template <int D, bool kFlex, bool kDq>
+__device__ __forceinline__ void bwd_sm90_produce(const AttnParams& p, const SeqInfo& si, int b, int kvh, int n0,
+                                                 const QuerySteps<kFlex>& q_steps, int iters,
+                                                 const BwdTensorMaps& maps, BwdSm90Storage<D>& sm, bool stage_bias,
+                                                 int ptid) {
+  constexpr int kBlockN = kBwdSm90BlockN, kBlockM = kBwdSm90BlockM, kStages = kBwdSm90Stages;
+  constexpr uint32_t kTileBytes = 2u * kBlockM * D;
+  const int lane = ptid % 32, n_qt = q_steps.count;
+  const bool tma = ptid == 0, rows = ptid / 32 == 1;  // the copy thread; the LSE / Dsum warp
+  const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
+  const int qb = p.q_batch_stride == 0 ? 0 : b, ob = p.o_batch_stride == 0 ? 0 : b;
+  const int q_row = static_cast<int>(si.tok0_q);
+  if (tma && iters > 0) {
+    sm90::mbar_arrive_expect_tx(&sm.kv_bar, 2u * 2u * kBlockN * D);
+    sm90::tma_load_tile_pair<kBlockN, D>(sm.k, &maps.k, kb, sm.v, &maps.v, vb, static_cast<int>(si.tok0_k) + n0, kvh,
+                                         &sm.kv_bar);
+  }
+  float* s_bias = reinterpret_cast<float*>(sm.ds[0]);
+  for (int it = 0; (tma || rows) && it < iters; ++it) {
+    const sm90::PipelineState<kStages> ps{it};
+    const int stage = ps.stage();
+    const int h = kvh * p.group + it / n_qt;
+    int m0;
+    bool full_unused;
+    q_steps.at(p, si, it % n_qt, &m0, &full_unused);
+    if (ps.refill()) sm90::mbar_wait(&sm.empty[stage], ps.refill_phase());
+    if (tma) {
+      sm90::mbar_arrive_expect_tx(&sm.full[stage], 2 * kTileBytes);  // Q and dO
+      sm90::tma_load_tile_pair<kBlockM, D>(sm.q[stage], &maps.q, qb, sm.dout[stage], &maps.dout, ob, q_row + m0, h,
+                                           &sm.full[stage]);
+    } else {
+      bwd_stage_rows<kFlex, kDq, kBlockM>(p, si, b, m0, h, lane, sm.lse[stage], sm.dsum[stage], sm.rb[stage],
+                                          sm.span[stage]);
+      if (stage_bias)
+        sm90::BiasTerms<kBlockM, kBlockN>::copy(s_bias + stage * sm90::kBiasStageFloats, ScoreMod2::of(p, h),
+                                                p.mod == ModKind::offset_bias, m0, n0, lane);
+      sm90::mbar_arrive(&sm.full[stage]);
     }
   }
 }
@@ -410,37 +489,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
 
   if (wg == 2) {  // producer warpgroup
     sm90::regs_dec<kBwdSm90ProducerRegs>();
-    const int ptid = tid - kConsumers;
-    const bool tma = ptid == 0, rows = ptid / 32 == 1;  // the copy thread; the LSE / Dsum warp
-    const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
-    const int qb = p.q_batch_stride == 0 ? 0 : b, ob = p.o_batch_stride == 0 ? 0 : b;
-    const int q_row = static_cast<int>(si.tok0_q);
-    if (tma && iters > 0) {
-      sm90::mbar_arrive_expect_tx(kv_bar, 2u * 2u * kBlockN * D);
-      sm90::tma_load_tile_pair<kBlockN, D>(sK, &maps.k, kb, sV, &maps.v, vb, static_cast<int>(si.tok0_k) + n0, kvh,
-                                           kv_bar);
-    }
-    for (int it = 0; (tma || rows) && it < iters; ++it) {
-      const sm90::PipelineState<kStages> ps{it};
-      const int stage = ps.stage();
-      const int h = head_of(it);
-      int m0;
-      bool full_unused;
-      q_steps.at(p, si, it % n_qt, &m0, &full_unused);
-      if (ps.refill()) sm90::mbar_wait(&empty[stage], ps.refill_phase());
-      if (tma) {
-        sm90::mbar_arrive_expect_tx(&full[stage], 2 * kTileBytes);  // Q and dO
-        sm90::tma_load_tile_pair<kBlockM, D>(sQ + stage * kBlockM * D, &maps.q, qb, sdO + stage * kBlockM * D,
-                                             &maps.dout, ob, q_row + m0, h, &full[stage]);
-      } else {
-        bwd_stage_rows<kFlex, kDq, kBlockM>(p, si, b, m0, h, lane, sLse + stage * kBlockM, sDsum + stage * kBlockM,
-                                            sRb + stage * kBlockM, sSpan + 2 * stage);
-        if (stage_bias)
-          sm90::BiasTerms<kBlockM, kBlockN>::copy(s_bias + stage * sm90::kBiasStageFloats, ScoreMod2::of(p, h),
-                                                  p.mod == ModKind::offset_bias, m0, n0, lane);
-        sm90::mbar_arrive(&full[stage]);
-      }
-    }
+    bwd_sm90_produce<D, kFlex, kDq>(p, si, b, kvh, n0, q_steps, iters, maps, sm, stage_bias, tid - kConsumers);
   } else {  // consumer warpgroups
     sm90::regs_inc<kBwdSm90ConsumerRegs>();
     const int g = lane / 4, qd = lane % 4, wrow = (warp % 4) * 16;  // the warp's 16 rows of a warpgroup tile
@@ -450,26 +499,12 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     zero_acc(dk);
     zero_acc(dv);
     DbiasAcc dbias;  // flex dBias: offset_bias per-key sums, rel_bias clamped ends
-    // kRel: rel_bias dBias (BwdSm90RelTiles after the storage). Compile-time on, also in a
-    // warpgroup past the keys (its dS are zero; its scratch row exists: rel_bias_scratch_tiles):
-    // a run-time switch here made ptxas spill the consumers' accumulators.
+    // kRel: rel_bias dBias. Compile-time on, also in a warpgroup past the keys (its dS are zero;
+    // its scratch row exists): a run-time switch here made ptxas spill the consumers' accumulators.
     constexpr bool rel = kRel;
-    const int n0w = n0 + wg * 64, wt = tid % 128;
-    BwdSm90RelTiles* rel_tiles = reinterpret_cast<BwdSm90RelTiles*>(smem_raw + bwd_sm90_rel_offset<D>());
-    const bool rel_atomic = p.dbias_mode == DbiasMode::atomic;
-    auto rel_row = [&](int h) -> float* {  // the head's dBias row / this warpgroup's scratch row
-      const int64_t slots = 2 * p.max_distance + 1;
-      return rel_atomic ? p.dbias + h * slots
-                        : p.dbias_scratch + ((static_cast<int64_t>(b) * p.dbias_tiles + n0w / 64) * p.heads_q + h) * slots;
-    };
-    // The clamped ends of head h: staged by warp sums after its last step (buffer: the head's
-    // parity), added by thread 0 after the warpgroup's next barrier (rel_flush).
-    int rel_pending = -1;
-    auto rel_flush = [&] {
-      if (rel_pending >= 0 && wt == 0)
-        sm90::rel_add_ends(rel_tiles->ends[wg][rel_pending & 1], p.max_distance, rel_row(rel_pending), rel_atomic);
-      rel_pending = -1;
-    };
+    sm90::RelDbias rel_dbias(p, reinterpret_cast<BwdSm90RelTiles*>(smem_raw + bwd_sm90_rel_offset<D>()), b,
+                             n0 + wg * 64, wg, tid % 128);
+    auto rel_flush = [&] { rel_dbias.flush(p); };
     int d0 = 0, d1 = 0;  // kDirect: the rows whose dQ this CTA (warpgroup at head_dim 64) stores (direct_rows)
     if constexpr (kDirectN > 0) direct_rows(p.mask, si.lq, si.lk, D == 128 ? n0 : n0 + wg * 64, kDirectN, &d0, &d1);
     if (iters > 0) sm90::mbar_wait(kv_bar, 0);
@@ -506,7 +541,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
                                     sDsum + stage * kBlockM, false, nullptr, dbias, st, dpt,
                                     kFlex ? sRb + stage * kBlockM : nullptr,
                                     stage_bias ? sm90::staged_bias<kBlockN>(p, s_bias, stage, m0, n0) : StagedBias{});
-      float* rel_tile = rel_tiles->ds[wg][it & 1];
+      float* rel_tile = rel_dbias.tile(it);
       if (rel) sm90::rel_store_ds(rel_tile, dpt, wrow, g, qd);  // read after the barrier below
       uint32_t pa[4][4], sa[4][4];
 #pragma unroll
@@ -542,17 +577,16 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       }
       // rel_bias dBias while dK runs on the tensor cores. One barrier per step suffices: the
       // tile written at step t + 2 was last read before step t + 1's barrier.
-      if (rel) sm90::rel_bias_step(rel_tile, wt, m0 - n0w, p.max_distance, rel_row(h), rel_atomic, dbias);
+      if (rel) rel_dbias.step(p, rel_tile, m0, h, dbias);
       sm90::wgmma_wait<0>();
       sm90::fence_acc(dk);
       sm90::fence_acc(dv);
       sm90::mbar_arrive(&empty[stage]);  // Q, dO, LSE, Dsum of this stage are read
       if (rel && (it + 1 == iters || (it + 1) / n_qt != it / n_qt)) {  // the last step of head h
-        sm90::rel_stage_ends(rel_tiles->ends[wg][h & 1], wt, dbias);
-        rel_pending = h;
+        rel_dbias.head_end(h, dbias);
       }
     }
-    if (rel_pending >= 0) {
+    if (rel_dbias.pending >= 0) {
       sm90::wg_barrier<4>(wg);
       rel_flush();
     }
