@@ -179,28 +179,12 @@ __device__ __forceinline__ void rel_store_ds(float* tile, const Acc (&dpt)[8], i
           make_float2(dpt[nt].c[2 * r], dpt[nt].c[2 * r + 1]);
 }
 
-/// rel_bias dBias of one query step of a warpgroup (after the step's dS tile is
-/// in `tile` and a barrier of the warpgroup): thread wt < 127 sums diagonal
-/// column - key = wt - 63 of the tile in key order, i.e. the pairs at distance
-/// d = i - j = d0 + wt - 63 (d0 = m0 - the warpgroup's first key), and adds it
-/// to slot clamp(d, -m, m) + m of `row` (the head's dBias row in the atomic
-/// mode, the (sequence, 64-key tile, head) scratch row in the deterministic mode,
-/// owned by this warpgroup alone: a plain read-modify-write in L2, ordered
-/// across steps by the warpgroup's barriers), or into acc.lo / acc.hi where d is
-/// clamped to an end (rel_stage_ends, rel_add_ends). The definition is flush_rel_bias's
-/// (attn_bwd.cuh), the portable kernel's.
-__device__ __forceinline__ void rel_bias_step(const float* tile, int wt, int d0, int m, float* row, bool atomic,
-                                              DbiasAcc& acc) {
-  const int qq = wt - 63, d = d0 + qq;
-  if (qq > 63) return;
-  const bool inner = d > -m && d < m;
-  const float old = inner && !atomic ? __ldcg(row + d + m) : 0.f;
-  float s = 0.f;
-#pragma unroll 4
-  for (int k = 0; k < 64; ++k) {
-    const int c = k + qq;
-    if (static_cast<unsigned>(c) < 64u) s += tile[BwdSm90RelTiles::offset(k, c)];
-  }
+/// Add a diagonal's sum s (distance d) to slot clamp(d, -m, m) + m of `row`:
+/// a read-modify-write of `old` (its value read before, deterministic mode) or
+/// a float32 atomic (atomic mode), or into acc.lo / acc.hi where d is clamped to
+/// an end (rel_stage_ends, rel_add_ends).
+__device__ __forceinline__ void rel_bias_add(int d, int m, float s, float old, float* row, bool atomic,
+                                             DbiasAcc& acc) {
   if (d <= -m)
     acc.lo += s;
   else if (d >= m)
@@ -209,6 +193,38 @@ __device__ __forceinline__ void rel_bias_step(const float* tile, int wt, int d0,
     __stcg(row + d + m, old + s);
   else if (s != 0.f)
     atomicAdd(row + d + m, s);
+}
+
+/// rel_bias dBias of one query step of a warpgroup (after the step's dS tile is
+/// in `tile` and a barrier of the warpgroup). Thread u < 64 sums, in key order,
+/// the wrapped diagonal of the tile whose column is (key + u) mod 64: diagonal
+/// column - key = u (distance d0 + u) and diagonal u - 64 (distance d0 + u - 64;
+/// empty at u = 0), 64 reads for two diagonals with no idle lanes, where one
+/// thread per diagonal read 64 slots for 64 - |column - key| values. d0 = m0 -
+/// the warpgroup's first key. Each sum goes to its distance's slot of `row`
+/// (rel_bias_add): the head's dBias row in the atomic mode, the (sequence,
+/// 64-key tile, head) scratch row in the deterministic mode, owned by this
+/// warpgroup alone (a plain read-modify-write in L2, ordered across steps by the
+/// warpgroup's barriers). The definition is flush_rel_bias's (attn_bwd.cuh), the
+/// portable kernel's.
+__device__ __forceinline__ void rel_bias_step(const float* tile, int wt, int d0, int m, float* row, bool atomic,
+                                              DbiasAcc& acc) {
+  const int u = wt;
+  if (u >= 64) return;
+  const int da = d0 + u, db = d0 + u - 64;
+  const float olda = da > -m && da < m && !atomic ? __ldcg(row + da + m) : 0.f;
+  const float oldb = u > 0 && db > -m && db < m && !atomic ? __ldcg(row + db + m) : 0.f;
+  float sa = 0.f, sb = 0.f;
+#pragma unroll 8
+  for (int k = 0; k < 64; ++k) {
+    const float v = tile[BwdSm90RelTiles::offset(k, (k + u) & 63)];
+    if (k + u < 64)
+      sa += v;
+    else
+      sb += v;
+  }
+  rel_bias_add(da, m, sa, olda, row, atomic, acc);
+  if (u > 0) rel_bias_add(db, m, sb, oldb, row, atomic, acc);
 }
 
 /// Stage the clamped ends of a head's rel_bias row after its last step: the
