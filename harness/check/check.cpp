@@ -88,41 +88,76 @@ struct Accum {
   }
 };
 
-void require_shape(const HostTensor& got, const HostTensor& gold, const HostTensor& lp, const char* name) {
-  if (got.shape != gold.shape || lp.shape != gold.shape || got.data.size() != gold.data.size() ||
-      lp.data.size() != gold.data.size()) {
-    auto show = [](const std::vector<int64_t>& s) {
-      std::string out = "[";
-      for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-      return out + "]";
-    };
-    throw std::invalid_argument(std::string("check_outputs: ") + name + " shape " + show(got.shape) +
-                                " (lp " + show(lp.shape) + ") differs from gold " + show(gold.shape));
-  }
+std::string show_shape(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
 }
 
-/// Compare a [B, H, S, ...] tensor over the selected slices. `query_heads` maps
-/// h to its kv head (H = Hq) for slice selection; with `row_lse` (gold LSE), rows
-/// whose LSE is -inf are fully masked (`row_len` elements per row): there the
-/// convention is exactly 0 when `zero_there` (O, dQ), else gold's class (LSE -inf).
+/// Heads of a [B, H, ...] output tensor: Hq for O, LSE, dQ, Hkv for dK, dV.
+int64_t heads_of(const Problem& p, bool query_heads) { return query_heads ? p.heads_q : p.heads_kv; }
+
+/// Where gold and lp hold the (b, h) block of a [B, H, ...] tensor: at the
+/// backend's offset (logical shapes), or in sliced tensors (slice_outputs) at the
+/// block of its slice's rank among the selected ones.
+struct GoldIndex {
+  bool sliced = false;
+  int64_t per_slice = 1;      ///< heads per slice: H / Hkv
+  std::vector<int64_t> rank;  ///< per (b, g): its rank among the selected slices, -1 if not selected
+  GoldIndex(bool s, const Problem& p, const reference::SliceSet& slices, bool query_heads) : sliced(s) {
+    if (!sliced) return;
+    per_slice = heads_of(p, query_heads) / p.heads_kv;
+    rank.assign(static_cast<size_t>(p.batch * p.heads_kv), -1);
+    int64_t n = 0;
+    for (int64_t i = 0; i < p.batch * p.heads_kv; ++i)
+      if (slices.contains(i / p.heads_kv, i % p.heads_kv, p.heads_kv)) rank[static_cast<size_t>(i)] = n++;
+  }
+  /// The offset in gold / lp of head h (of kv head g) in batch row b, `inner` elements a head.
+  int64_t base(int64_t b, int64_t g, int64_t h, int64_t H, int64_t inner, const Problem& p) const {
+    if (!sliced) return (b * H + h) * inner;
+    return (rank[static_cast<size_t>(b * p.heads_kv + g)] * per_slice + (h - g * per_slice)) * inner;
+  }
+};
+
+/// Shapes of one tensor: got, gold and lp equal (logical gold), or got [B, H, ...]
+/// and gold, lp its sliced_shape (sliced gold). Throws std::invalid_argument.
+void require_shape(const HostTensor& got, const HostTensor& gold, const HostTensor& lp, const char* name,
+                   bool sliced, const Problem& p, const reference::SliceSet& slices, bool query_heads) {
+  const bool full_ok = !sliced && got.shape == gold.shape;
+  const bool sliced_ok = sliced && got.shape.size() >= 2 && got.shape[0] == p.batch &&
+                         got.shape[1] == heads_of(p, query_heads) && gold.shape == sliced_shape(got.shape, p, slices);
+  if ((!full_ok && !sliced_ok) || lp.shape != gold.shape || got.data.size() != static_cast<size_t>(got.numel()) ||
+      gold.data.size() != static_cast<size_t>(gold.numel()) || lp.data.size() != gold.data.size())
+    throw std::invalid_argument(std::string("check_outputs: ") + name + " shape " + show_shape(got.shape) +
+                                " (lp " + show_shape(lp.shape) + ") differs from gold " + show_shape(gold.shape) +
+                                (sliced ? " (gold sliced to the checked slices)" : ""));
+}
+
+/// Compare a [B, H, ...] tensor over the selected slices. `query_heads` maps
+/// h to its kv head (H = Hq) for slice selection; with `row_lse` (gold LSE, in
+/// gold's form), rows whose LSE is -inf are fully masked (`row_len` elements per
+/// row): there the convention is exactly 0 when `zero_there` (O, dQ), else gold's
+/// class (LSE -inf). `sliced`: gold and lp hold the selected slices only.
 TensorCheck compare_heads(const char* name, const HostTensor& got, const HostTensor& gold, const HostTensor& lp,
-                          const Problem& p, const reference::SliceSet& slices, bool query_heads,
+                          const Problem& p, const reference::SliceSet& slices, bool sliced, bool query_heads,
                           const HostTensor* row_lse, int64_t row_len, DType ulp_type, double r,
                           bool zero_there = true) {
-  require_shape(got, gold, lp, name);
+  require_shape(got, gold, lp, name, sliced, p, slices, query_heads);
+  const GoldIndex at(sliced, p, slices, query_heads);
   Accum acc;
   acc.t.name = name;
-  const int64_t H = gold.shape.at(1);
-  const int64_t inner = gold.numel() / (gold.shape.at(0) * H);
-  for (int64_t b = 0; b < gold.shape[0]; ++b) {
+  const int64_t B = got.shape.at(0), H = got.shape.at(1);
+  const int64_t inner = got.numel() / (B * H);
+  for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = query_heads ? h / p.group_size() : h;
       if (!slices.contains(b, g, p.heads_kv)) continue;
-      const int64_t base = (b * H + h) * inner;
+      const size_t base = static_cast<size_t>((b * H + h) * inner);
+      const size_t gbase = static_cast<size_t>(at.base(b, g, h, H, inner, p));
       for (int64_t e = 0; e < inner; ++e) {
-        const size_t idx = static_cast<size_t>(base + e);
-        const bool masked = row_lse && row_lse->data[static_cast<size_t>((base + e) / row_len)] == -kInf;
-        acc.add(got.data[idx], gold.data[idx], lp.data[idx], masked, zero_there);
+        const size_t idx = base + static_cast<size_t>(e), gidx = gbase + static_cast<size_t>(e);
+        const bool masked = row_lse && row_lse->data[gidx / static_cast<size_t>(row_len)] == -kInf;
+        acc.add(got.data[idx], gold.data[gidx], lp.data[gidx], masked, zero_there);
       }
     }
   }
@@ -273,16 +308,21 @@ CheckResult check_outputs(const Problem& p, const AttentionOutputs& got, const A
   res.rule = rule_text(rule);
 
   const int64_t dv = p.head_dim_v, dqk = p.head_dim;
-  res.tensors.push_back(compare_heads("O", got.o, gold.o, lp.o, p, slices, true, &gold.lse, dv, p.dtype, rule.r_fwd));
-  res.tensors.push_back(compare_heads("LSE", got.lse, gold.lse, lp.lse, p, slices, true, &gold.lse, 1, DType::fp32,
-                                      rule.r_fwd, /*zero_there=*/false));
+  // Sliced gold (slice_outputs) when gold's O is not [B, Hq, ...]; every tensor must
+  // then be sliced (LSE marks the fully masked rows of O and dQ by gold's index).
+  // (With one kv head and every slice the two forms are the same array.)
+  const bool sliced = !(gold.o.shape.size() >= 2 && gold.o.shape[0] == p.batch && gold.o.shape[1] == p.heads_q);
+  res.tensors.push_back(
+      compare_heads("O", got.o, gold.o, lp.o, p, slices, sliced, true, &gold.lse, dv, p.dtype, rule.r_fwd));
+  res.tensors.push_back(compare_heads("LSE", got.lse, gold.lse, lp.lse, p, slices, sliced, true, &gold.lse, 1,
+                                      DType::fp32, rule.r_fwd, /*zero_there=*/false));
   if (grads) {
     res.tensors.push_back(
-        compare_heads("dQ", got.dq, gold.dq, lp.dq, p, slices, true, &gold.lse, dqk, p.dtype, rule.r_bwd));
+        compare_heads("dQ", got.dq, gold.dq, lp.dq, p, slices, sliced, true, &gold.lse, dqk, p.dtype, rule.r_bwd));
     res.tensors.push_back(
-        compare_heads("dK", got.dk, gold.dk, lp.dk, p, slices, false, nullptr, 1, p.dtype, rule.r_bwd));
+        compare_heads("dK", got.dk, gold.dk, lp.dk, p, slices, sliced, false, nullptr, 1, p.dtype, rule.r_bwd));
     res.tensors.push_back(
-        compare_heads("dV", got.dv, gold.dv, lp.dv, p, slices, false, nullptr, 1, p.dtype, rule.r_bwd));
+        compare_heads("dV", got.dv, gold.dv, lp.dv, p, slices, sliced, false, nullptr, 1, p.dtype, rule.r_bwd));
     if (p.has_learnable_bias() && slices.all) {
       const size_t n = static_cast<size_t>(p.bias_numel());
       if (gold.dbias.size() != n || lp.dbias.size() != n)
@@ -375,6 +415,47 @@ nlohmann::json count_nonfinite(const AttentionOutputs& out) {
   count("dV", out.dv.data, false);
   count("dBias", out.dbias, false);
   return j;
+}
+
+std::vector<int64_t> sliced_shape(const std::vector<int64_t>& full, const Problem& p,
+                                  const reference::SliceSet& slices) {
+  if (full.empty()) return full;
+  if (full.size() < 2 || full[1] % p.heads_kv != 0)
+    throw std::invalid_argument("slice_outputs: shape " + show_shape(full) + " is not [B, H, ...] with H a multiple of " +
+                                std::to_string(p.heads_kv) + " kv heads");
+  std::vector<int64_t> out = full;
+  out[0] = slices.count(p.batch, p.heads_kv);
+  out[1] = full[1] / p.heads_kv;
+  return out;
+}
+
+AttentionOutputs slice_outputs(AttentionOutputs full, const Problem& p, const reference::SliceSet& slices) {
+  auto slice = [&](HostTensor& t, bool query_heads, const char* name) {
+    if (t.shape.empty() && t.data.empty()) return;
+    if (t.shape.size() < 2 || t.shape[0] != p.batch || t.shape[1] != heads_of(p, query_heads) ||
+        t.data.size() != static_cast<size_t>(t.numel()))
+      throw std::invalid_argument(std::string("slice_outputs: ") + name + " shape " + show_shape(t.shape) +
+                                  " is not the logical [B, H, ...] of the problem");
+    const std::vector<int64_t> shape = sliced_shape(t.shape, p, slices);
+    if (!slices.all) {
+      const size_t block = t.data.size() / static_cast<size_t>(p.batch * p.heads_kv);  // one (b, g) slice
+      std::vector<double> kept;
+      kept.reserve(block * static_cast<size_t>(shape[0]));
+      for (int64_t i = 0; i < p.batch * p.heads_kv; ++i)
+        if (slices.contains(i / p.heads_kv, i % p.heads_kv, p.heads_kv)) {
+          const auto first = t.data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * block);
+          kept.insert(kept.end(), first, first + static_cast<std::ptrdiff_t>(block));
+        }
+      t.data = std::move(kept);
+    }
+    t.shape = shape;
+  };
+  slice(full.o, true, "O");
+  slice(full.lse, true, "LSE");
+  slice(full.dq, true, "dQ");
+  slice(full.dk, false, "dK");
+  slice(full.dv, false, "dV");
+  return full;
 }
 
 bool bitwise_equal(const AttentionOutputs& a, const AttentionOutputs& b) {
