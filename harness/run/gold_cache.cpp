@@ -2,6 +2,7 @@
 #include "harness/run/gold_cache.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,7 +30,7 @@ namespace {
 
 constexpr char kMagic[8] = {'A', 'B', 'G', 'O', 'L', 'D', '0', '1'};
 constexpr const char* kFormat = "attnbench-gold 3";  // 2: bf16 / fp16 bits; 3: outputs stored sliced [slices, H/Hkv, ...]
-constexpr size_t kChunk = size_t{1} << 22;  // elements per read / write chunk (32 MiB as float64)
+constexpr size_t kChunk = size_t{1} << 22;  // elements per write chunk (32 MiB as float64)
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -49,17 +50,31 @@ std::optional<DType> storage_type(const std::vector<double>& v) {
   return std::nullopt;
 }
 
-uint32_t crc_update(uint32_t crc, const void* data, size_t bytes) {
-  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), bytes));
+/// CRC-32 (zlib) of `bytes` at `data`, computed in pieces on the pass pool and
+/// joined with crc32_combine: the same value as one crc32_z over the whole.
+uint32_t crc_of(const void* data, size_t bytes) {
+  constexpr size_t kPiece = size_t{1} << 21;  // bytes a task
+  const size_t pieces = (bytes + kPiece - 1) / kPiece;
+  std::vector<uint32_t> crcs(pieces);
+  const auto* p = static_cast<const Bytef*>(data);
+  parallel_pass(static_cast<int64_t>(pieces), [&](int64_t i) {
+    const size_t b = static_cast<size_t>(i) * kPiece;
+    crcs[static_cast<size_t>(i)] = static_cast<uint32_t>(crc32_z(0, p + b, std::min(bytes, b + kPiece) - b));
+  });
+  uLong crc = crc32_z(0, Z_NULL, 0);
+  for (size_t i = 0; i < pieces; ++i)
+    crc = crc32_combine(crc, crcs[i], static_cast<z_off_t>(std::min(bytes, (i + 1) * kPiece) - i * kPiece));
+  return static_cast<uint32_t>(crc);
 }
 
 /// Append one array to `out` in storage_type(t) (chunked: narrow types encoded
-/// through a small buffer on the pass pool); returns its trailer entry.
+/// through a small buffer on the pass pool, the CRC-32 taken there too); returns
+/// its trailer entry.
 nlohmann::json write_array(std::FILE* out, const std::string& name, const HostTensor& t, uint64_t offset,
                            const std::string& path) {
   const std::optional<DType> narrow = storage_type(t.data);
   const size_t width = narrow ? static_cast<size_t>(dtype_bytes(*narrow)) : 8;
-  uint32_t crc = static_cast<uint32_t>(crc32_z(0, Z_NULL, 0));
+  uLong crc = crc32_z(0, Z_NULL, 0);
   std::unique_ptr<unsigned char[]> buf(narrow ? new unsigned char[std::min(t.data.size(), kChunk) * width] : nullptr);
   for (size_t b = 0; b < t.data.size(); b += kChunk) {
     const size_t e = std::min(t.data.size(), b + kChunk);
@@ -70,19 +85,36 @@ nlohmann::json write_array(std::FILE* out, const std::string& name, const HostTe
     }
     const size_t bytes = (e - b) * width;
     if (std::fwrite(src, 1, bytes, out) != bytes) throw std::runtime_error(path + ": write failed (disk full?)");
-    crc = crc_update(crc, src, bytes);
+    crc = crc32_combine(crc, crc_of(src, bytes), static_cast<z_off_t>(bytes));
   }
   return {{"name", name},
           {"shape", t.shape},
           {"dtype", storage_name(narrow)},
           {"offset", offset},
           {"bytes", static_cast<uint64_t>(t.data.size() * width)},
-          {"crc32", crc}};
+          {"crc32", static_cast<uint32_t>(crc)}};
 }
 
-/// Read one array described by `a` from `in` (payload of `payload` bytes);
-/// false with `why` on any mismatch.
-bool read_array(std::FILE* in, const nlohmann::json& a, uint64_t payload, HostTensor& t, std::string& why) {
+/// Read exactly `bytes` at `offset` of `fd` into `dst` (pread: no shared file
+/// position, so tasks read their pieces at once); false on an error or end of file.
+bool pread_all(int fd, void* dst, size_t bytes, uint64_t offset) {
+  auto* p = static_cast<unsigned char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+/// Read one array described by `a` from `fd` (payload of `payload` bytes);
+/// false with `why` on any mismatch. Each task of the pass pool reads its piece,
+/// takes its CRC-32 and decodes it (the pieces' CRCs joined with crc32_combine),
+/// so nothing but the trailer is read on one thread.
+bool read_array(int fd, const nlohmann::json& a, uint64_t payload, HostTensor& t, std::string& why) {
   const std::string dtype = a.at("dtype").get<std::string>();
   std::optional<DType> narrow;
   for (DType n : {DType::bf16, DType::fp16, DType::fp32})
@@ -98,19 +130,31 @@ bool read_array(std::FILE* in, const nlohmann::json& a, uint64_t payload, HostTe
   const uint64_t offset = a.at("offset").get<uint64_t>(), bytes = a.at("bytes").get<uint64_t>();
   if (bytes != numel * width || offset > payload || bytes > payload - offset)
     return why = "array " + a.at("name").get<std::string>() + " does not fit the file", false;
-  if (::fseeko(in, static_cast<off_t>(offset), SEEK_SET) != 0) return why = "seek failed", false;
   t.data.resize(numel);
-  uint32_t crc = static_cast<uint32_t>(crc32_z(0, Z_NULL, 0));
-  std::unique_ptr<unsigned char[]> buf(narrow ? new unsigned char[std::min<size_t>(numel, kChunk) * width] : nullptr);
-  for (size_t b = 0; b < numel; b += kChunk) {
-    const size_t e = std::min<size_t>(numel, b + kChunk);
-    void* dst = narrow ? static_cast<void*>(buf.get()) : static_cast<void*>(t.data.data() + b);
-    const size_t n = (e - b) * width;
-    if (std::fread(dst, 1, n, in) != n) return why = "short read", false;
-    crc = crc_update(crc, dst, n);
-    if (narrow)
-      parallel_chunks(e - b, [&](size_t i0, size_t i1) { decode_span(buf.get(), i0, i1 - i0, *narrow, t.data.data() + b + i0); });
-  }
+  constexpr size_t kPiece = size_t{1} << 18;  // elements a task
+  const size_t pieces = (numel + kPiece - 1) / kPiece;
+  std::vector<uint32_t> crcs(pieces);
+  std::vector<std::unique_ptr<unsigned char[]>> scratch(narrow ? static_cast<size_t>(ThreadPool::passes().size()) : 0);
+  std::atomic<bool> read_ok{true};
+  ThreadPool::passes().parallel_for(static_cast<int64_t>(pieces), 0, [&](int64_t i, int worker) {
+    const size_t b = static_cast<size_t>(i) * kPiece, e = std::min<size_t>(numel, b + kPiece);
+    unsigned char* dst = reinterpret_cast<unsigned char*>(t.data.data() + b);
+    if (narrow) {
+      auto& mine = scratch[static_cast<size_t>(worker)];  // no two tasks of one worker overlap
+      if (!mine) mine.reset(new unsigned char[kPiece * width]);
+      dst = mine.get();
+    }
+    if (!read_ok.load(std::memory_order_relaxed) || !pread_all(fd, dst, (e - b) * width, offset + b * width)) {
+      read_ok = false;
+      return;
+    }
+    crcs[static_cast<size_t>(i)] = static_cast<uint32_t>(crc32_z(0, dst, (e - b) * width));
+    if (narrow) decode_span(dst, 0, e - b, *narrow, t.data.data() + b);
+  });
+  if (!read_ok) return why = "short read", false;
+  uLong crc = crc32_z(0, Z_NULL, 0);
+  for (size_t i = 0; i < pieces; ++i)
+    crc = crc32_combine(crc, crcs[i], static_cast<z_off_t>((std::min<size_t>(numel, (i + 1) * kPiece) - i * kPiece) * width));
   if (crc != a.at("crc32").get<uint32_t>()) return why = "CRC-32 mismatch in " + a.at("name").get<std::string>(), false;
   return true;
 }
@@ -245,7 +289,7 @@ std::optional<GoldBundle> read_gold_bundle(const std::filesystem::path& path, co
     b.meta = t.value("meta", nlohmann::json());
     for (const auto& a : t.at("arrays")) {
       HostTensor arr;
-      if (!read_array(in.get(), a, payload, arr, reason)) return fail(reason);
+      if (!read_array(::fileno(in.get()), a, payload, arr, reason)) return fail(reason);
       b.arrays[a.at("name").get<std::string>()] = std::move(arr);
     }
     return b;
