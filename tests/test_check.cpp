@@ -311,6 +311,47 @@ TEST_CASE("slice_outputs keeps exactly the checked slices, and a check against t
   CHECK_THROWS_AS(slice_outputs(not_logical, f.p, s), std::invalid_argument);
 }
 
+TEST_CASE("large checks compare the tensors at once: every figure in its tensor's place, errors still thrown") {
+  // O of 2^20 elements takes the parallel path (one thread per tensor); synthetic
+  // gold (the rule does not care where it came from), lp off by 1e-3 everywhere,
+  // the backend off by a known amount at one element of each tensor.
+  Problem p;
+  p.batch = 1, p.heads_q = 2, p.heads_kv = 1, p.seq_q = 4096, p.seq_k = 4096, p.head_dim = 128, p.head_dim_v = 128;
+  p.dtype = DType::fp16, p.seed = 3;
+  auto tensor = [](std::vector<int64_t> shape, double phase) {
+    HostTensor t(std::move(shape));
+    for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = std::sin(0.001 * static_cast<double>(i) + phase);
+    return t;
+  };
+  AttentionOutputs gold;
+  gold.o = tensor({1, 2, 4096, 128}, 0.1);
+  gold.lse = tensor({1, 2, 4096}, 0.2);
+  gold.dq = tensor({1, 2, 4096, 128}, 0.3);
+  gold.dk = tensor({1, 1, 4096, 128}, 0.4);
+  gold.dv = tensor({1, 1, 4096, 128}, 0.5);
+  REQUIRE(gold.o.data.size() >= (size_t{1} << 20));
+  AttentionOutputs lp = gold, got = gold;
+  for (HostTensor* t : {&lp.o, &lp.lse, &lp.dq, &lp.dk, &lp.dv})
+    for (double& x : t->data) x += 1e-3;
+  const std::vector<std::pair<HostTensor*, double>> offsets = {
+      {&got.o, 1e-4}, {&got.lse, 2e-2}, {&got.dq, 3e-4}, {&got.dk, 4e-2}, {&got.dv, 5e-4}};
+  for (const auto& [t, d] : offsets) t->data.at(1234) += d;
+  const CheckResult r = check_outputs(p, got, gold, lp, {}, ref::SliceSet::every());
+  REQUIRE(r.tensors.size() == 5);
+  const char* names[] = {"O", "LSE", "dQ", "dK", "dV"};
+  for (size_t i = 0; i < 5; ++i) {
+    CHECK(r.tensors[i].name == names[i]);
+    CHECK(r.tensors[i].max_abs_err == doctest::Approx(offsets[i].second).epsilon(1e-6));
+    CHECK(r.tensors[i].pass == (offsets[i].second < 1e-2));  // tolerance ~2-3 x 1e-3
+    CHECK(r.tensors[i].checked == static_cast<int64_t>(offsets[i].first->data.size()));
+  }
+  CHECK_FALSE(r.pass);
+  CHECK(check_outputs(p, got, gold, lp, {}, ref::SliceSet::every()).to_json() == r.to_json());  // run to run
+  AttentionOutputs wrong = got;
+  wrong.dv.shape[2] = 4095;  // thrown from a comparison on another thread
+  CHECK_THROWS_AS(check_outputs(p, wrong, gold, lp, {}, ref::SliceSet::every()), std::invalid_argument);
+}
+
 TEST_CASE("sample_slices: deterministic, first and last always, every() when it covers all") {
   Problem p = rule_problem();
   p.batch = 8;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <limits>
 #include <stdexcept>
 
@@ -164,6 +166,37 @@ TensorCheck compare_heads(const char* name, const HostTensor& got, const HostTen
   return acc.finish(ulp_type, r);
 }
 
+/// Run every comparison and return their results in order; with more than one
+/// and at least kParallelCompareElements elements in O, the first runs on this
+/// thread and the others each on a std::async thread. The first exception in order
+/// is rethrown once every comparison has ended.
+constexpr int64_t kParallelCompareElements = int64_t{1} << 20;
+std::vector<TensorCheck> compare_all(const std::vector<std::function<TensorCheck()>>& compares, int64_t o_elements) {
+  std::vector<TensorCheck> out;
+  if (compares.size() < 2 || o_elements < kParallelCompareElements || hardware_threads() < 2) {
+    for (const auto& c : compares) out.push_back(c());
+    return out;
+  }
+  std::vector<std::future<TensorCheck>> rest;
+  for (size_t i = 1; i < compares.size(); ++i) rest.push_back(std::async(std::launch::async, compares[i]));
+  std::exception_ptr first_error;
+  try {
+    out.push_back(compares[0]());
+  } catch (...) {
+    first_error = std::current_exception();
+  }
+  for (auto& f : rest) {
+    try {
+      TensorCheck t = f.get();
+      if (!first_error) out.push_back(std::move(t));
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
+  return out;
+}
+
 std::string rule_text(const RuleConstants& rule) {
   const RuleConstants def;
   std::string s = "pass iff max|X - gold| <= r * max|X_lp - gold| + ulp(max(max|gold|, 2^-6)); r_fwd=" + fmt_g(rule.r_fwd) +
@@ -312,17 +345,27 @@ CheckResult check_outputs(const Problem& p, const AttentionOutputs& got, const A
   // then be sliced (LSE marks the fully masked rows of O and dQ by gold's index).
   // (With one kv head and every slice the two forms are the same array.)
   const bool sliced = !(gold.o.shape.size() >= 2 && gold.o.shape[0] == p.batch && gold.o.shape[1] == p.heads_q);
-  res.tensors.push_back(
-      compare_heads("O", got.o, gold.o, lp.o, p, slices, sliced, true, &gold.lse, dv, p.dtype, rule.r_fwd));
-  res.tensors.push_back(compare_heads("LSE", got.lse, gold.lse, lp.lse, p, slices, sliced, true, &gold.lse, 1,
-                                      DType::fp32, rule.r_fwd, /*zero_there=*/false));
+  // One comparison per tensor, each in its own order (so every figure is the
+  // same however they are run), the tensors at once: the first on this thread,
+  // the others on threads of their own (not a pool's: a check that overlaps the
+  // next row must not hold the pass pool its prepare() uses).
+  std::vector<std::function<TensorCheck()>> compares;
+  auto add = [&](const char* name, const HostTensor AttentionOutputs::*t, bool query_heads, bool by_lse,
+                 int64_t row_len, DType ulp_type, double r, bool zero_there = true) {
+    compares.push_back([&, name, t, query_heads, by_lse, row_len, ulp_type, r, zero_there] {
+      return compare_heads(name, got.*t, gold.*t, lp.*t, p, slices, sliced, query_heads, by_lse ? &gold.lse : nullptr,
+                           row_len, ulp_type, r, zero_there);
+    });
+  };
+  add("O", &AttentionOutputs::o, true, true, dv, p.dtype, rule.r_fwd);
+  add("LSE", &AttentionOutputs::lse, true, true, 1, DType::fp32, rule.r_fwd, /*zero_there=*/false);
   if (grads) {
-    res.tensors.push_back(
-        compare_heads("dQ", got.dq, gold.dq, lp.dq, p, slices, sliced, true, &gold.lse, dqk, p.dtype, rule.r_bwd));
-    res.tensors.push_back(
-        compare_heads("dK", got.dk, gold.dk, lp.dk, p, slices, sliced, false, nullptr, 1, p.dtype, rule.r_bwd));
-    res.tensors.push_back(
-        compare_heads("dV", got.dv, gold.dv, lp.dv, p, slices, sliced, false, nullptr, 1, p.dtype, rule.r_bwd));
+    add("dQ", &AttentionOutputs::dq, true, true, dqk, p.dtype, rule.r_bwd);
+    add("dK", &AttentionOutputs::dk, false, false, 1, p.dtype, rule.r_bwd);
+    add("dV", &AttentionOutputs::dv, false, false, 1, p.dtype, rule.r_bwd);
+  }
+  res.tensors = compare_all(compares, static_cast<int64_t>(got.o.data.size()));
+  if (grads) {
     if (p.has_learnable_bias() && slices.all) {
       const size_t n = static_cast<size_t>(p.bias_numel());
       if (gold.dbias.size() != n || lp.dbias.size() != n)
