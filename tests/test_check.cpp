@@ -257,6 +257,101 @@ TEST_CASE("sample mode compares the selected slices only") {
   CHECK_FALSE(check_outputs(f.p, got, g, l, {}, s).pass);
 }
 
+TEST_CASE("slice_outputs keeps exactly the checked slices, and a check against them is bit-identical") {
+  Fixture f;  // GQA (4 query heads on 2 kv heads), 10 fully masked rows, a learnable bias
+  const ref::SliceSet s = sample_slices(f.p, 2, 9);  // (0, 0) and (1, 1) of 4
+  REQUIRE_FALSE(s.all);
+  const AttentionOutputs g = ref::gold(f.p, f.in, true, s), l = ref::lp(f.p, f.in, true, s);
+  const AttentionOutputs gs = slice_outputs(g, f.p, s), ls = slice_outputs(l, f.p, s);
+  CHECK(gs.o.shape == std::vector<int64_t>{2, 2, 40, 8});  // [slices, Hq / Hkv, Sq, Dv]
+  CHECK(gs.lse.shape == std::vector<int64_t>{2, 2, 40});
+  CHECK(gs.dq.shape == std::vector<int64_t>{2, 2, 40, 16});
+  CHECK(gs.dk.shape == std::vector<int64_t>{2, 1, 30, 16});  // [slices, 1, Sk, D]
+  CHECK(gs.dk.shape == sliced_shape(g.dk.shape, f.p, s));
+  // slice (1, 1) is query heads 2, 3 of batch row 1: O[1, 3, 12, :] is entry [1, 1, 12, :]
+  CHECK(gs.o.data[((1 * 2 + 1) * 40 + 12) * 8 + 5] == g.o.data[o_index(f.p, 1, 3, 12) + 5]);
+  CHECK(gs.dk.data[(1 * 30 + 7) * 16 + 3] == g.dk.data[((1 * 2 + 1) * 30 + 7) * 16 + 3]);  // dK[1, 1, 7, 3]
+  for (double x : gs.o.data) CHECK_FALSE(std::isnan(x));  // nothing of the unselected (NaN) slices
+
+  // Verdicts and every figure equal, passing and failing, on the selected slices:
+  // lp itself, a perturbation inside a slice, a fully masked row written, a NaN.
+  AttentionOutputs near = l, bad = l, masked = l, unwritten = l;
+  near.dq.data[static_cast<size_t>(((0 * 4 + 1) * 40 + 20) * 16 + 2)] += 1e-3;
+  bad.o.data[o_index(f.p, 1, 2, 30) + 1] += 0.5;
+  masked.o.data[o_index(f.p, 0, 0, 3)] = 0.25;  // row 3 is fully masked
+  unwritten.dv.data[static_cast<size_t>(((1 * 2 + 1) * 30 + 29) * 8 + 7)] = std::nan("");
+  const std::initializer_list<const AttentionOutputs*> cases = {&l, &near, &bad, &masked, &unwritten};
+  for (const AttentionOutputs* got : cases) {
+    const CheckResult full = check_outputs(f.p, *got, g, l, {}, s);
+    const CheckResult part = check_outputs(f.p, *got, gs, ls, {}, s);
+    CHECK(part.to_json() == full.to_json());
+  }
+  CHECK(check_outputs(f.p, l, gs, ls, {}, s).pass);
+  CHECK_FALSE(check_outputs(f.p, bad, gs, ls, {}, s).pass);
+  CHECK(check_outputs(f.p, masked, gs, ls, {}, s).failure_class == "fully_masked_rows");
+
+  // Every slice: the same arrays, shapes [B * Hkv, Hq / Hkv, ...]; dBias checked too.
+  const ref::SliceSet all = ref::SliceSet::every();
+  const AttentionOutputs ga = slice_outputs(f.gold, f.p, all), la = slice_outputs(f.lp, f.p, all);
+  CHECK(ga.o.shape == std::vector<int64_t>{4, 2, 40, 8});
+  CHECK(ga.o.data == f.gold.o.data);
+  CHECK(ga.dbias == f.gold.dbias);
+  CHECK(check_outputs(f.p, bad, ga, la, {}, all).to_json() == f.check(bad).to_json());
+  CHECK(find(check_outputs(f.p, f.lp, ga, la, {}, all), "dBias").checked == 4 * 13);
+
+  // Forms are not mixed, and a backend's wrong shape is still refused.
+  AttentionOutputs mixed = gs;
+  mixed.lse = g.lse;
+  CHECK_THROWS_AS(check_outputs(f.p, l, mixed, ls, {}, s), std::invalid_argument);
+  AttentionOutputs wrong = l;
+  wrong.dk.shape[2] = 31;
+  CHECK_THROWS_AS(check_outputs(f.p, wrong, gs, ls, {}, s), std::invalid_argument);
+  AttentionOutputs not_logical = g;
+  not_logical.o.shape = {1, 2};
+  CHECK_THROWS_AS(slice_outputs(not_logical, f.p, s), std::invalid_argument);
+}
+
+TEST_CASE("large checks compare the tensors at once: every figure in its tensor's place, errors still thrown") {
+  // O of 2^20 elements takes the parallel path (one thread per tensor); synthetic
+  // gold (the rule does not care where it came from), lp off by 1e-3 everywhere,
+  // the backend off by a known amount at one element of each tensor.
+  Problem p;
+  p.batch = 1, p.heads_q = 2, p.heads_kv = 1, p.seq_q = 4096, p.seq_k = 4096, p.head_dim = 128, p.head_dim_v = 128;
+  p.dtype = DType::fp16, p.seed = 3;
+  auto tensor = [](std::vector<int64_t> shape, double phase) {
+    HostTensor t(std::move(shape));
+    for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = std::sin(0.001 * static_cast<double>(i) + phase);
+    return t;
+  };
+  AttentionOutputs gold;
+  gold.o = tensor({1, 2, 4096, 128}, 0.1);
+  gold.lse = tensor({1, 2, 4096}, 0.2);
+  gold.dq = tensor({1, 2, 4096, 128}, 0.3);
+  gold.dk = tensor({1, 1, 4096, 128}, 0.4);
+  gold.dv = tensor({1, 1, 4096, 128}, 0.5);
+  REQUIRE(gold.o.data.size() >= (size_t{1} << 20));
+  AttentionOutputs lp = gold, got = gold;
+  for (HostTensor* t : {&lp.o, &lp.lse, &lp.dq, &lp.dk, &lp.dv})
+    for (double& x : t->data) x += 1e-3;
+  const std::vector<std::pair<HostTensor*, double>> offsets = {
+      {&got.o, 1e-4}, {&got.lse, 2e-2}, {&got.dq, 3e-4}, {&got.dk, 4e-2}, {&got.dv, 5e-4}};
+  for (const auto& [t, d] : offsets) t->data.at(1234) += d;
+  const CheckResult r = check_outputs(p, got, gold, lp, {}, ref::SliceSet::every());
+  REQUIRE(r.tensors.size() == 5);
+  const char* names[] = {"O", "LSE", "dQ", "dK", "dV"};
+  for (size_t i = 0; i < 5; ++i) {
+    CHECK(r.tensors[i].name == names[i]);
+    CHECK(r.tensors[i].max_abs_err == doctest::Approx(offsets[i].second).epsilon(1e-6));
+    CHECK(r.tensors[i].pass == (offsets[i].second < 1e-2));  // tolerance ~2-3 x 1e-3
+    CHECK(r.tensors[i].checked == static_cast<int64_t>(offsets[i].first->data.size()));
+  }
+  CHECK_FALSE(r.pass);
+  CHECK(check_outputs(p, got, gold, lp, {}, ref::SliceSet::every()).to_json() == r.to_json());  // run to run
+  AttentionOutputs wrong = got;
+  wrong.dv.shape[2] = 4095;  // thrown from a comparison on another thread
+  CHECK_THROWS_AS(check_outputs(p, wrong, gold, lp, {}, ref::SliceSet::every()), std::invalid_argument);
+}
+
 TEST_CASE("sample_slices: deterministic, first and last always, every() when it covers all") {
   Problem p = rule_problem();
   p.batch = 8;

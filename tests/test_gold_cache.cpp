@@ -151,17 +151,20 @@ TEST_CASE("GoldStore: inputs and reference round-trip exactly; keys tell problem
   CHECK_FALSE(store.load_inputs(other_seed));
   CHECK(store.file_for(GoldStore::inputs_key(other_seed)) != store.file_for(GoldStore::inputs_key(p)));
 
-  GoldCache g;
+  GoldCache g;  // as CaseGold holds it: sliced to the plan's slices
   g.plan = plan_check(p, CheckMode::sample, true, 2);
-  g.gold = reference::gold(p, in, true, g.plan.slices);
-  g.lp = reference::lp(p, in, true, g.plan.slices);
+  g.gold = slice_outputs(reference::gold(p, in, true, g.plan.slices), p, g.plan.slices);
+  g.lp = slice_outputs(reference::lp(p, in, true, g.plan.slices), p, g.plan.slices);
   g.ms = 3.25;
   g.ready = true;
   REQUIRE(store.save_gold(p, CheckMode::sample, true, g));
   REQUIRE_FALSE(g.plan.slices.all);  // 2 of the 4 (b, kv-head) slices
+  CHECK(g.gold.o.shape == std::vector<int64_t>{2, 2, 24, 16});  // [slices, Hq / Hkv, Sq, Dv]
   {  // only the checked slices are stored: about half of the same arrays stored whole
-    GoldCache whole = g;
-    whole.plan.slices.all = true;
+    GoldCache whole;
+    whole.plan = plan_check(p, CheckMode::full, true);
+    whole.gold = slice_outputs(reference::gold(p, in, true), p, whole.plan.slices);
+    whole.lp = slice_outputs(reference::lp(p, in, true), p, whole.plan.slices);
     REQUIRE(store.save_gold(p, CheckMode::full, true, whole));
     const auto sampled_bytes = fs::file_size(store.file_for(GoldStore::gold_key(p, CheckMode::sample, true)));
     const auto whole_bytes = fs::file_size(store.file_for(GoldStore::gold_key(p, CheckMode::full, true)));
@@ -177,11 +180,21 @@ TEST_CASE("GoldStore: inputs and reference round-trip exactly; keys tell problem
   CHECK(got.plan.description == g.plan.description);
   CHECK(got.plan.slices.all == g.plan.slices.all);
   CHECK(got.plan.slices.selected == g.plan.slices.selected);
-  CHECK(same_values(got.gold.o.data, g.gold.o.data));  // unselected slices are NaN
-  CHECK(same_values(got.gold.dk.data, g.gold.dk.data));
-  CHECK(same_values(got.lp.lse.data, g.lp.lse.data));
+  CHECK(bits_equal(got.gold.o.data, g.gold.o.data));  // the selected slices only, as held
+  CHECK(bits_equal(got.gold.dk.data, g.gold.dk.data));
+  CHECK(bits_equal(got.lp.lse.data, g.lp.lse.data));
+  CHECK(bits_equal(got.lp.dq.data, g.lp.dq.data));
   CHECK(got.gold.dq.shape == g.gold.dq.shape);
+  CHECK(got.gold.dk.shape == g.gold.dk.shape);
   CHECK(same_values(got.gold.dbias, g.gold.dbias));
+  {  // a bundle whose outputs are not sliced to its plan (another layout) is not used
+    GoldCache logical = g;
+    logical.gold = reference::gold(p, in, true, g.plan.slices);
+    REQUIRE(store.save_gold(p, CheckMode::sample, true, logical));
+    GoldCache refused;
+    CHECK_FALSE(store.load_gold(p, CheckMode::sample, true, refused));
+    REQUIRE(store.save_gold(p, CheckMode::sample, true, g));
+  }
 
   store.clear();
   CHECK_FALSE(fs::exists(store.dir()));
@@ -217,6 +230,39 @@ TEST_CASE("CaseGold: computed once, then shared in memory; a second process's Ca
   CaseGold unshared;  // no store: every process computes its own
   unshared.get_inputs(p, &how);
   CHECK(how.source == "computed");
+  CHECK_FALSE(unshared.release_inputs(p, CheckMode::full, true));  // nowhere to load them from again
+  CHECK(unshared.inputs);
+}
+
+TEST_CASE("CaseGold::release_inputs frees the inputs only when the reference will be loaded, not computed") {
+  test::cli::TempDir dir;
+  const Problem p = small_problem(13);
+  const GoldStore store(dir.path / ".gold");
+  CaseGold first;  // the case's first unit: computes and publishes the inputs
+  first.store = store;
+  first.get_inputs(p);
+  CHECK_FALSE(first.release_inputs(p, CheckMode::full, true));  // it will compute the reference from them
+  REQUIRE(first.inputs);
+  CHECK(first.release_inputs(p, CheckMode::off, true));  // no reference wanted at all
+  CHECK_FALSE(first.inputs);
+  GoldProvenance how;
+  const ProblemData& again = first.get_inputs(p, &how);  // loaded back from the store when needed
+  CHECK(how.source == "shared");
+  CHECK(again.q.shape == std::vector<int64_t>{p.batch, p.heads_q, p.seq_q, p.head_dim});
+  const GoldCache& g1 = first.get_gold(p, CheckMode::full, true, &how);
+  CHECK(how.source == "computed");
+  CHECK(first.release_inputs(p, CheckMode::full, true));  // the reference is held now
+
+  CaseGold later;  // a later unit: the reference is published
+  later.store = store;
+  later.get_inputs(p);
+  CHECK_FALSE(later.release_inputs(p, CheckMode::sample, true));  // not that check mode's
+  CHECK(later.release_inputs(p, CheckMode::full, true));
+  CHECK_FALSE(later.inputs);
+  const GoldCache& g2 = later.get_gold(p, CheckMode::full, true, &how);
+  CHECK(how.source == "shared");
+  CHECK_FALSE(later.inputs);  // loading the reference needs no inputs
+  CHECK(bits_equal(g2.gold.dq.data, g1.gold.dq.data));
 }
 
 TEST_CASE("CLI: a sweep with isolated backends computes one reference per case, and the rows say so") {
@@ -237,7 +283,16 @@ TEST_CASE("CLI: a sweep with isolated backends computes one reference per case, 
   for (const auto& row : report["results"]) {
     const std::string c = row["case_id"];
     REQUIRE(row["status"] == "pass");
-    CHECK(row["extra"].contains("isolation"));  // each unit ran in its own child
+    REQUIRE(row["extra"].contains("isolation"));  // each unit ran in its own child
+    // where the child's time went: its start, its unit, writing its row and exiting
+    const nlohmann::json& iso = row["extra"]["isolation"];
+    for (const char* k : {"startup_ms", "unit_ms", "exit_ms"}) CHECK_MESSAGE(iso.value(k, -1.0) >= 0, k);
+    CHECK(iso["startup_ms"].get<double>() + iso["unit_ms"].get<double>() + iso["exit_ms"].get<double>() ==
+          doctest::Approx(iso["child_seconds"].get<double>() * 1000).epsilon(0.01));
+    CHECK(row["extra"]["passes_ms"].get<double>() >= 0);
+    CHECK(row["extra"]["read_outputs_ms"].get<double>() >= 0);
+    // a unit that loads the published reference frees its inputs once prepared
+    CHECK(row["extra"]["inputs"].value("released", false) == (row["check"]["gold_source"] == "shared"));
     const std::string src = row["check"]["gold_source"];
     (src == "computed" ? computed : shared)[c]++;
     CHECK(row["check"]["gold_ms"].get<double>() >= 0);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <limits>
 #include <stdexcept>
 
@@ -88,45 +90,111 @@ struct Accum {
   }
 };
 
-void require_shape(const HostTensor& got, const HostTensor& gold, const HostTensor& lp, const char* name) {
-  if (got.shape != gold.shape || lp.shape != gold.shape || got.data.size() != gold.data.size() ||
-      lp.data.size() != gold.data.size()) {
-    auto show = [](const std::vector<int64_t>& s) {
-      std::string out = "[";
-      for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-      return out + "]";
-    };
-    throw std::invalid_argument(std::string("check_outputs: ") + name + " shape " + show(got.shape) +
-                                " (lp " + show(lp.shape) + ") differs from gold " + show(gold.shape));
-  }
+std::string show_shape(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
 }
 
-/// Compare a [B, H, S, ...] tensor over the selected slices. `query_heads` maps
-/// h to its kv head (H = Hq) for slice selection; with `row_lse` (gold LSE), rows
-/// whose LSE is -inf are fully masked (`row_len` elements per row): there the
-/// convention is exactly 0 when `zero_there` (O, dQ), else gold's class (LSE -inf).
+/// Heads of a [B, H, ...] output tensor: Hq for O, LSE, dQ, Hkv for dK, dV.
+int64_t heads_of(const Problem& p, bool query_heads) { return query_heads ? p.heads_q : p.heads_kv; }
+
+/// Where gold and lp hold the (b, h) block of a [B, H, ...] tensor: at the
+/// backend's offset (logical shapes), or in sliced tensors (slice_outputs) at the
+/// block of its slice's rank among the selected ones.
+struct GoldIndex {
+  bool sliced = false;
+  int64_t per_slice = 1;      ///< heads per slice: H / Hkv
+  std::vector<int64_t> rank;  ///< per (b, g): its rank among the selected slices, -1 if not selected
+  GoldIndex(bool s, const Problem& p, const reference::SliceSet& slices, bool query_heads) : sliced(s) {
+    if (!sliced) return;
+    per_slice = heads_of(p, query_heads) / p.heads_kv;
+    rank.assign(static_cast<size_t>(p.batch * p.heads_kv), -1);
+    int64_t n = 0;
+    for (int64_t i = 0; i < p.batch * p.heads_kv; ++i)
+      if (slices.contains(i / p.heads_kv, i % p.heads_kv, p.heads_kv)) rank[static_cast<size_t>(i)] = n++;
+  }
+  /// The offset in gold / lp of head h (of kv head g) in batch row b, `inner` elements a head.
+  int64_t base(int64_t b, int64_t g, int64_t h, int64_t H, int64_t inner, const Problem& p) const {
+    if (!sliced) return (b * H + h) * inner;
+    return (rank[static_cast<size_t>(b * p.heads_kv + g)] * per_slice + (h - g * per_slice)) * inner;
+  }
+};
+
+/// Shapes of one tensor: got, gold and lp equal (logical gold), or got [B, H, ...]
+/// and gold, lp its sliced_shape (sliced gold). Throws std::invalid_argument.
+void require_shape(const HostTensor& got, const HostTensor& gold, const HostTensor& lp, const char* name,
+                   bool sliced, const Problem& p, const reference::SliceSet& slices, bool query_heads) {
+  const bool full_ok = !sliced && got.shape == gold.shape;
+  const bool sliced_ok = sliced && got.shape.size() >= 2 && got.shape[0] == p.batch &&
+                         got.shape[1] == heads_of(p, query_heads) && gold.shape == sliced_shape(got.shape, p, slices);
+  if ((!full_ok && !sliced_ok) || lp.shape != gold.shape || got.data.size() != static_cast<size_t>(got.numel()) ||
+      gold.data.size() != static_cast<size_t>(gold.numel()) || lp.data.size() != gold.data.size())
+    throw std::invalid_argument(std::string("check_outputs: ") + name + " shape " + show_shape(got.shape) +
+                                " (lp " + show_shape(lp.shape) + ") differs from gold " + show_shape(gold.shape) +
+                                (sliced ? " (gold sliced to the checked slices)" : ""));
+}
+
+/// Compare a [B, H, ...] tensor over the selected slices. `query_heads` maps
+/// h to its kv head (H = Hq) for slice selection; with `row_lse` (gold LSE, in
+/// gold's form), rows whose LSE is -inf are fully masked (`row_len` elements per
+/// row): there the convention is exactly 0 when `zero_there` (O, dQ), else gold's
+/// class (LSE -inf). `sliced`: gold and lp hold the selected slices only.
 TensorCheck compare_heads(const char* name, const HostTensor& got, const HostTensor& gold, const HostTensor& lp,
-                          const Problem& p, const reference::SliceSet& slices, bool query_heads,
+                          const Problem& p, const reference::SliceSet& slices, bool sliced, bool query_heads,
                           const HostTensor* row_lse, int64_t row_len, DType ulp_type, double r,
                           bool zero_there = true) {
-  require_shape(got, gold, lp, name);
+  require_shape(got, gold, lp, name, sliced, p, slices, query_heads);
+  const GoldIndex at(sliced, p, slices, query_heads);
   Accum acc;
   acc.t.name = name;
-  const int64_t H = gold.shape.at(1);
-  const int64_t inner = gold.numel() / (gold.shape.at(0) * H);
-  for (int64_t b = 0; b < gold.shape[0]; ++b) {
+  const int64_t B = got.shape.at(0), H = got.shape.at(1);
+  const int64_t inner = got.numel() / (B * H);
+  for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = query_heads ? h / p.group_size() : h;
       if (!slices.contains(b, g, p.heads_kv)) continue;
-      const int64_t base = (b * H + h) * inner;
+      const size_t base = static_cast<size_t>((b * H + h) * inner);
+      const size_t gbase = static_cast<size_t>(at.base(b, g, h, H, inner, p));
       for (int64_t e = 0; e < inner; ++e) {
-        const size_t idx = static_cast<size_t>(base + e);
-        const bool masked = row_lse && row_lse->data[static_cast<size_t>((base + e) / row_len)] == -kInf;
-        acc.add(got.data[idx], gold.data[idx], lp.data[idx], masked, zero_there);
+        const size_t idx = base + static_cast<size_t>(e), gidx = gbase + static_cast<size_t>(e);
+        const bool masked = row_lse && row_lse->data[gidx / static_cast<size_t>(row_len)] == -kInf;
+        acc.add(got.data[idx], gold.data[gidx], lp.data[gidx], masked, zero_there);
       }
     }
   }
   return acc.finish(ulp_type, r);
+}
+
+/// Run every comparison and return their results in order; with more than one
+/// and at least kParallelCompareElements elements in O, the first runs on this
+/// thread and the others each on a std::async thread. The first exception in order
+/// is rethrown once every comparison has ended.
+constexpr int64_t kParallelCompareElements = int64_t{1} << 20;
+std::vector<TensorCheck> compare_all(const std::vector<std::function<TensorCheck()>>& compares, int64_t o_elements) {
+  std::vector<TensorCheck> out;
+  if (compares.size() < 2 || o_elements < kParallelCompareElements || hardware_threads() < 2) {
+    for (const auto& c : compares) out.push_back(c());
+    return out;
+  }
+  std::vector<std::future<TensorCheck>> rest;
+  for (size_t i = 1; i < compares.size(); ++i) rest.push_back(std::async(std::launch::async, compares[i]));
+  std::exception_ptr first_error;
+  try {
+    out.push_back(compares[0]());
+  } catch (...) {
+    first_error = std::current_exception();
+  }
+  for (auto& f : rest) {
+    try {
+      TensorCheck t = f.get();
+      if (!first_error) out.push_back(std::move(t));
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
+  return out;
 }
 
 std::string rule_text(const RuleConstants& rule) {
@@ -273,16 +341,31 @@ CheckResult check_outputs(const Problem& p, const AttentionOutputs& got, const A
   res.rule = rule_text(rule);
 
   const int64_t dv = p.head_dim_v, dqk = p.head_dim;
-  res.tensors.push_back(compare_heads("O", got.o, gold.o, lp.o, p, slices, true, &gold.lse, dv, p.dtype, rule.r_fwd));
-  res.tensors.push_back(compare_heads("LSE", got.lse, gold.lse, lp.lse, p, slices, true, &gold.lse, 1, DType::fp32,
-                                      rule.r_fwd, /*zero_there=*/false));
+  // Sliced gold (slice_outputs) when gold's O is not [B, Hq, ...]; every tensor must
+  // then be sliced (LSE marks the fully masked rows of O and dQ by gold's index).
+  // (With one kv head and every slice the two forms are the same array.)
+  const bool sliced = !(gold.o.shape.size() >= 2 && gold.o.shape[0] == p.batch && gold.o.shape[1] == p.heads_q);
+  // One comparison per tensor, each in its own order (so every figure is the
+  // same however they are run), the tensors at once: the first on this thread,
+  // the others on threads of their own (not a pool's: a check that overlaps the
+  // next row must not hold the pass pool its prepare() uses).
+  std::vector<std::function<TensorCheck()>> compares;
+  auto add = [&](const char* name, const HostTensor AttentionOutputs::*t, bool query_heads, bool by_lse,
+                 int64_t row_len, DType ulp_type, double r, bool zero_there = true) {
+    compares.push_back([&, name, t, query_heads, by_lse, row_len, ulp_type, r, zero_there] {
+      return compare_heads(name, got.*t, gold.*t, lp.*t, p, slices, sliced, query_heads, by_lse ? &gold.lse : nullptr,
+                           row_len, ulp_type, r, zero_there);
+    });
+  };
+  add("O", &AttentionOutputs::o, true, true, dv, p.dtype, rule.r_fwd);
+  add("LSE", &AttentionOutputs::lse, true, true, 1, DType::fp32, rule.r_fwd, /*zero_there=*/false);
   if (grads) {
-    res.tensors.push_back(
-        compare_heads("dQ", got.dq, gold.dq, lp.dq, p, slices, true, &gold.lse, dqk, p.dtype, rule.r_bwd));
-    res.tensors.push_back(
-        compare_heads("dK", got.dk, gold.dk, lp.dk, p, slices, false, nullptr, 1, p.dtype, rule.r_bwd));
-    res.tensors.push_back(
-        compare_heads("dV", got.dv, gold.dv, lp.dv, p, slices, false, nullptr, 1, p.dtype, rule.r_bwd));
+    add("dQ", &AttentionOutputs::dq, true, true, dqk, p.dtype, rule.r_bwd);
+    add("dK", &AttentionOutputs::dk, false, false, 1, p.dtype, rule.r_bwd);
+    add("dV", &AttentionOutputs::dv, false, false, 1, p.dtype, rule.r_bwd);
+  }
+  res.tensors = compare_all(compares, static_cast<int64_t>(got.o.data.size()));
+  if (grads) {
     if (p.has_learnable_bias() && slices.all) {
       const size_t n = static_cast<size_t>(p.bias_numel());
       if (gold.dbias.size() != n || lp.dbias.size() != n)
@@ -375,6 +458,47 @@ nlohmann::json count_nonfinite(const AttentionOutputs& out) {
   count("dV", out.dv.data, false);
   count("dBias", out.dbias, false);
   return j;
+}
+
+std::vector<int64_t> sliced_shape(const std::vector<int64_t>& full, const Problem& p,
+                                  const reference::SliceSet& slices) {
+  if (full.empty()) return full;
+  if (full.size() < 2 || full[1] % p.heads_kv != 0)
+    throw std::invalid_argument("slice_outputs: shape " + show_shape(full) + " is not [B, H, ...] with H a multiple of " +
+                                std::to_string(p.heads_kv) + " kv heads");
+  std::vector<int64_t> out = full;
+  out[0] = slices.count(p.batch, p.heads_kv);
+  out[1] = full[1] / p.heads_kv;
+  return out;
+}
+
+AttentionOutputs slice_outputs(AttentionOutputs full, const Problem& p, const reference::SliceSet& slices) {
+  auto slice = [&](HostTensor& t, bool query_heads, const char* name) {
+    if (t.shape.empty() && t.data.empty()) return;
+    if (t.shape.size() < 2 || t.shape[0] != p.batch || t.shape[1] != heads_of(p, query_heads) ||
+        t.data.size() != static_cast<size_t>(t.numel()))
+      throw std::invalid_argument(std::string("slice_outputs: ") + name + " shape " + show_shape(t.shape) +
+                                  " is not the logical [B, H, ...] of the problem");
+    const std::vector<int64_t> shape = sliced_shape(t.shape, p, slices);
+    if (!slices.all) {
+      const size_t block = t.data.size() / static_cast<size_t>(p.batch * p.heads_kv);  // one (b, g) slice
+      std::vector<double> kept;
+      kept.reserve(block * static_cast<size_t>(shape[0]));
+      for (int64_t i = 0; i < p.batch * p.heads_kv; ++i)
+        if (slices.contains(i / p.heads_kv, i % p.heads_kv, p.heads_kv)) {
+          const auto first = t.data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * block);
+          kept.insert(kept.end(), first, first + static_cast<std::ptrdiff_t>(block));
+        }
+      t.data = std::move(kept);
+    }
+    t.shape = shape;
+  };
+  slice(full.o, true, "O");
+  slice(full.lse, true, "LSE");
+  slice(full.dq, true, "dQ");
+  slice(full.dk, false, "dK");
+  slice(full.dv, false, "dV");
+  return full;
 }
 
 bool bitwise_equal(const AttentionOutputs& a, const AttentionOutputs& b) {

@@ -104,15 +104,35 @@ struct CheckResult {
 /// SliceSet::every() when max_slices >= B * Hkv.
 reference::SliceSet sample_slices(const Problem& p, int64_t max_slices, uint64_t seed);
 
+/// The reference outputs `full` (logical tensors [B, H, ...], H = Hq for o, lse, dq
+/// and Hkv for dk, dv, as reference::gold / lp return them) kept for the selected
+/// slices only, the form check_outputs reads without touching the rest: each of o,
+/// lse, dq, dk, dv becomes [n, H / Hkv, ...] with n = slices.count(B, Hkv), entry k
+/// holding the heads g * H/Hkv .. (g + 1) * H/Hkv - 1 of batch row b for the k-th
+/// selected (b, g) in (b, g) order (each one contiguous block of `full`, copied in
+/// order: no value changes). dbias and empty tensors (forward only) are kept as
+/// they are. With every slice selected the data are moved unchanged, only the shapes
+/// become [B * Hkv, H / Hkv, ...] (the same memory order).
+/// Throws std::invalid_argument when a tensor is not [B, H, ...] for `p`.
+AttentionOutputs slice_outputs(AttentionOutputs full, const Problem& p, const reference::SliceSet& slices);
+
+/// The shape of a tensor of logical shape `full` ([B, H, ...]) after slice_outputs:
+/// [slices.count(B, Hkv), H / Hkv, ...]; `full` itself when it is empty.
+std::vector<int64_t> sliced_shape(const std::vector<int64_t>& full, const Problem& p,
+                                  const reference::SliceSet& slices);
+
 /// Apply the rule (above, with the ulp floor kUlpFloorMagnitude) to a backend's
 /// outputs. `gold` and `lp` come from reference::gold / reference::lp over
-/// `slices`; only those slices are compared.
+/// `slices`, either in their logical shapes or both sliced (slice_outputs: only the
+/// selected slices held); only those slices are compared, in the same order either
+/// way, so the verdict and every figure are bit-identical.
 /// Gradients are checked when `got.has_grads()` (gold and lp must have them then).
 /// dBias is checked only when all slices were computed and the problem has a
 /// learnable bias; a missing dBias then fails as unwritten. Sets mode ("full" or
 /// "sample" from `slices`), scope (describe_scope) and rule ("r_fwd=2 r_bwd=3
 /// (docs/semantics.md section 7 default)" or the override with its reason).
-/// Throws std::invalid_argument when a tensor's shape differs from gold's.
+/// Throws std::invalid_argument when a tensor's shape differs from gold's (for
+/// sliced gold: from sliced_shape of the backend's), or gold and lp differ in form.
 CheckResult check_outputs(const Problem& p, const AttentionOutputs& got,
                           const AttentionOutputs& gold, const AttentionOutputs& lp,
                           const RuleConstants& rule, const reference::SliceSet& slices);

@@ -33,9 +33,10 @@
 // File layout (native little-endian): the arrays' bytes back to back, then a JSON
 // trailer {"format", "key", "meta", "arrays": [{"name", "shape", "dtype" ("bf16",
 // "fp16", "f4" or "f8"), "offset", "bytes", "crc32"}]}, then the trailer's length (uint64) and the
-// 8 magic bytes "ABGOLD01". Of a sampled reference only the checked (batch,
-// kv-head) slices are stored (the rest is NaN, as reference::gold leaves it, and
-// comes back so). An array is stored in the narrowest type that holds every value
+// 8 magic bytes "ABGOLD01". The reference is held and stored sliced (check.hpp,
+// slice_outputs: of each output tensor only the checked (batch, kv-head) slices,
+// shaped [slices, H/Hkv, ...]), which is what check_outputs reads: a unit that
+// loads it never builds the full tensors. An array is stored in the narrowest type that holds every value
 // exactly: the bits of bf16, else of fp16, else float32, else float64 (make_inputs
 // rounds to the dtype, so a bf16 case's inputs take a quarter of their float64
 // bytes; NaN counts as exact and reads back as a quiet NaN). The arrays are written
@@ -59,11 +60,12 @@
 
 namespace attnbench {
 
-/// The reference of one case: the check plan and gold / lp over its slices.
+/// The reference of one case: the check plan and gold / lp over its slices,
+/// sliced (slice_outputs: only the plan's slices held; check_outputs reads them so).
 struct GoldCache {
   bool ready = false;
   CheckPlan plan;
-  AttentionOutputs gold, lp;
+  AttentionOutputs gold, lp;  ///< sliced to plan.slices
   double ms = 0;  ///< what computing it cost (wall ms), wherever it was computed
 };
 
@@ -142,16 +144,26 @@ struct CaseGold {
   std::unique_ptr<ProblemData> inputs;
   GoldCache gold;
   GoldStore store;
+  /// This process runs one unit of the case (an isolated child): its inputs are
+  /// dropped once the backend has prepared (release_inputs), so that the outputs
+  /// reuse their memory instead of touching new pages.
+  bool single_unit = false;
   /// The inputs, loaded from the store or computed (make_inputs) and published
   /// on first use; `how` (optional) says which, for this call.
   const ProblemData& get_inputs(const Problem& p, GoldProvenance* how = nullptr);
   /// The reference for (mode, grads), loaded from the store or computed
   /// (plan_check, reference::gold, reference::lp) and published on first use;
-  /// `how` (optional) says which, for this call. Needs get_inputs() (called).
+  /// `how` (optional) says which, for this call. Obtains the inputs (get_inputs) only to compute it.
   const GoldCache& get_gold(const Problem& p, CheckMode mode, bool grads, GoldProvenance* how = nullptr);
+  /// Free the inputs when nothing here needs them again: they are published in
+  /// the store (a later get_inputs() loads them again) and the reference for
+  /// (mode, grads) is held here or published (so get_gold() will not compute it),
+  /// or mode is off. Returns whether they were freed; never throws.
+  bool release_inputs(const Problem& p, CheckMode mode, bool grads);
 
  private:
   std::mutex inputs_mu_, gold_mu_;
+  bool inputs_published_ = false;  ///< the inputs held are in the store (loaded from it, or saved)
 };
 
 }  // namespace attnbench

@@ -52,6 +52,10 @@ const std::string kNotAvailable = "backend not available on this machine: ";
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
+/// The steady clock (CLOCK_MONOTONIC: one clock for every process) in nanoseconds.
+int64_t steady_ns(Clock::time_point t = Clock::now()) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 nlohmann::json packing_json(const std::optional<PackingStats>& s) {
   if (!s) return nullptr;
@@ -353,13 +357,21 @@ std::pair<std::unique_ptr<BackendInstance>, AttentionOutputs> run_passes(const P
   const auto t0 = Clock::now();
   auto inst = backend.prepare(p, inputs);
   row.extra["prepare_ms"] = ms_since(t0);
+  // An isolated unit that will load the reference needs its inputs no more: the
+  // outputs below reuse their memory (the backend holds its own copy now).
+  if (cache.single_unit && cache.release_inputs(p, opts.check, opts.backward)) row.extra["inputs"]["released"] = true;
   row.work = count_work(p, useful_pairs, inst->executed_pairs());
+  const auto t1 = Clock::now();
   inst->poison_outputs();
   inst->forward();
   if (opts.backward) inst->backward();
   inst->synchronize();
+  row.extra["passes_ms"] = ms_since(t1);
+  const auto t2 = Clock::now();
   AttentionOutputs got = inst->read_outputs(opts.backward);
+  row.extra["read_outputs_ms"] = ms_since(t2);
   if (opts.determinism) {  // before the check (read_outputs converts on the passes pool, ThreadPool::passes)
+    const auto t3 = Clock::now();
     inst->poison_outputs();
     inst->forward();
     if (opts.backward) inst->backward();
@@ -368,6 +380,7 @@ std::pair<std::unique_ptr<BackendInstance>, AttentionOutputs> run_passes(const P
     auto ext = inst->external_deterministic();
     row.extra["deterministic"] = ext ? *ext : bitwise_equal(got, again);
     row.extra["expected_deterministic"] = backend.deterministic();
+    row.extra["determinism_ms"] = ms_since(t3);
   }
   return {std::move(inst), std::move(got)};
 }
@@ -398,7 +411,11 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, const 
       if (opts.check != CheckMode::off) row.extra["check_overlap"] = {{"mode", "off"}, {"check_ms", checked.ms}};
     }
     job.got.reset();  // the outputs live as long as the check needs them
-    if (opts.timing) time_unit(backend, *inst, opts, row);
+    if (opts.timing) {
+      const auto t0 = Clock::now();
+      time_unit(backend, *inst, opts, row);
+      row.extra["timing_ms"] = ms_since(t0);
+    }
     if (opts.kernel_trace && backend.device() == Device::cuda)
       row.extra["kernel_trace"] = trace_passes(*inst, opts.backward);
     if (auto ex = inst->extra(); !ex.is_null()) row.extra["backend"] = ex;
@@ -471,7 +488,8 @@ std::shared_ptr<IsolatedUnit> start_isolated(const Case& c, const ReportRow& ske
                              {"options", options_json(opts)},
                              {"check_support", check_support},
                              {"gold_dir", gold.dir().string()},
-                             {"timed_path", u->timed}},
+                             {"timed_path", u->timed},
+                             {"spawned_ns", steady_ns()}},
                     /*sync=*/false);  // transient: read back by the child at once
   const std::string exe = opts.executable.empty() ? self_executable() : opts.executable;
   u->t0 = Clock::now();
@@ -536,6 +554,16 @@ bool finish_isolated(IsolatedUnit& u, const ChildStatus& st, const RunOptions& o
   nlohmann::json iso = {{"child_seconds", st.seconds}};
   const bool have_row = take_child_row(u.res, row);
   const bool timed = !have_row && !u.timed.empty() && take_child_row(u.timed, row);
+  if (have_row && row.extra.is_object() && row.extra.contains("isolation")) {  // the child's own clocks
+    const nlohmann::json& child = row.extra["isolation"];
+    double accounted = 0;
+    for (const char* k : {"startup_ms", "unit_ms"})
+      if (child.contains(k) && child[k].is_number()) {
+        iso[k] = child[k];
+        accounted += child[k].get<double>();
+      }
+    if (child.contains("unit_ms")) iso["exit_ms"] = std::max(0.0, st.seconds * 1000.0 - accounted);
+  }
   const std::string tail = tail_of_file(u.err, 20, 4000);
   if (!have_row) {
     if (st.stopped) return false;  // left to --resume, as an unfinished unit is
@@ -1221,6 +1249,7 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
 // ------------------------------------------------------------------ the isolated unit (child side)
 
 int run_unit_main(const std::string& request_path, const std::string& result_path) {
+  const auto t_main = Clock::now();
   follow_parent(SIGKILL);  // a unit never outlives its run
   const nlohmann::json req = jsonu::load_file(request_path);
   const Problem p = problem_from_json(req.at("problem"), request_path, "/problem");
@@ -1243,6 +1272,7 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
   if (device::cuda_device_available()) device::select_device(opts.device);
 #endif
   auto cache = std::make_shared<UnitCache>();
+  cache->single_unit = true;
   if (const std::string gold_dir = req.value("gold_dir", ""); !gold_dir.empty()) cache->store = GoldStore(gold_dir);
   const int64_t useful_pairs = row.work ? row.work->useful_pairs : 0;
   // --check-overlap rows: the row without its check goes to timed_path once it
@@ -1266,6 +1296,13 @@ int run_unit_main(const std::string& request_path, const std::string& result_pat
     write_json_atomic(timed_path, row.to_json(), /*sync=*/false);
     join_check(row, pending, RunOptions::CheckOverlap::rows);
   }
+  // Where the child's wall time went besides the row's own phases: its start
+  // (spawn to this function) and this function; finish_isolated adds the rest.
+  if (!row.extra.is_object()) row.extra = nlohmann::json::object();
+  nlohmann::json& iso = row.extra["isolation"];
+  if (const int64_t spawned = req.value("spawned_ns", int64_t{0}); spawned > 0)
+    iso["startup_ms"] = static_cast<double>(steady_ns(t_main) - spawned) / 1e6;
+  iso["unit_ms"] = ms_since(t_main);
   write_json_atomic(result_path, row.to_json(), /*sync=*/false);  // the parent journals it
   return kExitOk;
 }
