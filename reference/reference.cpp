@@ -138,6 +138,7 @@ class Engine {
     threads_ = resolve_threads(opt.threads);
     if (opt.q_block < 1 || opt.kv_block < 1)
       throw std::invalid_argument("reference: tile sizes must be >= 1");
+    sliced_ = opt.sliced;
     B_ = p.batch, Hq_ = p.heads_q, Hkv_ = p.heads_kv, G_ = p.group_size();
     Sq_ = p.seq_q, Sk_ = p.seq_k, D_ = p.head_dim, Dv_ = p.head_dim_v;
     scale_ = static_cast<T>(p.softmax_scale());
@@ -160,9 +161,11 @@ class Engine {
     } else {
       convert_selected();
     }
+    rank_.assign(static_cast<size_t>(B_ * Hkv_), -1);
     for (int64_t b = 0; b < B_; ++b)
       for (int64_t g = 0; g < Hkv_; ++g) {
         if (!slices_.contains(b, g, Hkv_)) continue;
+        rank_[static_cast<size_t>(b * Hkv_ + g)] = n_slices_++;
         for (int64_t qb = 0; qb < nq_; qb += qg_) q_units_.push_back({b, g, qb});
         for (int64_t kb = 0; kb < nk_; kb += cg_) kv_units_.push_back({b, g, kb});
       }
@@ -170,8 +173,8 @@ class Engine {
 
   AttentionOutputs run(Stats* stats) {
     constexpr double nan = std::numeric_limits<double>::quiet_NaN();
-    out_.o = HostTensor({B_, Hq_, Sq_, Dv_}, nan);
-    out_.lse = HostTensor({B_, Hq_, Sq_}, nan);
+    out_.o = HostTensor(out_shape(Hq_, Sq_, Dv_), nan);
+    out_.lse = HostTensor(out_shape(Hq_, Sq_, 0), nan);
     const size_t nrows = static_cast<size_t>(B_ * Hq_ * Sq_);
     row_m_.assign(nrows, kNegInf);
     row_l_.assign(nrows, T(0));
@@ -250,6 +253,25 @@ class Engine {
   const T* q_rows(int64_t b, int64_t h, int64_t i) const { return q_ + row_index(b, h, i) * D_; }
   const T* do_rows(int64_t b, int64_t h, int64_t i) const { return do_ + row_index(b, h, i) * Dv_; }
   const T* k_rows(int64_t b, int64_t g, int64_t j) const { return k_ + ((b * Hkv_ + g) * Sk_ + j) * D_; }
+  /// Where the outputs keep query row (b, h, i) (O, LSE, dQ) and key row (b, g, j)
+  /// (dK, dV): the logical index, or with Options::sliced the index in the
+  /// selected slices' blocks (slice (b, g) at its rank among them).
+  int64_t out_row(int64_t b, int64_t h, int64_t i) const {
+    if (!sliced_) return row_index(b, h, i);
+    const int64_t g = h / G_;
+    return (rank_[static_cast<size_t>(b * Hkv_ + g)] * G_ + (h - g * G_)) * Sq_ + i;
+  }
+  int64_t out_row(const PanelRows& pr, int64_t m) const { return out_row(pr.b, pr.head(m), pr.pos(m)); }
+  int64_t out_key(int64_t b, int64_t g, int64_t j) const {
+    return (sliced_ ? rank_[static_cast<size_t>(b * Hkv_ + g)] : b * Hkv_ + g) * Sk_ + j;
+  }
+  /// The shape of an output with H heads, S rows and `inner` columns (0: none, LSE):
+  /// [B, H, S(, inner)], or with Options::sliced [selected slices, H / Hkv, S(, inner)].
+  std::vector<int64_t> out_shape(int64_t H, int64_t S, int64_t inner) const {
+    std::vector<int64_t> shape = sliced_ ? std::vector<int64_t>{n_slices_, H / Hkv_, S} : std::vector<int64_t>{B_, H, S};
+    if (inner > 0) shape.push_back(inner);
+    return shape;
+  }
   const T* v_rows(int64_t b, int64_t g, int64_t j) const { return v_ + ((b * Hkv_ + g) * Sk_ + j) * Dv_; }
 
   /// Round to the problem dtype (lp only; a no-op for gold and for fp32). Inline
@@ -432,15 +454,15 @@ class Engine {
         s.acc.noalias() += s.P * CMap<T>(v_rows(u.b, u.g, j0), s.S.cols(), Dv_);
       }
       for (int64_t r = 0; r < M; ++r) {
-        const auto ri = static_cast<size_t>(row_index(pr, r));
+        const auto ri = static_cast<size_t>(row_index(pr, r)), oi = static_cast<size_t>(out_row(pr, r));
         if (s.l(r) > 0) {
           s.acc.row(r) /= s.l(r);
-          out_.lse.data[ri] = s.m(r) + std::log(s.l(r));
-          row_m_[ri] = out_.lse.data[ri];
+          out_.lse.data[oi] = s.m(r) + std::log(s.l(r));
+          row_m_[ri] = out_.lse.data[oi];
           row_l_[ri] = 1;
         } else {
           s.acc.row(r).setZero();
-          out_.lse.data[ri] = -std::numeric_limits<double>::infinity();
+          out_.lse.data[oi] = -std::numeric_limits<double>::infinity();
         }
       }
     } else {
@@ -458,7 +480,7 @@ class Engine {
         const auto ri = static_cast<size_t>(row_index(pr, r));
         row_m_[ri] = s.m(r);
         row_l_[ri] = s.l(r);
-        out_.lse.data[ri] = s.l(r) > 0 ? static_cast<double>(static_cast<T>(s.m(r) + std::log(s.l(r))))
+        out_.lse.data[static_cast<size_t>(out_row(pr, r))] = s.l(r) > 0 ? static_cast<double>(static_cast<T>(s.m(r) + std::log(s.l(r))))
                                        : -std::numeric_limits<double>::infinity();
       }
       for (const Run& run : s.lines.runs) {
@@ -469,7 +491,7 @@ class Engine {
       rnd(s.acc);
     }
     for (int64_t r = 0; r < M; ++r) {
-      double* o = out_.o.data.data() + row_index(pr, r) * Dv_;
+      double* o = out_.o.data.data() + out_row(pr, r) * Dv_;
       for (int64_t c = 0; c < Dv_; ++c) o[c] = static_cast<double>(s.acc(r, c));
     }
   }
@@ -477,9 +499,9 @@ class Engine {
   // ------------------------------------------------------------------ backward
   void backward() {
     constexpr double nan = std::numeric_limits<double>::quiet_NaN();
-    out_.dq = HostTensor({B_, Hq_, Sq_, D_}, nan);
-    out_.dk = HostTensor({B_, Hkv_, Sk_, D_}, nan);
-    out_.dv = HostTensor({B_, Hkv_, Sk_, Dv_}, nan);
+    out_.dq = HostTensor(out_shape(Hq_, Sq_, D_), nan);
+    out_.dk = HostTensor(out_shape(Hkv_, Sk_, D_), nan);
+    out_.dv = HostTensor(out_shape(Hkv_, Sk_, Dv_), nan);
     row_d_.assign(row_m_.size(), T(0));
 
     // dQ pass (also the row terms D); dBias in fixed lanes: lane L runs units
@@ -512,7 +534,7 @@ class Engine {
       // D_i = dO_i . O_i (FlashAttention-2 algorithm 2, line 4).
       for (int64_t r = 0; r < M; ++r) {
         const int64_t ri = row_index(pr, r);
-        const Eigen::Map<const Eigen::Matrix<double, 1, Eigen::Dynamic>> o(out_.o.data.data() + ri * Dv_, Dv_);
+        const Eigen::Map<const Eigen::Matrix<double, 1, Eigen::Dynamic>> o(out_.o.data.data() + out_row(pr, r) * Dv_, Dv_);
         row_d_[static_cast<size_t>(ri)] = (s.dOp.row(r).array() * o.array()).sum();
       }
     } else {
@@ -540,7 +562,7 @@ class Engine {
     s.acc *= scale_;
     rnd(s.acc);
     for (int64_t r = 0; r < M; ++r) {
-      double* dq = out_.dq.data.data() + row_index(pr, r) * D_;
+      double* dq = out_.dq.data.data() + out_row(pr, r) * D_;
       for (int64_t c = 0; c < D_; ++c) dq[c] = static_cast<double>(s.acc(r, c));
     }
   }
@@ -577,7 +599,7 @@ class Engine {
     s.acc *= scale_;
     rnd(s.acc);
     rnd(s.acc2);
-    const int64_t kbase = (u.b * Hkv_ + u.g) * Sk_ + j0;
+    const int64_t kbase = out_key(u.b, u.g, j0);
     double* dk = out_.dk.data.data() + kbase * D_;
     double* dv = out_.dv.data.data() + kbase * Dv_;
     for (int64_t r = 0; r < cols; ++r) {
@@ -628,6 +650,9 @@ class Engine {
   std::vector<Unit> kv_units_;  ///< selected (b, kv-head, kv-block group) units
   std::vector<T> row_m_, row_l_;   ///< saved softmax statistics per row [B*Hq*Sq]
   std::vector<T> row_d_;           ///< backward row terms D [B*Hq*Sq]
+  bool sliced_ = false;             ///< Options::sliced: outputs of the selected slices only
+  std::vector<int64_t> rank_;       ///< per (b, kv head): its rank among the selected slices, -1 if not selected
+  int64_t n_slices_ = 0;            ///< selected slices
   AttentionOutputs out_;
 };
 

@@ -72,6 +72,13 @@ struct Options {
   int threads = 0;         ///< worker threads; 0 = std::thread::hardware_concurrency()
   int64_t q_block = 32;    ///< rows of a score tile (BlockMask Q_BLOCK)
   int64_t kv_block = 32;   ///< columns of a score tile (BlockMask KV_BLOCK)
+  /// Outputs of the selected slices only ("sliced"), never the full tensors: o,
+  /// lse, dq, dk, dv shaped [n, H / Hkv, S, ...] (n = slices.count(B, Hkv), H =
+  /// Hq for o, lse, dq and Hkv for dk, dv), entry k holding the heads of the k-th
+  /// selected (b, g) in (b, g) order: the same values, in the same order, as the
+  /// logical outputs' selected blocks (check.hpp's slice_outputs of them). dbias as
+  /// without it. A sampled check of a long row then allocates its slices, not B * Hkv.
+  bool sliced = false;
 };
 
 /// What a call computed, counted on the BlockMask tiles of the forward pass (the

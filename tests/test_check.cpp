@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -272,6 +273,24 @@ TEST_CASE("slice_outputs keeps exactly the checked slices, and a check against t
   CHECK(gs.o.data[((1 * 2 + 1) * 40 + 12) * 8 + 5] == g.o.data[o_index(f.p, 1, 3, 12) + 5]);
   CHECK(gs.dk.data[(1 * 30 + 7) * 16 + 3] == g.dk.data[((1 * 2 + 1) * 30 + 7) * 16 + 3]);  // dK[1, 1, 7, 3]
   for (double x : gs.o.data) CHECK_FALSE(std::isnan(x));  // nothing of the unselected (NaN) slices
+  {  // the reference computes the sliced form itself, bit for bit (gold and lp)
+    ref::Options sliced;
+    sliced.sliced = true;
+    const AttentionOutputs gr = ref::gold(f.p, f.in, true, s, sliced), lr = ref::lp(f.p, f.in, true, s, sliced);
+    for (const auto& [a, b] : {std::pair{&gr, &gs}, std::pair{&lr, &ls}}) {
+      for (const auto& [x, y] : {std::pair{&a->o, &b->o}, std::pair{&a->lse, &b->lse}, std::pair{&a->dq, &b->dq},
+                                 std::pair{&a->dk, &b->dk}, std::pair{&a->dv, &b->dv}}) {
+        CHECK(x->shape == y->shape);
+        CHECK((x->data.size() == y->data.size() &&
+               std::memcmp(x->data.data(), y->data.data(), x->data.size() * sizeof(double)) == 0));
+      }
+    }
+    const AttentionOutputs ga = ref::gold(f.p, f.in, true, ref::SliceSet::every(), sliced);
+    CHECK(ga.o.shape == std::vector<int64_t>{4, 2, 40, 8});
+    CHECK(ga.o.data == f.gold.o.data);
+    CHECK(ga.dk.data == f.gold.dk.data);
+    CHECK(ga.dbias == f.gold.dbias);
+  }
 
   // Verdicts and every figure equal, passing and failing, on the selected slices:
   // lp itself, a perturbation inside a slice, a fully masked row written, a NaN.
