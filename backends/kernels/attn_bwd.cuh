@@ -807,17 +807,17 @@ __device__ __forceinline__ void dq_ds(const AttnParams& p, const SeqInfo& si, in
   const RowPairBits<kFlex, kNt> pairs(p, si, b, full, n0, qd, row_t[0], row_t[1]);  // documents / block_sparse
   with_score_mod<kFlex>(mod, sb, [&](const auto& score, const auto& grad) {
 #pragma unroll
-                          for (int nt = 0; nt < kNt; ++nt) {
+    for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
-                            for (int e = 0; e < 4; ++e) {
-                              const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-                              const float x = s[nt].c[e];
-                              const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
-                              const float pe = ok ? fast_exp2(score(x, row_t[r], j) - lse2[r]) : 0.f;
-                              dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * grad(x);
-                            }
-                          }
-                        });
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+        const float x = s[nt].c[e];
+        const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
+        const float pe = ok ? fast_exp2(score(x, row_t[r], j) - lse2[r]) : 0.f;
+        dp[nt].c[e] = pe * (dp[nt].c[e] - dsum[r]) * grad(x);
+      }
+    }
+  });
 }
 
 /// dQ += dS K with dS from registers.

@@ -57,6 +57,10 @@ struct BwdSm90Storage {
   int2 rb[kStages][kM];         ///< the step rows' row_bounds()
   static_assert((2u * kN * D) % 1024 == 0 && (2u * kM * D) % 1024 == 0 && (2u * kN * kM) % 1024 == 0,
                 "tiles at 1024-byte offsets");
+  /// Without dQ (the deterministic mode) the dS^T tiles are unused: the stages of
+  /// a flex step's learnable-bias terms (sm90::BiasTerms) live there.
+  __device__ __forceinline__ float* bias_terms() { return reinterpret_cast<float*>(ds[0]); }
+  static_assert(kStages * sm90::kBiasStageFloats * sizeof(float) <= sizeof(ds), "bias stages in the dS^T tiles");
 };
 template <int D>
 constexpr size_t bwd_sm90_smem_bytes() {
@@ -392,7 +396,7 @@ __device__ __forceinline__ void bwd_sm90_produce(const AttnParams& p, const SeqI
     sm90::tma_load_tile_pair<kBlockN, D>(sm.k, &maps.k, kb, sm.v, &maps.v, vb, static_cast<int>(si.tok0_k) + n0, kvh,
                                          &sm.kv_bar);
   }
-  float* s_bias = reinterpret_cast<float*>(sm.ds[0]);
+  float* s_bias = sm.bias_terms();
   for (int it = 0; (tma || rows) && it < iters; ++it) {
     const sm90::PipelineState<kStages> ps{it};
     const int stage = ps.stage();
@@ -489,9 +493,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   constexpr uint32_t kTileBytes = 2u * kBlockM * D;
   // flex with a learnable bias, deterministic mode (kDq false, the dS^T tiles unused): the rows warp
   // stages each step's bias terms (sm90::BiasTerms) in the dS^T tiles' shared memory
-  const bool stage_bias = kFlex && !kDq && (p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias);
-  float* s_bias = reinterpret_cast<float*>(sm.ds[0]);
-  static_assert(kStages * sm90::kBiasStageFloats * sizeof(float) <= sizeof(sm.ds), "bias stages in the dS^T tiles");
+  const bool stage_bias = kFlex && !kDq && learnable_bias(p.mod);
+  float* s_bias = sm.bias_terms();
 
   if (tid == 0) {
     sm90::mbar_init(kv_bar, 1);
@@ -520,7 +523,6 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     constexpr bool rel = kRel;
     sm90::RelDbias rel_dbias(p, reinterpret_cast<BwdSm90RelTiles*>(smem_raw + bwd_sm90_rel_offset<D>()), b,
                              n0 + wg * 64, wg, tid % 128);
-    auto rel_flush = [&] { rel_dbias.flush(p); };
     int d0 = 0, d1 = 0;  // kDirect: the rows whose dQ this CTA (warpgroup at head_dim 64) stores (direct_rows)
     if constexpr (kDirectN > 0) direct_rows(p.mask, si.lq, si.lk, D == 128 ? n0 : n0 + wg * 64, kDirectN, &d0, &d1);
     if (iters > 0) sm90::mbar_wait(kv_bar, 0);
@@ -574,7 +576,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow + g, qd);
         sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
         sm90::ds_barrier<D>(wg);
-        if (rel) rel_flush();
+        if (rel) rel_dbias.flush(p);
 
         Acc dq[8];
         sm90::wgmma_fence();
@@ -588,7 +590,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 2)
         if (rel) {
           sm90::wg_barrier<2>(wg);  // the rel tile is stored
-          rel_flush();
+          rel_dbias.flush(p);
         }
       }
       // rel_bias dBias while dK runs on the tensor cores. One barrier per step suffices: the
@@ -604,7 +606,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     }
     if (rel_dbias.pending >= 0) {
       sm90::wg_barrier<4>(wg);
-      rel_flush();
+      rel_dbias.flush(p);
     }
     if constexpr (kFlex) {
       if (p.dbias_mode != DbiasMode::none && p.mod == ModKind::offset_bias)

@@ -77,18 +77,18 @@ __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo
     const RowPairBits<kFlex, kNt> pairs(p, si, b, full, n0, qd, row0, row1);  // documents / block_sparse
     with_score_mod<kFlex>(mod, sb, [&](const auto& score, const auto&) {
 #pragma unroll
-                            for (int nt = 0; nt < kNt; ++nt) {
+      for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
-                              for (int e = 0; e < 4; ++e) {
-                                const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
-                                float x = score(s[nt].c[e], r ? row1 : row0, j);
-                                const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
-                                if (!ok) x = -INFINITY;
-                                s[nt].c[e] = x;
-                                mx[r] = fmaxf(mx[r], x);
-                              }
-                            }
-                          });
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+          float x = score(s[nt].c[e], r ? row1 : row0, j);
+          const bool ok = full || (rb[r].allows(j) && pairs.allows(r, nt, e & 1));
+          if (!ok) x = -INFINITY;
+          s[nt].c[e] = x;
+          mx[r] = fmaxf(mx[r], x);
+        }
+      }
+    });
   }
   float base[2];
 #pragma unroll

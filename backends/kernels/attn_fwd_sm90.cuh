@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   const int n_tiles = steps.count;
   constexpr uint32_t kStageBytes = Storage::kTileBytes;
   // flex with a learnable bias: producer warp 1 stages each step's bias terms (StagedBias)
-  const bool stage_bias = kFlex && (p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias);
+  const bool stage_bias = kFlex && learnable_bias(p.mod);
   float* s_bias = reinterpret_cast<float*>(smem_raw + sizeof(Storage));  // kFlex: fwd_sm90_smem_bytes
   if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1);
   __syncthreads();  // the only CTA-wide barrier

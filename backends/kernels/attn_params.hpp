@@ -46,6 +46,9 @@ enum class ElemType : int32_t { fp16 = 0, bf16 = 1, fp32 = 2 };
 /// Score mods the fused kernels implement: ScoreModKind of mask_desc.hpp itself (the
 /// learnable biases rel_bias and offset_bias run on the flex path only).
 using ModKind = ScoreModKind;
+/// Whether score mod m has a learnable bias (rel_bias, offset_bias): the kinds
+/// with a dBias, whose terms the flex Hopper kernels stage in shared memory.
+constexpr bool learnable_bias(ModKind m) { return m == ModKind::rel_bias || m == ModKind::offset_bias; }
 
 /// How the flex backward produces dBias: not at all, with float32 atomics (one
 /// per bias element per key tile and head, after a shared-memory reduction), or

@@ -126,8 +126,7 @@ std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<c
   if (p.num_seqs > kMaxSequences)
     return std::to_string(p.num_seqs) + " sequences exceed " + std::to_string(kMaxSequences) +
            " per launch (the Dsum launch grid)";
-  const bool learnable = p.mod == ModKind::rel_bias || p.mod == ModKind::offset_bias;
-  if (learnable && !s.flex)
+  if (learnable_bias(p.mod) && !s.flex)
     return "score_mod " + std::string(p.mod == ModKind::rel_bias ? "rel_bias" : "offset_bias") +
            " not supported (learnable biases need the flex backend; none, softcap and alibi run here)";
   if (p.mod == ModKind::rel_bias && (p.max_distance < 0 || p.max_distance > kMaxRelBiasDistance))

@@ -98,27 +98,29 @@ constexpr size_t bias_stage_bytes(int stages) {
   return sizeof(float) * kBiasStageFloats * stages;
 }
 
-/// Producer role (one warp, flex with a learnable bias): for each key step of
-/// `steps`, once its stage is free, the step's bias terms of query head h
-/// (ScoreMod2::bias_term) into the stage's kBiasStageFloats floats at `bias`:
-/// rel_bias per distance d_lo .. d_lo + kBlockM + kBlockN - 2 (d_lo = m0 - n0 -
-/// kBlockN + 1), offset_bias per key n0 .. n0 + kBlockN - 1; each lane then
-/// arrives on the stage's full barrier (whose count includes the 32).
-/// One warp's share of a step's bias terms (rows m0 .. m0 + kBlockM - 1, keys n0
-/// .. n0 + kBlockN - 1): lane's values of StagedBias entries lane + 32 u, loaded
-/// (load) and later written to a stage (store) so that a wait can sit between.
+/// A key step's learnable-bias terms (rows m0 .. m0 + kBlockM - 1, keys n0 ..
+/// n0 + kBlockN - 1) as StagedBias reads them: entry k is the term of key n0 + k
+/// (offset_bias, `count` kBlockN entries) or of distance d_lo + k (rel_bias,
+/// kBlockM + kBlockN - 1 entries; d_lo = m0 - n0 - kBlockN + 1, the step's least
+/// i - j). An object holds one warp lane's entries lane + 32 u, loaded (load) and
+/// later written to a stage (store), so that a wait can sit between.
 template <int kBlockM, int kBlockN>
 struct BiasTerms {
   static constexpr int kPerLane = (kBlockM + kBlockN - 1 + 31) / 32;
   float t[kPerLane];
   int count = 0;
+  __device__ __forceinline__ static int entries(bool by_key) { return by_key ? kBlockN : kBlockM + kBlockN - 1; }
+  __device__ __forceinline__ static int d_lo(int m0, int n0) { return m0 - n0 - (kBlockN - 1); }
+  /// Entry k of the step at (m0, n0).
+  __device__ __forceinline__ static float term(const ScoreMod2& mod, bool by_key, int m0, int n0, int k) {
+    return by_key ? mod.bias_term(0, n0 + k) : mod.bias_term(d_lo(m0, n0) + k, 0);
+  }
   __device__ __forceinline__ void load(const ScoreMod2& mod, bool by_key, int m0, int n0, int lane) {
-    count = by_key ? kBlockN : kBlockM + kBlockN - 1;
-    const int d_lo = m0 - n0 - (kBlockN - 1);
+    count = entries(by_key);
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) {
       const int k = lane + 32 * u;
-      t[u] = k >= count ? 0.f : by_key ? mod.bias_term(0, n0 + k) : mod.bias_term(d_lo + k, 0);
+      t[u] = k >= count ? 0.f : term(mod, by_key, m0, n0, k);
     }
   }
   __device__ __forceinline__ void store(float* v, int lane) const {
@@ -129,12 +131,17 @@ struct BiasTerms {
   /// load() and store() one value at a time, for a warp with few registers (the
   /// dK/dV kernel's rows warp: 24).
   __device__ __forceinline__ static void copy(float* v, const ScoreMod2& mod, bool by_key, int m0, int n0, int lane) {
-    const int n = by_key ? kBlockN : kBlockM + kBlockN - 1, d_lo = m0 - n0 - (kBlockN - 1);
+    const int n = entries(by_key);
 #pragma unroll 1
-    for (int k = lane; k < n; k += 32) v[k] = by_key ? mod.bias_term(0, n0 + k) : mod.bias_term(d_lo + k, 0);
+    for (int k = lane; k < n; k += 32) v[k] = term(mod, by_key, m0, n0, k);
   }
 };
 
+/// Producer role (one warp, flex with a learnable bias): for each key step of
+/// `steps` (rows m0 .. of query head h), the step's BiasTerms, loaded before the
+/// wait for the stage and written into its kBiasStageFloats floats at `bias`
+/// once it is free; each lane then arrives on the stage's full barrier (whose
+/// count includes the 32).
 template <int kBlockM, int kBlockN, int kStages, class Steps, class Storage>
 __device__ __forceinline__ void produce_bias_terms(const AttnParams& p, const SeqInfo& si, int b, int h, int m0,
                                                    const Steps& steps, Storage& s, float* bias, int lane) {
@@ -159,7 +166,7 @@ __device__ __forceinline__ void produce_bias_terms(const AttnParams& p, const Se
 template <int kBlockN>
 __device__ __forceinline__ StagedBias staged_bias(const AttnParams& p, const float* bias, int stage, int m0, int n0) {
   const bool by_key = p.mod == ModKind::offset_bias;
-  return {bias + stage * kBiasStageFloats, by_key ? n0 : m0 - n0 - (kBlockN - 1), by_key};
+  return {bias + stage * kBiasStageFloats, by_key ? n0 : BiasTerms<1, kBlockN>::d_lo(m0, n0), by_key};
 }
 
 }  // namespace attnbench::kernels::sm90

@@ -79,7 +79,7 @@ struct ScoreMod2 {
   }
   /// The learnable bias's term of pair (i, j) in the exp2 domain, log2(e) *
   /// bias[bias_index(i, j)]: rel_bias reads only i - j, offset_bias only j (the
-  /// Hopper forward stages these per key step, StagedBias in attn_fwd.cuh).
+  /// flex Hopper kernels stage these per key step: StagedBias below).
   ATTNBENCH_HD float bias_term(int i, int j) const { return kLog2e * load_readonly(bias + bias_index(i, j)); }
   /// apply() of a learnable bias given its bias_term() t.
   ATTNBENCH_HD float apply_bias_term(float x, float t) const { return x * scale_log2 + t; }
