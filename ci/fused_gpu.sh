@@ -52,7 +52,7 @@ while [[ $# -gt 0 ]]; do
       sanitize_tool() {
         local tool=$1 rc=0
         timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flash" \
-          -tc="flash: padding*,flash: softcap*" >"$OUT/sanitize_$tool.log" 2>&1 || rc=1
+          -tc="flash: padding*,flash: softcap*,flash: sanitizer-sized*" >"$OUT/sanitize_$tool.log" 2>&1 || rc=1
         timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_varlen" \
           -tc="varlen: document lengths*" >>"$OUT/sanitize_$tool.log" 2>&1 || rc=1
         timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/gpu_test_flex" \

@@ -94,7 +94,7 @@ TEST_CASE("options: the variant syntax splits at top-level commas and checks bra
 TEST_CASE("options: resolution fills defaults; the label lists non-defaults sorted; explicit defaults are the plain name") {
   const OptionSpecs specs = fused::flex_option_specs();
   const OptionValues d = resolve_options("flex", specs, {}, "f", "/p");
-  CHECK(d.all().size() == 5);
+  CHECK(d.all().size() == 6);
   CHECK(d.text("block") == "128");
   CHECK(d.text("dbias") == "deterministic");
   CHECK(variant_label("flex", specs, d) == "flex");
@@ -108,7 +108,8 @@ TEST_CASE("options: resolution fills defaults; the label lists non-defaults sort
   CHECK(v.integer("block") == 128);
   const nlohmann::json j = options_json(specs, v);
   CHECK(j == nlohmann::json(
-                 {{"fwd_path", "auto"}, {"bwd_path", "sm80"}, {"block", "128"}, {"dbias", "atomic"}, {"schedule", "auto"}}));
+                 {{"fwd_path", "auto"}, {"bwd_path", "sm80"}, {"block", "128"}, {"dbias", "atomic"}, {"schedule", "auto"},
+                  {"persistent", "auto"}}));
   // the typed JSON reads back to the same resolved set
   CHECK(resolve_options("flex", specs, option_pairs_from_json(j), "f", "/p") == v);
 
@@ -134,12 +135,18 @@ TEST_CASE("options: the fused backends' declarations (flash, varlen, flex)") {
     return out;
   };
   CHECK(names(fused::flash_option_specs()) ==
-        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct"});
+        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "persistent"});
   CHECK(names(fused::varlen_option_specs()) ==
-        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "pack"});
-  CHECK(fused::parse_dq_direct("auto") == std::nullopt);
-  CHECK(fused::parse_dq_direct("on") == std::optional<bool>(true));
-  CHECK(fused::parse_dq_direct("off") == std::optional<bool>(false));
+        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "persistent",
+                                 "pack"});
+  CHECK(names(fused::flex_option_specs()) ==
+        std::vector<std::string>{"fwd_path", "bwd_path", "block", "dbias", "schedule", "persistent"});
+  CHECK(resolve_options("flex", fused::flex_option_specs(), {}, "f", "/p").text("persistent") == "auto");
+  CHECK(has(error_of([] { resolve_options("varlen", fused::varlen_option_specs(), {{"persistent", "1"}}, "f", "/p"); }),
+            "option persistent=\"1\""));
+  CHECK(fused::parse_auto_on_off("auto") == std::nullopt);
+  CHECK(fused::parse_auto_on_off("on") == std::optional<bool>(true));
+  CHECK(fused::parse_auto_on_off("off") == std::optional<bool>(false));
   CHECK(resolve_options("varlen", fused::varlen_option_specs(), {}, "f", "/p").text("dq_direct") == "auto");
   CHECK(has(error_of([] { resolve_options("flash", fused::flash_option_specs(), {{"dq_direct", "yes"}}, "f", "/p"); }),
             "option dq_direct=\"yes\""));

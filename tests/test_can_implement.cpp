@@ -199,3 +199,26 @@ TEST_CASE("direct dQ rows: the Hopper backward with atomic dQ off the flex path,
   det.dq_direct = false;  // the shape without direct rows stays launchable
   CHECK(can_implement(dense(), det, built).empty());
 }
+
+TEST_CASE("persistent launches: the Hopper forward, dense, packed and flex, and nothing else") {
+  const auto built = hopper_build();
+  LaunchShape s = fwd(1, 0, FwdPath::sm90);
+  CHECK(persistent_reason(s, 64).empty());
+  s.persistent = true;
+  CHECK(can_implement(dense(), s, built).empty());
+  LaunchShape packed = fwd(2, 0, FwdPath::sm90);
+  packed.persistent = true;
+  CHECK(can_implement(dense(), packed, built).empty());
+  LaunchShape portable = fwd(1, 0, FwdPath::sm80);
+  portable.persistent = true;
+  LaunchShape backward = bwd(BwdPath::sm90);
+  backward.persistent = true;
+  for (const LaunchShape& no : {portable, backward}) {
+    CHECK_FALSE(persistent_reason(no, 128).empty());
+    CHECK(can_implement(dense(), no, built) == persistent_reason(no, 128));
+  }
+  CHECK(persistent_reason(s, 128).empty());
+  CHECK(persistent_reason(s, 256).find("up to head_dim 128 (at 256") != std::string::npos);
+  portable.persistent = false;  // the shape without it stays launchable
+  CHECK(can_implement(dense(), portable, built).empty());
+}

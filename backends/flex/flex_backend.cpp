@@ -65,12 +65,13 @@ class FlexBackend : public Backend {
     opt.fwd_path = paths_.fwd;
     opt.bwd_path = paths_.bwd;
     opt.schedule = schedule_;
+    opt.persistent = persistent_;
     return make_instance(p, in, opt);
   }
   /// dQ, dK, dV come without atomics on both paths (unless bwd_path=sm90: dQ by
   /// atomics); dBias too unless dbias=atomic.
   bool deterministic() const override { return dbias_ != kernels::DbiasMode::atomic && !bwd_sm90_; }
-  /// fwd_path, bwd_path, block, dbias, schedule (fused_options.hpp).
+  /// fwd_path, bwd_path, block, dbias, schedule, persistent (fused_options.hpp).
   OptionSpecs option_specs() const override { return flex_option_specs(); }
 
  protected:
@@ -80,6 +81,7 @@ class FlexBackend : public Backend {
   /// the portable ones (choose_flex_bwd_path); sm80: the portable ones.
   void apply_options(const OptionValues& v) override {
     paths_ = kernel_paths(v);
+    persistent_ = parse_auto_on_off(v.text("persistent"));
     bwd_sm90_ = paths_.bwd == KernelPath::sm90;
     block_ = static_cast<int>(v.integer("block"));
     const std::string& d = v.text("dbias");
@@ -99,6 +101,7 @@ class FlexBackend : public Backend {
   bool bwd_sm90_ = false;
   KernelPaths paths_;
   FlexSchedule schedule_ = FlexSchedule::automatic;
+  std::optional<bool> persistent_;  ///< nullopt = auto (FusedOptions::persistent)
 };
 
 ATTNBENCH_REGISTER_BACKEND(FlexBackend);

@@ -98,14 +98,17 @@ bool hopper_instance(const Problem& p, kernels::Direction d) {
 /// The forward kernel of a non-flex instance with GQA pack `pack` for problem p:
 /// option fwd_path (sm90_path); auto = sm90 where kernels::fwd_sm90_usable() and
 /// the head dim has a Hopper instance, except the GQA-packed 64-row tile at
-/// head_dim 64, which measured slower there than the portable kernel on the
-/// H100: packed CodeAlpaca Llama-3.2-1B forward 0.444 vs 0.397 ms,
-/// docs/results/2026-11-24-h100-session8.md.
+/// head_dim 64 launched one CTA per tile (option persistent=off), which measured
+/// slower than the portable kernel on the H100: packed CodeAlpaca Llama-3.2-1B
+/// forward 0.444 vs 0.397 ms (docs/results/2026-11-24-h100-session8.md).
+/// Persistent, it is the faster one: 0.357 vs 0.406 ms on an H200
+/// (docs/results/2026-11-28-h200-session19.md).
 kernels::FwdPath choose_fwd_path(const FusedOptions& opt, int pack, const Problem& p) {
   const std::optional<bool> asked = sm90_path(opt.fwd_path, "fwd_path", opt.name);
+  const bool one_cta_per_tile = opt.persistent.has_value() && !*opt.persistent;
   const bool sm90 = asked ? *asked
                           : kernels::fwd_sm90_usable() && hopper_instance(p, kernels::Direction::forward) &&
-                                !(pack > 1 && p.head_dim == 64);
+                                !(pack > 1 && p.head_dim == 64 && one_cta_per_tile);
   return sm90 ? kernels::FwdPath::sm90 : kernels::FwdPath::sm80;
 }
 
@@ -267,6 +270,13 @@ class FusedInstance final : public BackendInstance {
     return bwd_path_ == kernels::BwdPath::sm90 ? "deterministic (Hopper dQ kernel, no atomics)"
                                                : "deterministic (dQ kernel, no atomics)";
   }
+  /// How the forward's CTAs take their query tiles, for the report
+  /// (extra.backend.fwd_schedule).
+  std::string fwd_schedule() const {
+    return fwd_args_.shape.persistent
+               ? "persistent: one CTA per resident slot walking the longest-first query tiles (TileScheduler)"
+               : "one CTA per query tile, longest first";
+  }
   /// Logical tensor -> the kernels' buffer order; back again.
   EncodedBuffer to_device(const HostTensor& t, TensorRole role) const;
   HostTensor from_device(const EncodedBuffer& phys, TensorRole role, std::vector<int64_t> shape) const;
@@ -288,7 +298,7 @@ class FusedInstance final : public BackendInstance {
   kernels::FwdPath fwd_path_ = kernels::FwdPath::sm80;
   kernels::BwdPath bwd_path_ = kernels::BwdPath::sm80;
   kernels::BwdTensorMaps bwd_maps_{};
-  kernels::KvTensorMaps kv_maps_{};  // the Hopper forward's TMA descriptors
+  kernels::FwdTensorMaps fwd_maps_{};  // the Hopper forward's TMA descriptors
   AttnParams params_;
   kernels::LaunchArgs fwd_args_, bwd_args_;
   double setup_ms_ = 0.0;
@@ -432,11 +442,12 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   // sequence) launches no tile, and the driver refuses a tensor map of zero rows
   // (found by `attnbench hunt`), so none is encoded then.
   const int64_t q_rows = packed_ ? seqs_.cu_q.back() : p.seq_q, k_rows = packed_ ? seqs_.cu_k.back() : p.seq_k;
-  if (fwd_path_ == kernels::FwdPath::sm90 && k_rows > 0)
-    kv_maps_ = kernels::make_kv_tensor_maps(a, k_rows, packed_ ? 1 : p.batch, plan_.tile_keys);
+  set_launch_args();
+  if (fwd_path_ == kernels::FwdPath::sm90 && q_rows > 0 && k_rows > 0)
+    fwd_maps_ = kernels::make_fwd_tensor_maps(a, q_rows, k_rows, packed_ ? 1 : p.batch, plan_.tile_keys,
+                                              kernels::fwd_rows_resolved(a, fwd_args_.shape), fwd_args_.shape.pack);
   if (bwd_path_ == kernels::BwdPath::sm90 && q_rows > 0 && k_rows > 0)
     bwd_maps_ = kernels::make_bwd_tensor_maps(a, q_rows, k_rows, packed_ ? 1 : p.batch);
-  set_launch_args();
   ATTNBENCH_CHECK(cudaStreamSynchronize(st));
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -450,13 +461,19 @@ void FusedInstance::set_launch_args() {
   f.shape.rows = plan_.tile_rows * plan_.pack;
   f.q_items = q_items_.as<const WorkItem>();
   f.n_q_items = static_cast<int>(plan_.q_items.size());
-  f.kv_maps = &kv_maps_;
+  f.fwd_maps = &fwd_maps_;
   f.stream = stream_.s;
+  if (const std::string why = kernels::persistent_reason(f.shape, params_.head_dim); !why.empty()) {
+    if (opt_.persistent.value_or(false)) throw std::invalid_argument(opt_.name + ": persistent=on: " + why);
+  } else {
+    f.shape.persistent = opt_.persistent.value_or(true);
+  }
   kernels::LaunchArgs& b = bwd_args_;
   b.shape = f.shape;
   b.shape.direction = kernels::Direction::backward;
   b.shape.bwd_path = bwd_path_;
   b.shape.rows = 0;
+  b.shape.persistent = false;
   b.shape.deterministic = opt_.deterministic;
   if (const std::string why = kernels::dq_direct_reason(b.shape); !why.empty()) {
     if (opt_.dq_direct.value_or(false)) throw std::invalid_argument(opt_.name + ": dq_direct=on: " + why);
@@ -514,6 +531,7 @@ nlohmann::json FusedInstance::extra() const {
                   (f90 ? "the Hopper path (TMA, wgmma)" : "mma.sync m16n8k16 (sm_80 path)") + ", backward on " +
                   (b90 ? "the Hopper path (TMA, wgmma)" : "mma.sync m16n8k16 (sm_80 path)");
     j["fwd_path"] = f90 ? "sm90" : "sm80";
+    j["fwd_schedule"] = fwd_schedule();
     j["bwd_path"] = b90 ? "sm90" : "sm80";
     if (!b90) j["bwd_path_reason"] = why_portable_bwd_;
     const bool pairs = params_.mask.doc_ids != nullptr || params_.mask.block_density >= 0.0;
@@ -542,6 +560,7 @@ nlohmann::json FusedInstance::extra() const {
                 ", backward on " +
                 (b90 ? "the Hopper path (TMA, wgmma; sm_90a)" : "mma.sync m16n8k16 (sm_80 path)");
   j["fwd_path"] = f90 ? "sm90" : "sm80";
+  j["fwd_schedule"] = fwd_schedule();
   j["bwd_path"] = b90 ? "sm90" : "sm80";
   j["placement"] = packed_ ? (opt_.placement == Placement::documents && p_.find_mask<DocumentTerm>()
                                  ? "documents as packed sequences (THD)"

@@ -94,6 +94,11 @@ struct FusedOptions {
   /// kernels::dq_direct_rows_pay(), true = always (std::invalid_argument where
   /// that backward does not run), false = never (the backends' option dq_direct).
   std::optional<bool> dq_direct;
+  /// Hopper forward launched persistent (kernels::LaunchShape::persistent):
+  /// nullopt = wherever the Hopper forward runs, true = always
+  /// (std::invalid_argument where it does not), false = never (the backends'
+  /// option persistent).
+  std::optional<bool> persistent;
 };
 
 /// The pointer-free part of the kernels' AttnParams for problem `p`: heads, GQA

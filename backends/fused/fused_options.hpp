@@ -13,6 +13,8 @@
 //   deterministic  flash, varlen        false|true               dQ by its own kernel instead of atomics
 //   dq_direct      flash, varlen        auto|on|off              Hopper atomic backward: rows whose keys lie in
 //                                                                one key block get dQ stored by the dK/dV kernel
+//   persistent     flash, varlen, flex  auto|on|off              Hopper forward: one CTA per resident slot
+//                                                                walking the query tiles (TileScheduler)
 //   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
 //   block          flex                 128|64                   Q_BLOCK = KV_BLOCK of the BlockMask
 //   dbias          flex                 deterministic|atomic|none  how dBias of a learnable bias is made
@@ -84,36 +86,59 @@ inline OptionSpec deterministic_option() {
                           "dQ by a deterministic kernel (bitwise reproducible) instead of float32 atomics");
 }
 
+/// An option `name` of values auto|on|off (default auto), read by parse_auto_on_off.
+inline OptionSpec auto_on_off_option(const std::string& name, const std::string& help) {
+  return OptionSpec::choice(name, "auto", {"auto", "on", "off"}, help);
+}
+
 /// dq_direct: whether the Hopper dK/dV kernel with atomic dQ stores the dQ of the
 /// rows whose keys lie in one key block itself (kernels::dq_direct_block).
 inline OptionSpec dq_direct_option() {
-  return OptionSpec::choice(
-      "dq_direct", "auto", {"auto", "on", "off"},
+  return auto_on_off_option(
+      "dq_direct",
       "Hopper backward with atomic dQ: the rows whose keys lie in one key block (128 keys; 64 at head_dim 64) get "
       "dQ stored by the dK/dV kernel, without atomics, zeroing or conversion. auto = where at least 25% of the rows "
       "are such (packed short documents), on = always (an error row where that backward does not run), off = never");
 }
-/// The dq_direct option's value as FusedOptions::dq_direct (nullopt = auto).
-inline std::optional<bool> parse_dq_direct(const std::string& s) {
+
+/// persistent: whether the Hopper forward is launched persistent
+/// (kernels::LaunchShape::persistent).
+inline OptionSpec persistent_option() {
+  return auto_on_off_option(
+      "persistent",
+      "Hopper forward: one CTA per resident slot (SMs x CTAs per SM) walking the longest-first query tiles, the next "
+      "tile's Q / K / V loading while a tile finishes, instead of one CTA per tile. auto = on where it runs (the "
+      "Hopper forward up to head_dim 128), on = always (an error row elsewhere), off = never");
+}
+
+/// An auto|on|off option's value (dq_direct, persistent) as an optional<bool>
+/// (nullopt = auto).
+inline std::optional<bool> parse_auto_on_off(const std::string& s) {
   if (s == "on") return true;
   if (s == "off") return false;
   return std::nullopt;
 }
 
-/// The options of `flash`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct.
+/// The options of `flash`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent.
 inline OptionSpecs flash_option_specs() {
-  return {fwd_path_option(), bwd_path_option(false), fwd_rows_option(), deterministic_option(), dq_direct_option()};
+  return {fwd_path_option(),     bwd_path_option(false), fwd_rows_option(),
+          deterministic_option(), dq_direct_option(),     persistent_option()};
 }
 
-/// The options of `varlen`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, pack.
+/// The options of `varlen`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pack.
 inline OptionSpecs varlen_option_specs() {
-  return {fwd_path_option(), bwd_path_option(false), fwd_rows_option(), deterministic_option(), dq_direct_option(),
+  return {fwd_path_option(),
+          bwd_path_option(false),
+          fwd_rows_option(),
+          deterministic_option(),
+          dq_direct_option(),
+          persistent_option(),
           OptionSpec::choice("pack", "0", {"0", "1", "2", "4"},
                              "GQA query heads folded into one query tile; 0 = the plan's choice by document length "
                              "(a value that does not divide the group is an unsupported row)")};
 }
 
-/// The options of `flex`: fwd_path, bwd_path, block, dbias, schedule.
+/// The options of `flex`: fwd_path, bwd_path, block, dbias, schedule, persistent.
 inline OptionSpecs flex_option_specs() {
   return {fwd_path_option(), bwd_path_option(true),
           OptionSpec::choice("block", "128", {"128", "64"},
@@ -125,7 +150,8 @@ inline OptionSpecs flex_option_specs() {
                              "tiles: block_mask = walk the BlockMask; documents = one packed sequence per document "
                              "(contiguous document masks, the varlen tiles); intervals = the flash tiles, each row's "
                              "keys an interval (causal, sliding_window, padding, prefix_lm); auto = whichever "
-                             "executes the fewest pairs")};
+                             "executes the fewest pairs"),
+          persistent_option()};
 }
 
 }  // namespace attnbench::fused

@@ -45,16 +45,16 @@ __device__ __forceinline__ SeqInfo seq_info(const AttnParams& p, int b) {
   return s;
 }
 
-/// The query tile a CTA of the forward and dQ kernels owns: the TileScheduler's
-/// tile of `items` with Hq / pack head chunks, query heads h0 .. h0 + pack - 1
-/// (GQA packing; all of KV head kvh), positions m0 .. m0 + Mq - 1 of sequence b,
-/// with Mq = rows / pack positions per head.
+/// The query tile a CTA of the forward and dQ kernels works on: a
+/// TileScheduler tile of `items` with Hq / pack head chunks, query heads h0 ..
+/// h0 + pack - 1 (GQA packing; all of KV head kvh), positions m0 .. m0 + Mq - 1
+/// of sequence b, with Mq = rows / pack positions per head.
 struct QueryTile {
   int h0 = 0, kvh = 0, b = 0, m0 = 0, Mq = 0;
   SeqInfo si;
 
-  __device__ __forceinline__ static QueryTile of(const AttnParams& p, const WorkItem* items, int pack, int rows) {
-    const WorkTile w = TileScheduler{items, p.heads_q / pack}.initial();
+  /// The tile of scheduler tile `w` (valid).
+  __device__ __forceinline__ static QueryTile at(const AttnParams& p, const WorkTile& w, int pack, int rows) {
     QueryTile t;
     t.h0 = w.head_chunk * pack;
     t.kvh = t.h0 / p.group;
@@ -63,6 +63,10 @@ struct QueryTile {
     t.Mq = rows / pack;
     t.si = seq_info(p, t.b);
     return t;
+  }
+  /// The tile of a kernel launched with one tile per CTA.
+  __device__ __forceinline__ static QueryTile of(const AttnParams& p, const WorkItem* items, int pack, int rows) {
+    return at(p, TileScheduler::own_tile(items, p.heads_q / pack), pack, rows);
   }
 };
 
@@ -73,7 +77,7 @@ struct KeyTile {
   SeqInfo si;
 
   __device__ __forceinline__ static KeyTile of(const AttnParams& p, const WorkItem* items) {
-    const WorkTile w = TileScheduler{items, p.heads_kv}.initial();
+    const WorkTile w = TileScheduler::own_tile(items, p.heads_kv);
     KeyTile t;
     t.kvh = w.head_chunk;
     t.b = w.item.seq;

@@ -113,12 +113,12 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
     const int g = lane / 4, qd = lane % 4;
     const int row_t[2] = {wt0 + g, wt0 + g + 8};
     const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row_t[0]), row_bounds<kFlex>(p, si, b, row_t[1])};
-    stage_warp_span(rb, sm.span, warp, lane);  // partial steps outside the tile's span are skipped
+    stage_warp_span(rb, sm.span[0], warp, lane);  // partial steps outside the tile's span are skipped
     cp_async_commit();
     cp_async_wait<0>();
     sm90::fence_proxy_async();  // the rows' stores, before wgmma reads them
     sm90::named_barrier(1, kConsumers);
-    const KeySpan span = warpgroup_span(sm.span, 0);
+    const KeySpan span = warpgroup_span(sm.span[0], 0);
     const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
     const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
     const ScoreMod2 mod = ScoreMod2::of(p, wh);

@@ -10,8 +10,9 @@
 // O are those of the portable kernel with one 16-row m-tile per warp, so the
 // online softmax (fwd_softmax), the score mods, the mask policy (KeySteps /
 // RowBounds) and the epilogue (fwd_store_row) are the portable kernel's own
-// functions. A producer warp streams the K / V tiles of kBlockN keys through
-// three cp.async stages with full / empty barriers (see the kernel).
+// functions. A producer warpgroup loads Q and streams the K / V tiles of kBlockN
+// keys by TMA through full / empty barriers, over the query tiles the
+// TileScheduler gives the CTA (see the kernel).
 #pragma once
 
 #include "backends/kernels/attn_fwd.cuh"
@@ -110,6 +111,16 @@ __device__ __forceinline__ void pv_retire(const uint32_t (&pa)[kNp][4], uint32_t
 
 }  // namespace sm90
 
+/// Whether the Hopper forward at tile width D loops over tiles (a persistent
+/// launch, LaunchShape::persistent): up to 128. At 256 the consumers' O (128
+/// floats) leaves no register for the loop's state: ptxas spilled 84-192 bytes
+/// per thread, so each CTA runs its first tile (round 0) alone there
+/// (persistent_reason refuses it).
+template <int D>
+constexpr bool fwd_sm90_persistent() {
+  return D <= 128;
+}
+
 /// Threads of attn_fwd_sm90_kernel: kWG consumer warpgroups and one producer
 /// warpgroup (registers are allocated per warpgroup: a lone producer warp would
 /// cost as much; setmaxnreg moves its registers to the consumers).
@@ -117,137 +128,200 @@ template <int kWG>
 constexpr int fwd_sm90_threads() {
   return (kWG + 1) * 128;
 }
-/// Registers per thread after setmaxnreg: producer 40; consumers take the rest
-/// of the 64 K of the SM (kWG = 2, one CTA per SM: 2 x 128 x 232 + 128 x 40) or of
-/// half of it (kWG = 1, two CTAs per SM: 128 x 216 + 128 x 40).
-constexpr int kFwdSm90ProducerRegs = 40;
-template <int kWG>
-constexpr int fwd_sm90_consumer_regs() {
-  return kWG == 2 ? 232 : 216;
+/// Registers per thread after setmaxnreg (multiples of 8): the consumers take
+/// the rest of the 64 K of the SM (kWG = 2, one CTA per SM: 2 x 128 x 224 + 128 x
+/// 56) or of half of it (kWG = 1, two CTAs per SM: 128 x 208 + 128 x 48). The
+/// producer's tile loop (QueryTile, KeySteps, the BlockWalk) spilled 4-44 bytes
+/// at 40 registers; at 224 / 208 the consumers do not spill up to head_dim
+/// 128. At 256 (one tile per CTA): 232 / 216 and 40, the consumers' O needs them.
+template <int kWG, int D>
+constexpr int fwd_sm90_producer_regs() {
+  return D > 128 ? 40 : kWG == 2 ? 56 : 48;
 }
+template <int kWG, int D>
+constexpr int fwd_sm90_consumer_regs() {
+  if (D > 128) return kWG == 2 ? 232 : 216;
+  return kWG == 2 ? 224 : 208;
+}
+
+namespace sm90 {
+
+/// Consumer role of the Hopper forward for one query tile `qt` (the j-th tile of
+/// this CTA; its key steps are pipeline steps first_step ..): stage the warps'
+/// KeySpans, wait for the Q tile (rows_full), run the key steps (see
+/// attn_fwd_sm90_kernel), release Q (rows_empty) once the last step's S has
+/// retired (every thread arrives once per tile) and every K / V stage once its
+/// P V has, and store O and LSE.
+/// Returns the tile's key steps.
+template <int DH, bool Bf16, int kWG, int kBlockN, bool kFlex, class Storage>
+__device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const QueryTile& qt, Storage& sm,
+                                                const float* s_bias, bool stage_bias, int first_step, int j) {
+  constexpr int D = tile_dim(DH), kBlockM = 64 * kWG, kStages = fwd_sm90_stages<D>();
+  constexpr int kNt = kBlockN / 8, kDt = D / 8;
+  constexpr uint32_t kStageBytes = Storage::kTileBytes;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  const int b = qt.b, m0 = qt.m0, Mq = qt.Mq;
+  const SeqInfo& si = qt.si;
+  const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
+  const int n_tiles = steps.count;
+  const int wh = qt.h0 + (warp * 16) / Mq;
+  const int wt0 = m0 + (warp * 16) % Mq;
+  const int g = lane / 4, qd = lane % 4;
+  const int row0 = wt0 + g, row1 = wt0 + g + 8;
+  const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row0), row_bounds<kFlex>(p, si, b, row1)};
+  int* span_buf = sm.span[j & 1];  // alternating buffers: one barrier per tile orders writes and reads
+  stage_warp_span(rb, span_buf, warp, lane);  // partial steps outside the warpgroup's span are skipped
+  named_barrier(1 + wg, 128);                 // the warpgroup's spans are in shared memory
+  const KeySpan span = warpgroup_span(span_buf, 4 * wg);
+  const ScoreMod2 mod = ScoreMod2::of(p, wh);
+  const uint32_t q_addr = smem_u32(sm.rows[0]), k_addr = smem_u32(sm.k[0]), v_addr = smem_u32(sm.v[0]);
+  mbar_wait(&sm.rows_full, j & 1);
+
+  Acc o[kDt];
+  zero_acc(o);
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  uint32_t pa[kNt / 2][4];
+  int p_stage = -1;  // the stage of the tile whose P is in pa and whose P V is not issued yet
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const PipelineState<kStages> ps{first_step + tile};
+    const int stage = ps.stage();
+    mbar_wait(&sm.full[stage], ps.phase());
+    int n0;
+    bool full_tile;
+    steps.at(p, si, tile, &n0, &full_tile);
+    if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of this warpgroup sees these keys
+      if (p_stage >= 0) {
+        pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
+        mbar_arrive(&sm.empty[p_stage]);
+        p_stage = -1;
+      }
+      mbar_arrive(&sm.empty[stage]);
+      if (tile == n_tiles - 1) mbar_arrive(&sm.rows_empty);  // (Q release: see below)
+      continue;
+    }
+    Acc s[kNt];
+    scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, wg, s);
+    if (p_stage >= 0) {
+      pv<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
+      wgmma_wait<1>();  // S_t retired; P_{t-1} V_{t-1} may still run
+    } else {
+      wgmma_wait<0>();
+    }
+    fence_acc(s);
+    // The tile's last S = Q K^T has retired: release Q, so that the next tile's Q
+    // loads during this softmax, the last P V and the stores.
+    if (tile == n_tiles - 1) mbar_arrive(&sm.rows_empty);
+    float corr[2];
+    StagedBias sb;
+    if (stage_bias) sb = staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
+    fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb, sb);
+    wgmma_wait<0>();
+    fence_acc(o);
+    if (p_stage >= 0) mbar_arrive(&sm.empty[p_stage]);  // K / V of the previous tile are read
+    rescale_o<kDt>(o, corr);
+    p_operand<Bf16>(s, pa);
+    p_stage = stage;
+  }
+  if (n_tiles == 0) mbar_arrive(&sm.rows_empty);  // (no key step: Q unread)
+  if (p_stage >= 0) {
+    pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
+    mbar_arrive(&sm.empty[p_stage]);
+  }
+  fwd_store_row<Bf16, kDt, DH / 8>(p, si, b, row0, wh, qd, o, 0, m_run[0], l_run[0]);
+  fwd_store_row<Bf16, kDt, DH / 8>(p, si, b, row1, wh, qd, o, 1, m_run[1], l_run[1]);
+  return n_tiles;
+}
+
+}  // namespace sm90
 
 /// kWG: consumer warpgroups per CTA (2: 128 rows, the dense tile; 1: 64 rows,
 /// the GQA-packed tile of short documents). kBlockN: keys per mainloop step (64
 /// or 128). kFlex: the key steps come from the BlockMask (64 keys, one query
 /// block of 64 * kWG rows per CTA) and partial tiles evaluate mask_allowed(), as
-/// in attn_fwd_kernel. Same arguments and work lists as attn_fwd_kernel.
+/// in attn_fwd_kernel. Same work lists as attn_fwd_kernel: `tiles` =
+/// TileScheduler::ctas(items, heads_q / pack) query tiles; the CTA runs the
+/// TileScheduler's rounds 0, 1, ... (one tile per CTA when launched with
+/// `tiles` CTAs; persistent when launched with fewer).
 ///
 /// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
-/// the producer (its registers handed to the consumers with setmaxnreg); one of
-/// its threads streams the K / V tiles through fwd_sm90_stages<D>() stages with TMA
-/// bulk tensor copies (`maps`, 128-byte swizzled boxes that land in the
-/// Sw128Tile layout), each stage completing its `full` barrier by transaction
-/// bytes. The consumer warpgroups never wait for each other: per key tile t they
-/// wait for `full`, issue S_t = Q K_t^T and then O += P_{t-1} V_{t-1}, wait for
-/// S_t only, run the softmax of S_t while the tensor cores finish P_{t-1} V_{t-1}
-/// (section 3.2), then wait, release stage t - 1 on its `empty` barrier, rescale
-/// O and turn P_t into the A operands of the next step. A partial tile outside the
-/// KeySpan of a warpgroup's rows is skipped by that warpgroup (it only releases the
-/// stage, after issuing a pending P V). Rows past a sequence's
-/// keys that a box reads (the next sequence's tokens in THD, padding rows, or
-/// zeros past the tensor) are masked like any key past lk.
+/// the producer (its registers handed to the consumers with setmaxnreg); a thread
+/// of its warp 2 loads each tile's Q by TMA once the previous tile's consumers
+/// released it (rows_full / rows_empty), a thread of its warp 0 streams the K / V
+/// tiles through fwd_sm90_stages<D>() stages with TMA bulk tensor copies (`maps`, 128-byte
+/// swizzled boxes that land in the Sw128Tile layout), each stage completing its
+/// `full` barrier by transaction bytes; the pipeline's steps run on across the
+/// CTA's tiles, so the next tile's Q, K and V load while this tile's last
+/// products, softmax and stores run. The consumer warpgroups never wait for each
+/// other: per key tile t they wait for `full`, issue S_t = Q K_t^T and then O +=
+/// P_{t-1} V_{t-1}, wait for S_t only, run the softmax of S_t while the tensor
+/// cores finish P_{t-1} V_{t-1} (section 3.2), then wait, release stage t - 1 on
+/// its `empty` barrier, rescale O and turn P_t into the A operands of the next
+/// step (sm90::fwd_consume_tile). A partial tile outside the KeySpan of a
+/// warpgroup's rows is skipped by that warpgroup (it only releases the stage,
+/// after issuing a pending P V). Rows past a sequence's keys that a box reads
+/// (the next sequence's tokens in THD, padding rows, or zeros past the tensor)
+/// are masked like any key past lk; query rows past it are never stored.
 template <int DH, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
-    attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack,
-                         const __grid_constant__ KvTensorMaps maps) {
+    attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int64_t tiles, int pack,
+                         const __grid_constant__ FwdTensorMaps maps) {
 #if ATTNBENCH_SM90A
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kConsumers = kWG * 128, kBlockM = 64 * kWG, kStages = fwd_sm90_stages<D>();
-  constexpr int kNt = kBlockN / 8, kDt = D / 8;
-  static_assert((kNt == 8 || kNt == 16) && (kDt == 8 || kDt == 16 || kDt == 32), "wgmma n64 / n128 shapes");
-  using QTile = sm90::Sw128Tile<kBlockM, D>;
+  static_assert((kBlockN == 64 || kBlockN == 128) && (D == 64 || D == 128 || D == 256), "wgmma n64 / n128 shapes");
   using Storage = FwdSm90Storage<D, kWG, kBlockN>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   Storage& sm = Storage::at(smem_raw);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
-  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
-  const int h0 = qt.h0, kvh = qt.kvh, b = qt.b, m0 = qt.m0, Mq = qt.Mq;
-  const SeqInfo si = qt.si;
-  const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
-  const int n_tiles = steps.count;
-  constexpr uint32_t kStageBytes = Storage::kTileBytes;
   // flex with a learnable bias: producer warp 1 stages each step's bias terms (StagedBias)
   const bool stage_bias = kFlex && learnable_bias(p.mod);
   float* s_bias = reinterpret_cast<float*>(smem_raw + sizeof(Storage));  // kFlex: fwd_sm90_smem_bytes
   if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1);
   __syncthreads();  // the only CTA-wide barrier
 
-  if (wg == kWG) {  // producer warpgroup: one thread issues the bulk tensor copies
-    sm90::regs_dec<kFwdSm90ProducerRegs>();
-    if (tid == kConsumers) sm90::produce_kv_tiles<kBlockN, D, kStages>(p, si, b, kvh, steps, maps, sm);
-    if (stage_bias && tid / 32 == kConsumers / 32 + 1)  // (flex: pack 1, the CTA's rows are one head)
-      sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, si, b, h0, m0, steps, sm, s_bias, lane);
-  } else {  // consumer warpgroups
-    sm90::regs_inc<fwd_sm90_consumer_regs<kWG>()>();
-    load_packed_rows<kBlockM, D, kConsumers, QTile, DH>(sm.rows[0], static_cast<const uint16_t*>(p.q), m0, Mq, si.lq,
-                                                    h0, [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
-    const int wh = h0 + (warp * 16) / Mq;
-    const int wt0 = m0 + (warp * 16) % Mq;
-    const int g = lane / 4, qd = lane % 4;
-    const int row0 = wt0 + g, row1 = wt0 + g + 8;
-    const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row0), row_bounds<kFlex>(p, si, b, row1)};
-    stage_warp_span(rb, sm.span, warp, lane);  // partial steps outside the warpgroup's span are skipped
-    cp_async_commit();
-    cp_async_wait<0>();
-    sm90::fence_proxy_async();
-    sm90::named_barrier(1, kConsumers);  // Q and the warps' spans are in shared memory
-    const KeySpan span = warpgroup_span(sm.span, 4 * wg);
-    const ScoreMod2 mod = ScoreMod2::of(p, wh);
-    const uint32_t q_addr = smem_u32(sm.rows[0]), k_addr = smem_u32(sm.k[0]), v_addr = smem_u32(sm.v[0]);
-
-    Acc o[kDt];
-    zero_acc(o);
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    uint32_t pa[kNt / 2][4];
-    int p_stage = -1;  // the stage of the tile whose P is in pa and whose P V is not issued yet
-
-    for (int tile = 0; tile < n_tiles; ++tile) {
-      const sm90::PipelineState<kStages> ps{tile};
-      const int stage = ps.stage();
-      sm90::mbar_wait(&sm.full[stage], ps.phase());
-      int n0;
-      bool full_tile;
-      steps.at(p, si, tile, &n0, &full_tile);
-      if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of this warpgroup sees these keys
-        if (p_stage >= 0) {
-          sm90::pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
-          sm90::mbar_arrive(&sm.empty[p_stage]);
-          p_stage = -1;
-        }
-        sm90::mbar_arrive(&sm.empty[stage]);
+  int step = 0, j = 0;  // the pipeline step of the tile's first key step; the CTA's tile count
+  if (wg == kWG) {      // producer warpgroup: warp 0 copies K / V, warp 1 stages bias terms, warp 2 copies Q
+    sm90::regs_dec<fwd_sm90_producer_regs<kWG, D>()>();
+    const int role = tid % 32 == 0 ? tid / 32 - kConsumers / 32 : -1;  // one thread per role
+    const bool kv = role == 0, biases = stage_bias && tid / 32 == kConsumers / 32 + 1, q = role == 2;
+    if (!kv && !biases && !q) return;
+#pragma unroll 1
+    for (;; ++j) {  // (as the consumers' loop: only j and step live across tiles, 40 registers here)
+      const WorkTile w = TileScheduler{items, p.heads_q / pack, tiles}.round(j);
+      if (!w.valid) break;
+      const QueryTile qt = QueryTile::at(p, w, pack, kBlockM);
+      if (q) {  // its own warp: waiting for the consumers to release Q never holds up the K / V stages
+        if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);
+        sm90::produce_q_tile<kBlockM, D>(p, qt, &maps.q, sm);
+        if constexpr (!fwd_sm90_persistent<D>()) break;
         continue;
       }
-      Acc s[kNt];
-      sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, wg, s);
-      if (p_stage >= 0) {
-        sm90::pv<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
-        sm90::wgmma_wait<1>();  // S_t retired; P_{t-1} V_{t-1} may still run
-      } else {
-        sm90::wgmma_wait<0>();
-      }
-      sm90::fence_acc(s);
-      float corr[2];
-      StagedBias sb;
-      if (stage_bias)
-        sb = sm90::staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
-      fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb, sb);
-      sm90::wgmma_wait<0>();
-      sm90::fence_acc(o);
-      if (p_stage >= 0) sm90::mbar_arrive(&sm.empty[p_stage]);  // K / V of the previous tile are read
-      rescale_o<kDt>(o, corr);
-      sm90::p_operand<Bf16>(s, pa);
-      p_stage = stage;
+      const KeySteps<kFlex> steps(p, qt.si, qt.b, qt.m0, qt.Mq, kBlockN);
+      if (kv)
+        sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step);
+      else
+        sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm, s_bias, lane,
+                                                            step);
+      step += steps.count;
+      if constexpr (!fwd_sm90_persistent<D>()) break;
     }
-    if (p_stage >= 0) {
-      sm90::pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
+  } else {  // consumer warpgroups
+    sm90::regs_inc<fwd_sm90_consumer_regs<kWG, D>()>();
+#pragma unroll 1
+    for (;; ++j) {  // only j and step live across tiles: the consumers sit at their register limit
+      const WorkTile w = TileScheduler{items, p.heads_q / pack, tiles}.round(j);
+      if (!w.valid) break;
+      step += sm90::fwd_consume_tile<DH, Bf16, kWG, kBlockN, kFlex>(p, QueryTile::at(p, w, pack, kBlockM), sm, s_bias,
+                                                                   stage_bias, step, j);
+      if constexpr (!fwd_sm90_persistent<D>()) break;  // one tile per CTA: no state across tiles
     }
-    fwd_store_row<Bf16, kDt, DH / 8>(p, si, b, row0, wh, qd, o, 0, m_run[0], l_run[0]);
-    fwd_store_row<Bf16, kDt, DH / 8>(p, si, b, row1, wh, qd, o, 1, m_run[1], l_run[1]);
   }
 #else
   (void)p;
   (void)items;
+  (void)tiles;
   (void)pack;
   __trap();  // built without sm_90a: the host never launches this (fwd_sm90_usable)
 #endif

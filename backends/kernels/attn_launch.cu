@@ -50,9 +50,11 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 /// One 4-D map (head_dim, rows, heads, batch) of a 16-bit tensor at `base` with
 /// AttnParams-style element strides (batch_stride 0: one batch row), boxes of
-/// 64 x box_rows, 128-byte swizzle, rows past the tensor zero-filled.
+/// 64 x box_rows x box_heads (a box lands head-major: row h * box_rows + r of
+/// the tile), 128-byte swizzle, rows past the tensor zero-filled.
 CUtensorMap encode_map(const AttnParams& p, const char* name, const void* base, int64_t rows, int64_t heads,
-                       int64_t batch, int64_t batch_stride, int64_t row_stride, int64_t head_stride, int box_rows) {
+                       int64_t batch, int64_t batch_stride, int64_t row_stride, int64_t head_stride, int box_rows,
+                       int box_heads = 1) {
   CUtensorMap m{};
   const cuuint64_t e = 2;  // bytes per element
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(rows),
@@ -60,7 +62,7 @@ CUtensorMap encode_map(const AttnParams& p, const char* name, const void* base, 
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride) * e, static_cast<cuuint64_t>(head_stride) * e,
                                  batch_stride > 0 ? static_cast<cuuint64_t>(batch_stride) * e
                                                   : static_cast<cuuint64_t>(rows * row_stride) * e};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), static_cast<cuuint32_t>(box_heads), 1};
   const cuuint32_t unit[4] = {1, 1, 1, 1};
   const CUresult r = tensor_map_encoder()(
       &m, p.dtype == ElemType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
@@ -81,6 +83,15 @@ KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batc
                       box_rows);
   maps.v = encode_map(p, "V", p.v, rows, p.heads_kv, batch, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
                       box_rows);
+  return maps;
+}
+
+FwdTensorMaps make_fwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch,
+                                   int key_box, int rows, int pack) {
+  FwdTensorMaps maps;
+  maps.kv = make_kv_tensor_maps(p, k_rows, batch, key_box);
+  maps.q = encode_map(p, "Q", p.q, q_rows, p.heads_q, batch, p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                      rows / pack, pack);
   return maps;
 }
 
@@ -106,7 +117,7 @@ namespace {
 std::string missing_argument(const AttnParams& p, const LaunchArgs& a) {
   const LaunchShape& s = a.shape;
   const bool fwd = s.direction == Direction::forward;
-  if (fwd && s.fwd_path == FwdPath::sm90 && !a.kv_maps) return "the Hopper forward needs the K / V tensor maps";
+  if (fwd && s.fwd_path == FwdPath::sm90 && !a.fwd_maps) return "the Hopper forward needs the Q / K / V tensor maps";
   if (!fwd && s.bwd_path == BwdPath::sm90 && !a.bwd_maps) return "the Hopper backward needs its tensor maps";
   // A problem without query tokens has no accumulator (a buffer of zero elements) and needs none.
   const bool atomic_dq = !fwd && !s.deterministic && (!s.flex || s.bwd_path == BwdPath::sm90) && a.q_numel > 0;

@@ -35,6 +35,22 @@ struct KvTensorMaps {
 /// missing or rejects the tensor (the message names the tensor and its shape).
 KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batch, int box_rows);
 
+/// TMA descriptors of the Hopper forward (attn_fwd_sm90.cuh): K and V as
+/// KvTensorMaps, and Q over heads_q with boxes of rows / pack positions x pack
+/// heads, which land in the CTA's Q tile head-major (row h * rows / pack + t:
+/// the GQA-packed row order of QueryTile).
+struct FwdTensorMaps {
+  KvTensorMaps kv;
+  CUtensorMap q;
+};
+
+/// Encode the forward's maps: q_rows / k_rows positions per (batch, head)
+/// (seq_q / seq_k padded, all tokens in THD), `batch` as make_kv_tensor_maps,
+/// key_box = the forward's key step, rows = fwd_rows_resolved() query rows per
+/// CTA of `pack` heads. Throws DeviceError like make_kv_tensor_maps.
+FwdTensorMaps make_fwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch, int key_box,
+                                   int rows, int pack);
+
 /// TMA descriptors of the Hopper backward (attn_bwd_sm90.cuh): K and V with
 /// kBwdSm90 key-tile boxes (128 rows), Q and dO (O's strides) with 64-row boxes;
 /// same tensor form as KvTensorMaps (Q and dO over heads_q). dq_kv: K and V with
@@ -76,9 +92,10 @@ struct LaunchArgs {
   int64_t q_numel = 0;
   /// Flex backward: floats of p.dbias_scratch (deterministic dBias).
   int64_t scratch_floats = 0;
-  /// Hopper forward (fwd_path sm90): K / V maps with boxes of the forward's key
-  /// step (make_kv_tensor_maps with fwd_block_n(rows, sm90, head_dim); flex: kFwdBlockN).
-  const KvTensorMaps* kv_maps = nullptr;
+  /// Hopper forward (fwd_path sm90): make_fwd_tensor_maps, K / V boxes of the
+  /// forward's key step (fwd_block_n(rows, sm90, head_dim); flex: kFwdBlockN), Q
+  /// boxes of the CTA's rows.
+  const FwdTensorMaps* fwd_maps = nullptr;
   /// Hopper backward (bwd_path sm90): make_bwd_tensor_maps.
   const BwdTensorMaps* bwd_maps = nullptr;
   cudaStream_t stream = nullptr;

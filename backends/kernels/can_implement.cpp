@@ -112,6 +112,16 @@ std::string dq_direct_reason(const LaunchShape& s) {
          "(deterministic=false), off the flex path";
 }
 
+std::string persistent_reason(const LaunchShape& s, int head_dim) {
+  if (s.direction != Direction::forward || s.fwd_path != FwdPath::sm90)
+    return "a persistent launch needs the Hopper forward (fwd_path auto or sm90 on an sm_90a build with a device of "
+           "compute capability 9.0)";
+  if (head_dim > 128)
+    return "the persistent Hopper forward runs up to head_dim 128 (at " + std::to_string(head_dim) +
+           " the consumers' registers hold no tile-loop state)";
+  return {};
+}
+
 std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<const InstanceKey> built) {
   if (p.dtype != ElemType::bf16 && p.dtype != ElemType::fp16)
     return std::string("dtype ") + to_string(p.dtype) + " not supported (bf16 and fp16 only)";
@@ -136,6 +146,8 @@ std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<c
     if (std::string why = flex_reason(p, s); !why.empty()) return why;
   if (s.dq_direct)
     if (std::string why = dq_direct_reason(s); !why.empty()) return why;
+  if (s.persistent)
+    if (std::string why = persistent_reason(s, p.head_dim); !why.empty()) return why;
   if (s.direction == Direction::forward)
     return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.flex, p.bm.q_block, p.head_dim, s.fwd_path);
   return {};

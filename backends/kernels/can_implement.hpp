@@ -56,6 +56,10 @@ struct LaunchShape {
   /// dq_direct_block), the other rows take the atomics. The plan sets it where
   /// kDqDirectRowsPercent of the rows are direct (TilePlan::dq_direct_rows).
   bool dq_direct = false;
+  /// Forward, Hopper path: a persistent launch, one CTA per resident slot
+  /// walking the tile list (TileScheduler, attn_fwd_sm90.cuh) instead of one
+  /// CTA per tile.
+  bool persistent = false;
 };
 
 /// The instance a launch of `shape` on problem `p` runs: its direction, the path
@@ -87,6 +91,13 @@ std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head
 /// does. Looks at direction, bwd_path, deterministic and flex, not at dq_direct.
 std::string dq_direct_reason(const LaunchShape& shape);
 
+/// Why launch shape `shape` cannot be persistent at `head_dim`
+/// (LaunchShape::persistent; empty when it can): only the Hopper forward is
+/// written as a tile loop, up to head_dim 128 (fwd_sm90_persistent: at 256 its
+/// registers hold no loop state). Looks at direction and fwd_path, not at
+/// persistent.
+std::string persistent_reason(const LaunchShape& shape, int head_dim);
+
 /// Why the kernel family cannot run problem `p` with launch shape `shape`
 /// (empty when it can). Decides on: element type (fp16 / bf16), Dqk = Dv, an
 /// instance of (direction, path, head_dim, dtype) in `built`, heads (heads_q a
@@ -95,7 +106,8 @@ std::string dq_direct_reason(const LaunchShape& shape);
 /// the flex path only, rel_bias max_distance in [0, kMaxRelBiasDistance]), the
 /// flex BlockMask's block sizes (64 or 128 each) and the flex Hopper backward's
 /// limits (KV blocks of bwd_block_n(BwdPath::sm90)), and
-/// dq_direct where dq_direct_reason() allows it.
+/// dq_direct where dq_direct_reason() allows it, persistent where
+/// persistent_reason() allows it.
 /// Pointers are not looked at (the launch checks its arguments separately).
 std::string can_implement(const AttnParams& p, const LaunchShape& shape,
                           std::span<const InstanceKey> built = compiled_instances());

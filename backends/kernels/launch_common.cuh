@@ -30,6 +30,25 @@ void allow_smem(size_t bytes) {
   if (dev < kDevices) set_bytes[dev].store(bytes);
 }
 
+/// CTAs of kernel `Kernel` (`threads` threads, `smem` bytes of dynamic shared
+/// memory, after allow_smem) resident on the current device at once: SMs x
+/// cudaOccupancyMaxActiveBlocksPerMultiprocessor, queried once per kernel and
+/// device, checked; at least 1. The grid of a persistent launch (TileScheduler).
+template <auto Kernel>
+int64_t resident_ctas(int threads, size_t smem) {
+  constexpr int kDevices = 64;
+  static std::atomic<int64_t> known[kDevices];  // per device: 0 = not queried yet
+  int dev = 0;
+  ATTNBENCH_CHECK(cudaGetDevice(&dev));
+  if (dev < kDevices && known[dev].load() > 0) return known[dev].load();
+  int sms = 0, per_sm = 0;
+  ATTNBENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  ATTNBENCH_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, smem));
+  const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+  if (dev < kDevices) known[dev].store(n);
+  return n;
+}
+
 /// The grid of the row kernels (Dsum, the row-wise dQ conversion) over `rows`
 /// rows of the Q-shaped buffers: 256 threads, y = `heads` (each block loops over
 /// the query heads when 1).

@@ -17,16 +17,19 @@ namespace attnbench::kernels {
 namespace detail {
 
 /// The Hopper forward: kWG consumer warpgroups (64 rows each) x kBlockN-key
-/// steps, plus a producer warp.
+/// steps, plus a producer warp; one CTA per query tile, or (persistent) one per
+/// resident slot walking the tiles (TileScheduler).
 template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
-void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, const KvTensorMaps& maps,
-                        cudaStream_t st) {
+void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, bool persistent,
+                        const FwdTensorMaps& maps, cudaStream_t st) {
   constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN, kFlex>;
   constexpr size_t smem = fwd_sm90_smem_bytes<sm90::tile_dim(D), kWG, kBlockN, kFlex>();
+  constexpr int threads = fwd_sm90_threads<kWG>();
   allow_smem<kernel>(smem);
-  const int64_t blocks = TileScheduler::ctas(n, p.heads_q / pack);
-  if (blocks == 0) return;
-  kernel<<<static_cast<unsigned>(blocks), fwd_sm90_threads<kWG>(), smem, st>>>(p, items, pack, maps);
+  const int64_t tiles = TileScheduler::ctas(n, p.heads_q / pack);
+  if (tiles == 0) return;
+  const int64_t blocks = persistent ? std::min(tiles, resident_ctas<kernel>(threads, smem)) : tiles;
+  kernel<<<static_cast<unsigned>(blocks), threads, smem, st>>>(p, items, tiles, pack, maps);
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
@@ -98,20 +101,22 @@ void run_forward_sm90(const AttnParams& p, const LaunchArgs& a) {
   static_assert(128 == kFwdBlockMWide && 64 == kFwdBlockM, "tile rows: 64 per warpgroup");
   using namespace detail;
   const int rows = fwd_rows_resolved(p, a.shape);
-  const KvTensorMaps& maps = *a.kv_maps;
+  const FwdTensorMaps& maps = *a.fwd_maps;
+  const bool persistent = a.shape.persistent;
   if (a.shape.flex) {
     if (rows == kFwdBlockMWide)
-      forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, maps, a.stream);
+      forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, maps, a.stream);
     else
-      forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, maps, a.stream);
+      forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, maps, a.stream);
     return;
   }
   if (rows == kFwdBlockMWide)
     forward_sm90_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide, FwdPath::sm90, D)>(p, a.q_items, a.n_q_items,
-                                                                               a.shape.pack, maps, a.stream);
+                                                                               a.shape.pack, persistent, maps,
+                                                                               a.stream);
   else
     forward_sm90_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM, FwdPath::sm90, D)>(p, a.q_items, a.n_q_items, a.shape.pack,
-                                                                           maps, a.stream);
+                                                                           persistent, maps, a.stream);
 }
 
 /// Backward: Dsum (with direct dQ rows, LaunchShape::dq_direct: and the zeroing

@@ -32,7 +32,9 @@ struct PipelineState {
 /// Shared memory of a kernel that holds kRowTiles row tiles of kBlockM x D (Q; Q
 /// and dO) and streams K / V tiles of kBlockN x D through kStages stages, all in
 /// the 128-byte swizzled Sw128Tile layout (16-bit elements), then each stage's
-/// full / empty barrier and each of kSpanWarps consumer warps' KeySpan. Every tile
+/// full / empty barrier, the row tile's (a persistent forward's Q by TMA) and
+/// each of kSpanWarps consumer warps' KeySpan, twice (a tile loop alternates
+/// them, so one barrier per tile orders writes and reads). Every tile
 /// starts at a multiple of 1024 bytes from the (1024-byte aligned) start, as the
 /// swizzle needs; sizeof is the launch's dynamic shared memory.
 template <int kRowTiles, int kBlockM, int kBlockN, int D, int kStages, int kSpanWarps>
@@ -42,7 +44,9 @@ struct KvStageStorage {
   uint16_t v[kStages][kBlockN * D];
   uint64_t full[kStages];   ///< stage loaded (completed by TMA transaction bytes)
   uint64_t empty[kStages];  ///< stage read by every consumer thread
-  int span[2 * kSpanWarps];  ///< consumer warp w's KeySpan: [2 w] = lo, [2 w + 1] = hi
+  uint64_t rows_full;        ///< row tile 0 loaded by TMA (the persistent forward's Q)
+  uint64_t rows_empty;       ///< row tile 0 read by every consumer thread
+  int span[2][2 * kSpanWarps];  ///< consumer warp w's KeySpan: [.][2 w] = lo, [.][2 w + 1] = hi
 
   static constexpr uint32_t kTileBytes = 2u * kBlockN * D;  ///< one K (or V) tile
   static_assert((2u * kBlockM * D) % 1024 == 0 && kTileBytes % 1024 == 0, "tiles at 1024-byte offsets");
@@ -60,6 +64,8 @@ struct KvStageStorage {
       mbar_init(&full[st], producers);
       mbar_init(&empty[st], consumers);
     }
+    mbar_init(&rows_full, 1);
+    mbar_init(&rows_empty, consumers);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit too
   }
 };
@@ -68,23 +74,46 @@ struct KvStageStorage {
 /// tile's rows), wait until its stage is free, then load the K and V tiles of
 /// kBlockN keys at the step's first key by TMA (`maps`, boxes of kBlockN rows)
 /// into the stage, completing its full barrier by transaction bytes. b: the
-/// sequence; kvh: the KV head.
+/// sequence; kvh: the KV head; first_step: the pipeline step of the first key
+/// step (a persistent kernel's steps continue over its tiles).
 template <int kBlockN, int D, int kStages, class Steps, class Storage>
 __device__ __forceinline__ void produce_kv_tiles(const AttnParams& p, const SeqInfo& si, int b, int kvh,
-                                                 const Steps& steps, const KvTensorMaps& maps, Storage& s) {
+                                                 const Steps& steps, const KvTensorMaps& maps, Storage& s,
+                                                 int first_step = 0) {
   const int row_base = static_cast<int>(si.tok0_k);
   const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
   for (int tile = 0; tile < steps.count; ++tile) {
-    const PipelineState<kStages> ps{tile};
+    const PipelineState<kStages> ps{first_step + tile};
     const int stage = ps.stage();
     if (ps.refill()) mbar_wait(&s.empty[stage], ps.refill_phase());
     int n0;
     bool full_unused;
     steps.at(p, si, tile, &n0, &full_unused);
     mbar_arrive_expect_tx(&s.full[stage], 2 * Storage::kTileBytes);  // K and V
-    tma_load_tile_pair<kBlockN, D>(s.k[stage], &maps.k, kb, s.v[stage], &maps.v, vb, row_base + n0, kvh,
-                                   &s.full[stage]);
+#pragma unroll 1
+    for (int c = 0; c < D / 64; ++c) {  // rolled: the producer thread has 40-56 registers
+      tma_load_4d(s.k[stage] + c * kBlockN * 64, &maps.k, c * 64, row_base + n0, kvh, kb, &s.full[stage]);
+      tma_load_4d(s.v[stage] + c * kBlockN * 64, &maps.v, c * 64, row_base + n0, kvh, vb, &s.full[stage]);
+    }
   }
+}
+
+/// Producer role (one thread) of a persistent forward: load the Q tile of query
+/// tile `qt` (kBlockM rows: qt.Mq positions from qt.m0 of each of the kBlockM /
+/// qt.Mq heads from qt.h0, head-major as the map's boxes land) into row tile 0
+/// by TMA (`map`: FwdTensorMaps::q), completing rows_full by transaction bytes.
+/// Rows past the sequence read the next sequence's tokens (THD), padding rows
+/// or zeros past the tensor; the kernel never stores them. The caller has
+/// waited for rows_empty.
+template <int kBlockM, int D, class Storage>
+__device__ __forceinline__ void produce_q_tile(const AttnParams& p, const QueryTile& qt, const CUtensorMap* map,
+                                               Storage& s) {
+  const int qb = p.q_batch_stride == 0 ? 0 : qt.b;
+  mbar_arrive_expect_tx(&s.rows_full, 2u * kBlockM * D);
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c)
+    tma_load_4d(s.rows[0] + c * kBlockM * 64, map, c * 64, static_cast<int>(qt.si.tok0_q) + qt.m0, qt.h0, qb,
+                &s.rows_full);
 }
 
 /// Floats per stage of a key step's staged learnable-bias terms (StagedBias,
@@ -141,14 +170,15 @@ struct BiasTerms {
 /// `steps` (rows m0 .. of query head h), the step's BiasTerms, loaded before the
 /// wait for the stage and written into its kBiasStageFloats floats at `bias`
 /// once it is free; each lane then arrives on the stage's full barrier (whose
-/// count includes the 32).
+/// count includes the 32). first_step as produce_kv_tiles.
 template <int kBlockM, int kBlockN, int kStages, class Steps, class Storage>
 __device__ __forceinline__ void produce_bias_terms(const AttnParams& p, const SeqInfo& si, int b, int h, int m0,
-                                                   const Steps& steps, Storage& s, float* bias, int lane) {
+                                                   const Steps& steps, Storage& s, float* bias, int lane,
+                                                   int first_step = 0) {
   const ScoreMod2 mod = ScoreMod2::of(p, h);
   const bool by_key = p.mod == ModKind::offset_bias;
   for (int tile = 0; tile < steps.count; ++tile) {
-    const PipelineState<kStages> ps{tile};
+    const PipelineState<kStages> ps{first_step + tile};
     const int stage = ps.stage();
     int n0;
     bool full_unused;

@@ -42,19 +42,21 @@ class VarlenBackend : public Backend {
     opt.bwd_path = paths_.bwd;
     opt.fwd_rows = fwd_rows_;
     opt.dq_direct = dq_direct_;
+    opt.persistent = persistent_;
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
-  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, pack (fused_options.hpp).
+  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pack (fused_options.hpp).
   OptionSpecs option_specs() const override { return varlen_option_specs(); }
 
  protected:
   void apply_options(const OptionValues& v) override {
     paths_ = kernel_paths(v);
+    persistent_ = parse_auto_on_off(v.text("persistent"));
     deterministic_ = v.flag("deterministic");
     pack_ = static_cast<int>(v.integer("pack"));
     fwd_rows_ = parse_fwd_rows(v.text("fwd_rows"));
-    dq_direct_ = parse_dq_direct(v.text("dq_direct"));
+    dq_direct_ = parse_auto_on_off(v.text("dq_direct"));
   }
 
  private:
@@ -63,6 +65,7 @@ class VarlenBackend : public Backend {
   int fwd_rows_ = 0;  ///< 0 = kernels::fwd_cta_rows' choice
   std::optional<bool> dq_direct_;  ///< nullopt = auto (FusedOptions::dq_direct)
   KernelPaths paths_;
+  std::optional<bool> persistent_;  ///< nullopt = auto (FusedOptions::persistent)
 };
 
 ATTNBENCH_REGISTER_BACKEND(VarlenBackend);

@@ -21,13 +21,14 @@ using namespace attnbench::test;
 namespace {
 
 /// The registered backend's variant with the dQ mode `deterministic`, the
-/// kernel paths `path` (auto | sm80 | sm90, both passes) and the Hopper forward's
-/// CTA rows `rows` (auto | 64 | 128).
+/// kernel paths `path` (auto | sm80 | sm90, both passes), the Hopper forward's
+/// CTA rows `rows` (auto | 64 | 128), dq_direct and persistent (auto | on | off).
 std::unique_ptr<Backend> flash(bool deterministic, const std::string& path = "auto",
-                               const std::string& rows = "auto", const std::string& direct = "auto") {
+                               const std::string& rows = "auto", const std::string& direct = "auto",
+                               const std::string& persistent = "auto") {
   std::unique_ptr<Backend> be = BackendRegistry::create_variant(
       "flash[deterministic=" + std::string(deterministic ? "true" : "false") + ",fwd_path=" + path +
-      ",bwd_path=" + path + ",fwd_rows=" + rows + ",dq_direct=" + direct + "]");
+      ",bwd_path=" + path + ",fwd_rows=" + rows + ",dq_direct=" + direct + ",persistent=" + persistent + "]");
   REQUIRE(be);
   return be;
 }
@@ -39,7 +40,9 @@ std::unique_ptr<Backend> flash(bool deterministic, const std::string& path = "au
 /// CTAs, fwd_rows=128); both again with the portable forward and backward
 /// (options fwd_path = bwd_path = sm80). Where the Hopper backward runs, the
 /// atomic one twice more: every direct dQ row stored by the dK/dV kernel
-/// (dq_direct=on) and none (off), whatever the automatic choice.
+/// (dq_direct=on) and none (off), whatever the automatic choice; the second with
+/// one forward CTA per query tile (persistent=off; every other Hopper forward
+/// here is the persistent one).
 void run_case(const Problem& p) {
   check_gpu_case(*flash(true, "auto", "64"), p, true);  // both Hopper forward tiles, whatever fwd_cta_rows picks
   check_gpu_case(*flash(false, "auto", "128"), p, false);
@@ -47,7 +50,7 @@ void run_case(const Problem& p) {
   check_gpu_case(*flash(false, "sm80"), p, false);
   if (kernels::fwd_sm90_usable() && p.head_dim <= 128) {
     check_gpu_case(*flash(false, "auto", "auto", "on"), p, false);
-    check_gpu_case(*flash(false, "auto", "auto", "off"), p, false);
+    check_gpu_case(*flash(false, "auto", "auto", "off", "off"), p, false);
   }
 }
 
@@ -107,6 +110,33 @@ TEST_CASE("flash: sequence lengths 1, 17, 127, 128, 129, 1000, 1013") {
       run_case(make_problem(B, 2, 1, L, L, 64, t, Layout::bshd, 10 + static_cast<uint64_t>(L)));
       run_case(with_causal(make_problem(B, 2, 2, L, L, 128, t, Layout::bhsd, 20 + static_cast<uint64_t>(L))));
     }
+}
+
+TEST_CASE("flash: the persistent forward walks several tiles per CTA (more tiles than resident CTAs)") {
+  // 2 x 12 heads x 1024 positions: 192 tiles of 128 rows, 384 of 64, against 132 or 264 resident CTAs on an
+  // H100 / H200; causal, GQA 3:1, ragged padding lengths (tiles of different lengths), a window at head_dim 64.
+  // Persistent (the default) and one CTA per tile, both atomic.
+  if (!kernels::fwd_sm90_usable()) {
+    MESSAGE("skipped: the persistent forward is the Hopper one, which does not run here");
+    return;
+  }
+  const Problem causal = with_causal(make_problem(2, 12, 4, 1024, 1024, 128, DType::bf16, Layout::bshd, 70));
+  for (const Problem& p : {causal, with_padding(causal, {1024, 517}, {1024, 517}),
+                           with_window(make_problem(2, 12, 4, 1024, 1024, 64, DType::fp16, Layout::bhsd, 71), 200, 0)})
+    for (const char* persistent : {"on", "off"})
+      check_gpu_case(*flash(false, "auto", "auto", "auto", persistent), p, false);
+}
+
+TEST_CASE("flash: sanitizer-sized persistent forward with more tiles than resident CTAs") {
+  // 2 x 40 heads x 256 positions: 160 tiles of 128 rows and 320 of 64, against 132 / 264 resident CTAs of
+  // the Hopper forward on an H100 / H200, so that CTAs run a second tile (Q, K / V stages and spans reused):
+  // small enough for compute-sanitizer (ci/fused_gpu.sh sanitize).
+  if (!kernels::fwd_sm90_usable()) {
+    MESSAGE("skipped: the persistent forward is the Hopper one, which does not run here");
+    return;
+  }
+  const Problem p = with_causal(make_problem(2, 40, 8, 256, 256, 64, DType::bf16, Layout::bshd, 72));
+  for (const char* rows : {"64", "128"}) check_gpu_case(*flash(false, "auto", rows, "auto", "on"), p, false);
 }
 
 TEST_CASE("flash: Sq != Sk in both directions, both causal alignments") {

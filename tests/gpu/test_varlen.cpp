@@ -26,10 +26,11 @@ namespace {
 /// The registered backend's variant with the dQ mode `deterministic`, the kernel
 /// paths `path` (auto | sm80 | sm90, both passes) and GQA `pack` (0 = the plan's).
 std::unique_ptr<Backend> varlen(bool deterministic, const std::string& path = "auto", int pack = 0,
-                                const std::string& direct = "auto") {
+                                const std::string& direct = "auto", const std::string& persistent = "auto") {
   std::unique_ptr<Backend> be = BackendRegistry::create_variant(
       "varlen[deterministic=" + std::string(deterministic ? "true" : "false") + ",fwd_path=" + path +
-      ",bwd_path=" + path + ",pack=" + std::to_string(pack) + ",dq_direct=" + direct + "]");
+      ",bwd_path=" + path + ",pack=" + std::to_string(pack) + ",dq_direct=" + direct + ",persistent=" + persistent +
+      "]");
   REQUIRE(be);
   return be;
 }
@@ -37,14 +38,16 @@ std::unique_ptr<Backend> varlen(bool deterministic, const std::string& path = "a
 /// As flash's run_case: deterministic with the default forward, atomic with the
 /// default (Hopper where it runs) forward and backward, atomic on the portable
 /// kernels; where the Hopper backward runs, atomic with every direct dQ row
-/// stored by the dK/dV kernel (dq_direct=on) and with none (off).
+/// stored by the dK/dV kernel (dq_direct=on) and with none (off), the latter
+/// with one forward CTA per query tile (persistent=off; the others' Hopper
+/// forward is the persistent one).
 void run_case(const Problem& p) {
   check_gpu_case(*varlen(true), p, true);
   check_gpu_case(*varlen(false), p, false);
   check_gpu_case(*varlen(false, "sm80"), p, false);
   if (kernels::fwd_sm90_usable() && p.head_dim <= 128) {
     check_gpu_case(*varlen(false, "auto", 0, "on"), p, false);
-    check_gpu_case(*varlen(false, "auto", 0, "off"), p, false);
+    check_gpu_case(*varlen(false, "auto", 0, "off", "off"), p, false);
   }
 }
 
