@@ -200,7 +200,7 @@ TEST_CASE("direct dQ rows: the Hopper backward with atomic dQ off the flex path,
   CHECK(can_implement(dense(), det, built).empty());
 }
 
-TEST_CASE("persistent launches: the Hopper forward, dense, packed and flex, and nothing else") {
+TEST_CASE("persistent launches: the Hopper forward and the Hopper deterministic dQ kernel, and nothing else") {
   const auto built = hopper_build();
   LaunchShape s = fwd(1, 0, FwdPath::sm90);
   CHECK(persistent_reason(s, 64).empty());
@@ -209,11 +209,17 @@ TEST_CASE("persistent launches: the Hopper forward, dense, packed and flex, and 
   LaunchShape packed = fwd(2, 0, FwdPath::sm90);
   packed.persistent = true;
   CHECK(can_implement(dense(), packed, built).empty());
+  LaunchShape dq = bwd(BwdPath::sm90);  // deterministic: the Hopper dQ kernel
+  dq.persistent = true;
+  CHECK(can_implement(dense(), dq, built).empty());
   LaunchShape portable = fwd(1, 0, FwdPath::sm80);
   portable.persistent = true;
-  LaunchShape backward = bwd(BwdPath::sm90);
-  backward.persistent = true;
-  for (const LaunchShape& no : {portable, backward}) {
+  LaunchShape atomic = bwd(BwdPath::sm90);  // dQ by the dK/dV kernel's atomics: no dQ kernel
+  atomic.deterministic = false;
+  atomic.persistent = true;
+  LaunchShape portable_dq = bwd(BwdPath::sm80);
+  portable_dq.persistent = true;
+  for (const LaunchShape& no : {portable, atomic, portable_dq}) {
     CHECK_FALSE(persistent_reason(no, 128).empty());
     CHECK(can_implement(dense(), no, built) == persistent_reason(no, 128));
   }

@@ -447,7 +447,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     fwd_maps_ = kernels::make_fwd_tensor_maps(a, q_rows, k_rows, packed_ ? 1 : p.batch, plan_.tile_keys,
                                               kernels::fwd_rows_resolved(a, fwd_args_.shape), fwd_args_.shape.pack);
   if (bwd_path_ == kernels::BwdPath::sm90 && q_rows > 0 && k_rows > 0)
-    bwd_maps_ = kernels::make_bwd_tensor_maps(a, q_rows, k_rows, packed_ ? 1 : p.batch);
+    bwd_maps_ = kernels::make_bwd_tensor_maps(a, q_rows, k_rows, packed_ ? 1 : p.batch, bwd_args_.shape.pack);
   ATTNBENCH_CHECK(cudaStreamSynchronize(st));
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -475,6 +475,8 @@ void FusedInstance::set_launch_args() {
   b.shape.rows = 0;
   b.shape.persistent = false;
   b.shape.deterministic = opt_.deterministic;
+  if (kernels::persistent_reason(b.shape, params_.head_dim).empty())  // the Hopper dQ kernel
+    b.shape.persistent = opt_.persistent.value_or(true);
   if (const std::string why = kernels::dq_direct_reason(b.shape); !why.empty()) {
     if (opt_.dq_direct.value_or(false)) throw std::invalid_argument(opt_.name + ": dq_direct=on: " + why);
   } else {

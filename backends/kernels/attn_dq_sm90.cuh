@@ -47,132 +47,181 @@ constexpr size_t dq_sm90_smem_bytes() {
          (kFlex ? sm90::bias_stage_bytes<kDqSm90BlockM, kDqSm90BlockN>(dq_sm90_stages<D>()) : 0);
 }
 constexpr int kDqSm90Threads = 2 * 128;  ///< the consumer warpgroup and the producer warpgroup
-constexpr int kDqSm90ProducerRegs = 40;
-constexpr int kDqSm90ConsumerRegs = 216;
+/// Registers after setmaxnreg, two CTAs per SM: the producer's tile loop
+/// (QueryTile, KeySteps) needs 48; the consumers take the rest.
+constexpr int kDqSm90ProducerRegs = 48;
+constexpr int kDqSm90ConsumerRegs = 208;
 static_assert(128 * (kDqSm90ProducerRegs + kDqSm90ConsumerRegs) <= 65536 / 2,
               "two CTAs per SM: consumer + producer registers exceed half the register file");
 
-/// dQ of the query tile of work item blockIdx.x / (Hq / pack) (QueryTile: `pack`
-/// heads of one KV head x 64 / pack positions), scaled by p.scale and written in
-/// the element type for positions < store_q. Same items, masks, score mods and
-/// results as attn_bwd_dq_kernel (kFlex: the key steps of the BlockMask lists of
-/// the tile's query block). `maps`: K and V with kDqSm90BlockN-row boxes
-/// (make_bwd_tensor_maps' dq_kv). Needs Dsum and LSE.
+namespace sm90 {
+
+/// Consumer role of attn_dq_sm90_kernel for query tile `qt`, the j-th tile of
+/// this CTA (its key steps are pipeline steps first_step ..): stage the warps'
+/// KeySpans, read the rows' LSE and Dsum, wait for Q and dO (rows_full), run the
+/// key steps, release Q and dO (rows_empty) once the last step's S and dP have
+/// retired (one arrival per thread per tile) and every K / V stage once its dQ
+/// product has, and store dQ. Returns the tile's key steps.
+template <int DH, bool Bf16, bool kFlex, class Storage>
+__device__ __forceinline__ int dq_consume_tile(const AttnParams& p, const QueryTile& qt, Storage& sm,
+                                               const float* s_bias, bool stage_bias, int first_step, int j) {
+  constexpr int D = tile_dim(DH);
+  constexpr int kBlockM = kDqSm90BlockM, kBlockN = kDqSm90BlockN, kStages = dq_sm90_stages<D>();
+  constexpr int kNt = kBlockN / 8, kDt = D / 8;
+  constexpr uint32_t kStageBytes = Storage::kTileBytes;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int b = qt.b, m0 = qt.m0, Mq = qt.Mq;
+  const SeqInfo& si = qt.si;
+  const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
+  const int n_tiles = steps.count;
+  const int wh = qt.h0 + (warp * 16) / Mq;
+  const int wt0 = m0 + (warp * 16) % Mq;
+  const int g = lane / 4, qd = lane % 4;
+  const int row_t[2] = {wt0 + g, wt0 + g + 8};
+  const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row_t[0]), row_bounds<kFlex>(p, si, b, row_t[1])};
+  int* span_buf = sm.span[j & 1];  // alternating buffers: one barrier per tile orders writes and reads
+  stage_warp_span(rb, span_buf, warp, lane);  // partial steps outside the tile's span are skipped
+  named_barrier(1, 128);
+  const KeySpan span = warpgroup_span(span_buf, 0);
+  const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
+  const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
+  const ScoreMod2 mod = ScoreMod2::of(p, wh);
+  const uint32_t q_addr = smem_u32(sm.rows[0]), do_addr = smem_u32(sm.rows[1]), k_addr = smem_u32(sm.k[0]),
+                 v_addr = smem_u32(sm.v[0]);
+  mbar_wait(&sm.rows_full, j & 1);
+
+  Acc dq[kDt];
+  zero_acc(dq);
+  uint32_t dsa[kNt / 2][4];  // dS of the tile in stage ds_stage, as A operands
+  int ds_stage = -1;         // the stage whose dQ += dS K is not issued yet
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const PipelineState<kStages> ps{first_step + tile};
+    const int stage = ps.stage();
+    mbar_wait(&sm.full[stage], ps.phase());
+    int n0;
+    bool full_tile;
+    steps.at(p, si, tile, &n0, &full_tile);
+    if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of the tile sees these keys
+      if (ds_stage >= 0) {
+        pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
+        mbar_arrive(&sm.empty[ds_stage]);
+        ds_stage = -1;
+      }
+      mbar_arrive(&sm.empty[stage]);
+      if (tile == n_tiles - 1) mbar_arrive(&sm.rows_empty);
+      continue;
+    }
+    Acc s[kNt], dp[kNt];
+    scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, 0, s);    // S = Q K^T
+    scores<D, Bf16, kBlockM, kBlockN>(do_addr, v_addr + stage * kStageBytes, 0, dp);  // dP = dO V^T
+    if (ds_stage >= 0) {  // dQ += dS K of the previous tile runs while this tile's dS is computed
+      pv<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
+      wgmma_wait<1>();  // S and dP retired (groups retire in order)
+    } else {
+      wgmma_wait<0>();
+    }
+    fence_acc(s);
+    fence_acc(dp);
+    if (tile == n_tiles - 1) mbar_arrive(&sm.rows_empty);  // the tile's last reads of Q and dO have retired
+    StagedBias sb;
+    if (stage_bias) sb = staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
+    dq_ds<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp, sb);
+    wgmma_wait<0>();  // the previous dQ product has read dsa and K
+    fence_acc(dq);
+    if (ds_stage >= 0) mbar_arrive(&sm.empty[ds_stage]);
+    p_operand<Bf16>(dp, dsa);
+    ds_stage = stage;
+  }
+  if (n_tiles == 0) mbar_arrive(&sm.rows_empty);  // (no key step: Q and dO unread)
+  if (ds_stage >= 0) {
+    pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
+    mbar_arrive(&sm.empty[ds_stage]);
+  }
+  dq_store_rows<Bf16, kDt, DH / 8>(p, si, b, wh, row_t, qd, dq);
+  return n_tiles;
+}
+
+}  // namespace sm90
+
+/// dQ of the query tiles of `items` (`tiles` = TileScheduler::ctas(items, Hq /
+/// pack); QueryTile: `pack` heads of one KV head x 64 / pack positions), scaled by
+/// p.scale and written in the element type for positions < store_q. Same items,
+/// masks, score mods and results as attn_bwd_dq_kernel (kFlex: the key steps of
+/// the BlockMask lists of the tile's query block). `maps`: K and V with
+/// kDqSm90BlockN-row boxes, Q and dO with the tile's boxes (make_bwd_tensor_maps'
+/// dq). Needs Dsum and LSE. The CTA runs the TileScheduler's rounds 0, 1, ...
+/// (one tile per CTA when launched with `tiles` CTAs; persistent, as the Hopper
+/// forward, when launched with fewer: LaunchShape::persistent).
 ///
-/// The producer warpgroup (setmaxnreg 40) has one thread stream K / V tile pairs
-/// through dq_sm90_stages<D>() stages (full barriers complete by transaction bytes, empty
-/// ones when the consumer warpgroup has retired the products that read them).
+/// The producer warpgroup (setmaxnreg 48): one thread streams K / V tile pairs
+/// through dq_sm90_stages<D>() stages (full barriers complete by transaction
+/// bytes, empty ones when the consumer warpgroup has retired the products that
+/// read them), the steps running on across the CTA's tiles; one thread of warp 2
+/// loads each tile's Q and dO by TMA once the previous tile released them.
 /// Per key tile the consumers issue S and dP as two commit groups and the
 /// previous tile's dQ += dS K as a third, wait for S and dP only, and turn dP into
 /// dS in registers while the tensor cores run that dQ product (the forward's P V
 /// overlap, FlashAttention-3 section 3.2); partial tiles outside the KeySpan of the
-/// tile's rows are skipped. A stage is released once the dQ product that reads its K
-/// retires. Rows a box reads past a sequence
-/// (padding, the next THD sequence) are masked (P = dS = 0), so they must be finite.
+/// tile's rows are skipped. A stage is released once the dQ product that reads its
+/// K retires. Rows a box reads past a sequence (padding, the next THD sequence)
+/// are masked (P = dS = 0), so they must be finite.
 template <int DH, bool Bf16, bool kFlex = false>
 __global__ void __launch_bounds__(kDqSm90Threads, 2)
-    attn_dq_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int pack,
-                        const __grid_constant__ KvTensorMaps maps) {
+    attn_dq_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int64_t tiles, int pack,
+                        const __grid_constant__ DqTensorMaps maps) {
 #if ATTNBENCH_SM90A
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kBlockM = kDqSm90BlockM, kBlockN = kDqSm90BlockN, kStages = dq_sm90_stages<D>(), kConsumers = 128;
-  constexpr int kNt = kBlockN / 8, kDt = D / 8;
-  using RowTile = sm90::Sw128Tile<kBlockM, D>;
   using Storage = DqSm90Storage<D>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   Storage& sm = Storage::at(smem_raw);
-  uint16_t* sQ = sm.rows[0];
-  uint16_t* sdO = sm.rows[1];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
-  const int h0 = qt.h0, kvh = qt.kvh, b = qt.b, m0 = qt.m0, Mq = qt.Mq;
-  const SeqInfo si = qt.si;
-  const KeySteps<kFlex> steps(p, si, b, m0, Mq, kBlockN);
-  const int n_tiles = steps.count;
-  constexpr uint32_t kStageBytes = Storage::kTileBytes;
   // flex with a learnable bias: producer warp 1 stages each step's bias terms (StagedBias)
   const bool stage_bias = kFlex && learnable_bias(p.mod);
   float* s_bias = reinterpret_cast<float*>(smem_raw + sizeof(Storage));  // kFlex: dq_sm90_smem_bytes
   if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1);
   __syncthreads();  // the only CTA-wide barrier
 
-  if (warp >= 4) {  // producer warpgroup
+  int step = 0, j = 0;  // the pipeline step of the tile's first key step; the CTA's tile count
+  if (warp >= 4) {      // producer warpgroup: warp 4 copies K / V, warp 5 stages bias terms, warp 6 Q and dO
     sm90::regs_dec<kDqSm90ProducerRegs>();
-    if (tid == kConsumers) sm90::produce_kv_tiles<kBlockN, D, kStages>(p, si, b, kvh, steps, maps, sm);
-    if (stage_bias && warp == 5)  // (flex: pack 1, the tile's rows are one head)
-      sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, si, b, h0, m0, steps, sm, s_bias, lane);
-  } else {  // the consumer warpgroup
-    sm90::regs_inc<kDqSm90ConsumerRegs>();
-    load_packed_rows<kBlockM, D, kConsumers, RowTile, DH>(sQ, static_cast<const uint16_t*>(p.q), m0, Mq, si.lq, h0,
-                                                      [&](int t, int h) { return q_off(p, si, b, t, h); }, tid);
-    load_packed_rows<kBlockM, D, kConsumers, RowTile, DH>(sdO, static_cast<const uint16_t*>(p.dout), m0, Mq, si.lq, h0,
-                                                      [&](int t, int h) { return o_off(p, si, b, t, h); }, tid);
-    const int wh = h0 + (warp * 16) / Mq;
-    const int wt0 = m0 + (warp * 16) % Mq;
-    const int g = lane / 4, qd = lane % 4;
-    const int row_t[2] = {wt0 + g, wt0 + g + 8};
-    const RowBounds rb[2] = {row_bounds<kFlex>(p, si, b, row_t[0]), row_bounds<kFlex>(p, si, b, row_t[1])};
-    stage_warp_span(rb, sm.span[0], warp, lane);  // partial steps outside the tile's span are skipped
-    cp_async_commit();
-    cp_async_wait<0>();
-    sm90::fence_proxy_async();  // the rows' stores, before wgmma reads them
-    sm90::named_barrier(1, kConsumers);
-    const KeySpan span = warpgroup_span(sm.span[0], 0);
-    const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
-    const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
-    const ScoreMod2 mod = ScoreMod2::of(p, wh);
-    const uint32_t q_addr = smem_u32(sQ), do_addr = smem_u32(sdO), k_addr = smem_u32(sm.k[0]), v_addr = smem_u32(sm.v[0]);
-
-    Acc dq[kDt];
-    zero_acc(dq);
-    uint32_t dsa[kNt / 2][4];  // dS of the tile in stage ds_stage, as A operands
-    int ds_stage = -1;         // the stage whose dQ += dS K is not issued yet
-    for (int tile = 0; tile < n_tiles; ++tile) {
-      const sm90::PipelineState<kStages> ps{tile};
-      const int stage = ps.stage();
-      sm90::mbar_wait(&sm.full[stage], ps.phase());
-      int n0;
-      bool full_tile;
-      steps.at(p, si, tile, &n0, &full_tile);
-      if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of the tile sees these keys
-        if (ds_stage >= 0) {
-          sm90::pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
-          sm90::mbar_arrive(&sm.empty[ds_stage]);
-          ds_stage = -1;
-        }
-        sm90::mbar_arrive(&sm.empty[stage]);
+    const int role = lane == 0 ? warp - 4 : -1;  // one thread per role
+    const bool kv = role == 0, biases = stage_bias && warp == 5, rows = role == 2;
+    if (!kv && !biases && !rows) return;
+#pragma unroll 1
+    for (;; ++j) {  // only j and step live across tiles
+      const WorkTile w = TileScheduler{items, p.heads_q / pack, tiles}.round(j);
+      if (!w.valid) break;
+      const QueryTile qt = QueryTile::at(p, w, pack, kBlockM);
+      if (rows) {  // its own warp: waiting for the consumers to release Q and dO never holds up K / V
+        if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);
+        const CUtensorMap* const row_maps[2] = {&maps.q, &maps.dout};
+        sm90::produce_row_tiles<kBlockM, D, 2>(p, qt, row_maps, sm);
         continue;
       }
-      Acc s[kNt], dp[kNt];
-      sm90::scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, 0, s);    // S = Q K^T
-      sm90::scores<D, Bf16, kBlockM, kBlockN>(do_addr, v_addr + stage * kStageBytes, 0, dp);  // dP = dO V^T
-      if (ds_stage >= 0) {  // dQ += dS K of the previous tile runs while this tile's dS is computed
-        sm90::pv<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
-        sm90::wgmma_wait<1>();  // S and dP retired (groups retire in order)
-      } else {
-        sm90::wgmma_wait<0>();
-      }
-      sm90::fence_acc(s);
-      sm90::fence_acc(dp);
-      StagedBias sb;
-      if (stage_bias)
-        sb = sm90::staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
-      dq_ds<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp, sb);
-      sm90::wgmma_wait<0>();  // the previous dQ product has read dsa and K
-      sm90::fence_acc(dq);
-      if (ds_stage >= 0) sm90::mbar_arrive(&sm.empty[ds_stage]);
-      sm90::p_operand<Bf16>(dp, dsa);
-      ds_stage = stage;
+      const KeySteps<kFlex> steps(p, qt.si, qt.b, qt.m0, qt.Mq, kBlockN);
+      if (kv)
+        sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step);
+      else  // (flex: pack 1, the tile's rows are one head)
+        sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm, s_bias, lane,
+                                                            step);
+      step += steps.count;
     }
-    if (ds_stage >= 0) {
-      sm90::pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
+  } else {  // the consumer warpgroup
+    sm90::regs_inc<kDqSm90ConsumerRegs>();
+#pragma unroll 1
+    for (;; ++j) {
+      const WorkTile w = TileScheduler{items, p.heads_q / pack, tiles}.round(j);
+      if (!w.valid) break;
+      step += sm90::dq_consume_tile<DH, Bf16, kFlex>(p, QueryTile::at(p, w, pack, kBlockM), sm, s_bias, stage_bias,
+                                                     step, j);
     }
-    dq_store_rows<Bf16, kDt, DH / 8>(p, si, b, wh, row_t, qd, dq);
   }
 #else
   (void)p;
   (void)items;
+  (void)tiles;
   (void)pack;
   __trap();  // built without sm_90a: the host never launches this (fwd_sm90_usable)
 #endif

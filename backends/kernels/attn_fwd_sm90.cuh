@@ -294,7 +294,8 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       const QueryTile qt = QueryTile::at(p, w, pack, kBlockM);
       if (q) {  // its own warp: waiting for the consumers to release Q never holds up the K / V stages
         if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);
-        sm90::produce_q_tile<kBlockM, D>(p, qt, &maps.q, sm);
+        const CUtensorMap* const q_map[1] = {&maps.q};
+        sm90::produce_row_tiles<kBlockM, D, 1>(p, qt, q_map, sm);
         if constexpr (!fwd_sm90_persistent<D>()) break;
         continue;
       }

@@ -95,7 +95,8 @@ FwdTensorMaps make_fwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t 
   return maps;
 }
 
-BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch) {
+BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch,
+                                   int dq_pack) {
   BwdTensorMaps maps;
   constexpr int kKeyBox = bwd_block_n(BwdPath::sm90), kRowBox = 64;
   maps.k = encode_map(p, "K", p.k, k_rows, p.heads_kv, batch, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
@@ -106,7 +107,11 @@ BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t 
                       kRowBox);
   maps.dout = encode_map(p, "dO", p.dout, q_rows, p.heads_q, batch, p.o_batch_stride, p.o_row_stride,
                          p.o_head_stride, kRowBox);
-  maps.dq_kv = make_kv_tensor_maps(p, k_rows, batch, kDqBlockN);  // kDqSm90BlockN
+  maps.dq.kv = make_kv_tensor_maps(p, k_rows, batch, kDqBlockN);  // kDqSm90BlockN
+  maps.dq.q = encode_map(p, "Q", p.q, q_rows, p.heads_q, batch, p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                         kDqBlockM / dq_pack, dq_pack);
+  maps.dq.dout = encode_map(p, "dO", p.dout, q_rows, p.heads_q, batch, p.o_batch_stride, p.o_row_stride,
+                            p.o_head_stride, kDqBlockM / dq_pack, dq_pack);
   return maps;
 }
 

@@ -51,19 +51,28 @@ struct FwdTensorMaps {
 FwdTensorMaps make_fwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch, int key_box,
                                    int rows, int pack);
 
+/// TMA descriptors of the deterministic Hopper dQ kernel (attn_dq_sm90.cuh): K
+/// and V with its 64-row key boxes, Q and dO (O's strides) with boxes of 64 /
+/// pack positions x pack heads, landing head-major as FwdTensorMaps::q.
+struct DqTensorMaps {
+  KvTensorMaps kv;
+  CUtensorMap q, dout;
+};
+
 /// TMA descriptors of the Hopper backward (attn_bwd_sm90.cuh): K and V with
 /// kBwdSm90 key-tile boxes (128 rows), Q and dO (O's strides) with 64-row boxes;
-/// same tensor form as KvTensorMaps (Q and dO over heads_q). dq_kv: K and V with
-/// the deterministic Hopper dQ kernel's 64-row boxes (attn_dq_sm90.cuh).
+/// same tensor form as KvTensorMaps (Q and dO over heads_q). dq: the
+/// deterministic Hopper dQ kernel's maps.
 struct BwdTensorMaps {
   CUtensorMap q, k, v, dout;
-  KvTensorMaps dq_kv;
+  DqTensorMaps dq;
 };
 
 /// Encode the backward's maps: q_rows / k_rows positions per (batch, head)
-/// (seq_q / seq_k padded, all tokens in THD), `batch` as make_kv_tensor_maps.
-/// Throws DeviceError like make_kv_tensor_maps.
-BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch);
+/// (seq_q / seq_k padded, all tokens in THD), `batch` as make_kv_tensor_maps,
+/// dq_pack the dQ kernel's GQA pack (TilePlan::pack). Throws DeviceError like
+/// make_kv_tensor_maps.
+BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t k_rows, int64_t batch, int dq_pack);
 
 /// Whether the Hopper kernels can run on the current device: this build has
 /// sm_90a instances (compiled_instances() with path 1: CMAKE_CUDA_ARCHITECTURES

@@ -113,9 +113,12 @@ std::string dq_direct_reason(const LaunchShape& s) {
 }
 
 std::string persistent_reason(const LaunchShape& s, int head_dim) {
-  if (s.direction != Direction::forward || s.fwd_path != FwdPath::sm90)
-    return "a persistent launch needs the Hopper forward (fwd_path auto or sm90 on an sm_90a build with a device of "
-           "compute capability 9.0)";
+  const bool fwd = s.direction == Direction::forward && s.fwd_path == FwdPath::sm90;
+  const bool dq = s.direction == Direction::backward && s.bwd_path == BwdPath::sm90 && s.deterministic;
+  if (!fwd && !dq)
+    return "a persistent launch needs the Hopper forward or the Hopper deterministic dQ kernel (fwd_path / "
+           "bwd_path auto or sm90 on an sm_90a build with a device of compute capability 9.0; the dQ kernel with "
+           "deterministic dQ)";
   if (head_dim > 128)
     return "the persistent Hopper forward runs up to head_dim 128 (at " + std::to_string(head_dim) +
            " the consumers' registers hold no tile-loop state)";

@@ -56,9 +56,9 @@ struct LaunchShape {
   /// dq_direct_block), the other rows take the atomics. The plan sets it where
   /// kDqDirectRowsPercent of the rows are direct (TilePlan::dq_direct_rows).
   bool dq_direct = false;
-  /// Forward, Hopper path: a persistent launch, one CTA per resident slot
-  /// walking the tile list (TileScheduler, attn_fwd_sm90.cuh) instead of one
-  /// CTA per tile.
+  /// The Hopper forward, or the Hopper deterministic dQ kernel: a persistent
+  /// launch, one CTA per resident slot walking the tile list (TileScheduler,
+  /// attn_fwd_sm90.cuh, attn_dq_sm90.cuh) instead of one CTA per tile.
   bool persistent = false;
 };
 
@@ -92,9 +92,10 @@ std::string fwd_rows_reason(int pack, int rows, bool flex, int q_block, int head
 std::string dq_direct_reason(const LaunchShape& shape);
 
 /// Why launch shape `shape` cannot be persistent at `head_dim`
-/// (LaunchShape::persistent; empty when it can): only the Hopper forward is
-/// written as a tile loop, up to head_dim 128 (fwd_sm90_persistent: at 256 its
-/// registers hold no loop state). Looks at direction and fwd_path, not at
+/// (LaunchShape::persistent; empty when it can): the Hopper forward and the
+/// Hopper deterministic dQ kernel are written as tile loops, up to head_dim 128
+/// (fwd_sm90_persistent: at 256 the forward's registers hold no loop state).
+/// Looks at direction, the direction's path and deterministic, not at
 /// persistent.
 std::string persistent_reason(const LaunchShape& shape, int head_dim);
 

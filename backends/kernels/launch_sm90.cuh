@@ -56,16 +56,18 @@ void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_
 }
 
 /// The deterministic Hopper dQ kernel over query tiles of kDqBlockM / pack
-/// positions (`pack` heads each).
+/// positions (`pack` heads each); one CTA per tile, or (persistent) one per
+/// resident slot walking the tiles (TileScheduler).
 template <int D, bool Bf16, bool kFlex>
-void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, const KvTensorMaps& maps,
-             cudaStream_t st) {
+void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, bool persistent,
+             const DqTensorMaps& maps, cudaStream_t st) {
   constexpr auto kernel = attn_dq_sm90_kernel<D, Bf16, kFlex>;
   constexpr size_t smem = dq_sm90_smem_bytes<sm90::tile_dim(D), kFlex>();
   allow_smem<kernel>(smem);
-  const int64_t blocks = TileScheduler::ctas(n_q, p.heads_q / pack);
-  if (blocks == 0) return;
-  kernel<<<static_cast<unsigned>(blocks), kDqSm90Threads, smem, st>>>(p, q_items, pack, maps);
+  const int64_t tiles = TileScheduler::ctas(n_q, p.heads_q / pack);
+  if (tiles == 0) return;
+  const int64_t blocks = persistent ? std::min(tiles, resident_ctas<kernel>(kDqSm90Threads, smem)) : tiles;
+  kernel<<<static_cast<unsigned>(blocks), kDqSm90Threads, smem, st>>>(p, q_items, tiles, pack, maps);
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
@@ -87,7 +89,7 @@ void backward_sm90(const AttnParams& p, const LaunchArgs& a) {
     dkdv_sm90<D, Bf16, kFlex, false, false, kFlex>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
   else
     dkdv_sm90<D, Bf16, kFlex, false>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
-  dq_sm90<D, Bf16, kFlex>(p, a.dq_items, a.n_dq_items, a.shape.pack, maps.dq_kv, a.stream);
+  dq_sm90<D, Bf16, kFlex>(p, a.dq_items, a.n_dq_items, a.shape.pack, a.shape.persistent, maps.dq, a.stream);
 }
 
 }  // namespace detail

@@ -98,22 +98,24 @@ __device__ __forceinline__ void produce_kv_tiles(const AttnParams& p, const SeqI
   }
 }
 
-/// Producer role (one thread) of a persistent forward: load the Q tile of query
-/// tile `qt` (kBlockM rows: qt.Mq positions from qt.m0 of each of the kBlockM /
-/// qt.Mq heads from qt.h0, head-major as the map's boxes land) into row tile 0
-/// by TMA (`map`: FwdTensorMaps::q), completing rows_full by transaction bytes.
-/// Rows past the sequence read the next sequence's tokens (THD), padding rows
-/// or zeros past the tensor; the kernel never stores them. The caller has
-/// waited for rows_empty.
-template <int kBlockM, int D, class Storage>
-__device__ __forceinline__ void produce_q_tile(const AttnParams& p, const QueryTile& qt, const CUtensorMap* map,
-                                               Storage& s) {
-  const int qb = p.q_batch_stride == 0 ? 0 : qt.b;
-  mbar_arrive_expect_tx(&s.rows_full, 2u * kBlockM * D);
+/// Producer role (one thread) of a persistent kernel: load the row tiles of
+/// query tile `qt` (kBlockM rows: qt.Mq positions from qt.m0 of each of the
+/// kBlockM / qt.Mq heads from qt.h0, head-major as the maps' boxes land) by TMA,
+/// tile i from maps[i] into rows[i] (the forward's Q; the dQ kernel's Q and dO),
+/// completing rows_full by transaction bytes. Rows past the sequence read the
+/// next sequence's tokens (THD), padding rows or zeros past the tensor; the
+/// kernels never store them. The caller has waited for rows_empty.
+template <int kBlockM, int D, int kTiles, class Storage>
+__device__ __forceinline__ void produce_row_tiles(const AttnParams& p, const QueryTile& qt,
+                                                  const CUtensorMap* const (&maps)[kTiles], Storage& s) {
+  const int qb = p.q_batch_stride == 0 ? 0 : qt.b;  // (O's batch stride is 0 exactly when Q's is: THD)
+  mbar_arrive_expect_tx(&s.rows_full, 2u * kBlockM * D * kTiles);
 #pragma unroll
-  for (int c = 0; c < D / 64; ++c)
-    tma_load_4d(s.rows[0] + c * kBlockM * 64, map, c * 64, static_cast<int>(qt.si.tok0_q) + qt.m0, qt.h0, qb,
-                &s.rows_full);
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c)
+      tma_load_4d(s.rows[i] + c * kBlockM * 64, maps[i], c * 64, static_cast<int>(qt.si.tok0_q) + qt.m0, qt.h0, qb,
+                  &s.rows_full);
 }
 
 /// Floats per stage of a key step's staged learnable-bias terms (StagedBias,

@@ -40,7 +40,8 @@ std::unique_ptr<Backend> varlen(bool deterministic, const std::string& path = "a
 /// kernels; where the Hopper backward runs, atomic with every direct dQ row
 /// stored by the dK/dV kernel (dq_direct=on) and with none (off), the latter
 /// with one forward CTA per query tile (persistent=off; the others' Hopper
-/// forward is the persistent one).
+/// forward is the persistent one), and deterministic with persistent=off (the
+/// Hopper dQ kernel one CTA per tile; the first run's is persistent).
 void run_case(const Problem& p) {
   check_gpu_case(*varlen(true), p, true);
   check_gpu_case(*varlen(false), p, false);
@@ -48,6 +49,7 @@ void run_case(const Problem& p) {
   if (kernels::fwd_sm90_usable() && p.head_dim <= 128) {
     check_gpu_case(*varlen(false, "auto", 0, "on"), p, false);
     check_gpu_case(*varlen(false, "auto", 0, "off", "off"), p, false);
+    check_gpu_case(*varlen(true, "auto", 0, "auto", "off"), p, true);  // the Hopper dQ kernel, one CTA per tile
   }
 }
 
