@@ -102,13 +102,7 @@ __device__ __forceinline__ int dq_consume_tile(const AttnParams& p, const QueryT
     bool full_tile;
     steps.at(p, si, tile, &n0, &full_tile);
     if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of the tile sees these keys
-      if (ds_stage >= 0) {
-        pv_retire<D, Bf16, kBlockN>(dsa, k_addr + ds_stage * kStageBytes, dq);
-        mbar_arrive(&sm.empty[ds_stage]);
-        ds_stage = -1;
-      }
-      mbar_arrive(&sm.empty[stage]);
-      if (tile == n_tiles - 1) mbar_arrive(&sm.rows_empty);
+      skip_step<D, Bf16, kBlockN>(sm, stage, tile == n_tiles - 1, ds_stage, dsa, k_addr, dq);
       continue;
     }
     Acc s[kNt], dp[kNt];

@@ -109,6 +109,24 @@ __device__ __forceinline__ void pv_retire(const uint32_t (&pa)[kNp][4], uint32_t
   fence_acc(o);
 }
 
+/// A key step that no row of the consumer warpgroup sees, in a tile loop whose
+/// product of the previous step (A operands `pa` from registers, B in stage
+/// `pending` at b_base + pending * kStageBytes) is not issued yet: issue and
+/// retire that product, release its stage and this one (`stage`), and after the
+/// tile's last step (`last`) the row tiles (rows_empty). pending becomes -1.
+/// The forward (P V) and the dQ kernel (dS K) skip steps so.
+template <int D, bool Bf16, int kBlockN, int kNp, int kDt, class Storage>
+__device__ __forceinline__ void skip_step(Storage& sm, int stage, bool last, int& pending,
+                                          const uint32_t (&pa)[kNp][4], uint32_t b_base, Acc (&acc)[kDt]) {
+  if (pending >= 0) {
+    pv_retire<D, Bf16, kBlockN>(pa, b_base + pending * Storage::kTileBytes, acc);
+    mbar_arrive(&sm.empty[pending]);
+    pending = -1;
+  }
+  mbar_arrive(&sm.empty[stage]);
+  if (last) mbar_arrive(&sm.rows_empty);
+}
+
 }  // namespace sm90
 
 /// Whether the Hopper forward at tile width D loops over tiles (a persistent
@@ -191,13 +209,7 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
     bool full_tile;
     steps.at(p, si, tile, &n0, &full_tile);
     if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of this warpgroup sees these keys
-      if (p_stage >= 0) {
-        pv_retire<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
-        mbar_arrive(&sm.empty[p_stage]);
-        p_stage = -1;
-      }
-      mbar_arrive(&sm.empty[stage]);
-      if (tile == n_tiles - 1) mbar_arrive(&sm.rows_empty);  // (Q release: see below)
+      skip_step<D, Bf16, kBlockN>(sm, stage, tile == n_tiles - 1, p_stage, pa, v_addr, o);  // (Q release: below)
       continue;
     }
     Acc s[kNt];
