@@ -13,8 +13,8 @@
 //   deterministic  flash, varlen        false|true               dQ by its own kernel instead of atomics
 //   dq_direct      flash, varlen        auto|on|off              Hopper atomic backward: rows whose keys lie in
 //                                                                one key block get dQ stored by the dK/dV kernel
-//   persistent     flash, varlen, flex  auto|on|off              Hopper forward: one CTA per resident slot
-//                                                                walking the query tiles (TileScheduler)
+//   persistent     flash, varlen, flex  auto|on|off              Hopper forward and deterministic dQ kernel: one
+//                                                                CTA per resident slot walking the query tiles
 //   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
 //   block          flex                 128|64                   Q_BLOCK = KV_BLOCK of the BlockMask
 //   dbias          flex                 deterministic|atomic|none  how dBias of a learnable bias is made
@@ -106,9 +106,10 @@ inline OptionSpec dq_direct_option() {
 inline OptionSpec persistent_option() {
   return auto_on_off_option(
       "persistent",
-      "Hopper forward: one CTA per resident slot (SMs x CTAs per SM) walking the longest-first query tiles, the next "
-      "tile's Q / K / V loading while a tile finishes, instead of one CTA per tile. auto = on where it runs (the "
-      "Hopper forward up to head_dim 128), on = always (an error row elsewhere), off = never");
+      "Hopper forward and Hopper deterministic dQ kernel: one CTA per resident slot (SMs x CTAs per SM) walking the "
+      "longest-first query tiles, the next tile's loads running while a tile finishes, instead of one CTA per tile. "
+      "auto = on where it runs (up to head_dim 128), on = always (an error row where the forward is not the Hopper "
+      "one), off = never");
 }
 
 /// An auto|on|off option's value (dq_direct, persistent) as an optional<bool>
