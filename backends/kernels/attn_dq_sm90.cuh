@@ -95,12 +95,9 @@ __device__ __forceinline__ int dq_consume_tile(const AttnParams& p, const QueryT
   uint32_t dsa[kNt / 2][4];  // dS of the tile in stage ds_stage, as A operands
   int ds_stage = -1;         // the stage whose dQ += dS K is not issued yet
   for (int tile = 0; tile < n_tiles; ++tile) {
-    const PipelineState<kStages> ps{first_step + tile};
-    const int stage = ps.stage();
-    mbar_wait(&sm.full[stage], ps.phase());
     int n0;
     bool full_tile;
-    steps.at(p, si, tile, &n0, &full_tile);
+    const int stage = wait_step<kStages>(p, si, steps, sm, first_step, tile, &n0, &full_tile);
     if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of the tile sees these keys
       skip_step<D, Bf16, kBlockN>(sm, stage, tile == n_tiles - 1, ds_stage, dsa, k_addr, dq);
       continue;

@@ -129,16 +129,6 @@ __device__ __forceinline__ void skip_step(Storage& sm, int stage, bool last, int
 
 }  // namespace sm90
 
-/// Whether the Hopper forward at tile width D loops over tiles (a persistent
-/// launch, LaunchShape::persistent): up to 128. At 256 the consumers' O (128
-/// floats) leaves no register for the loop's state: ptxas spilled 84-192 bytes
-/// per thread, so each CTA runs its first tile (round 0) alone there
-/// (persistent_reason refuses it).
-template <int D>
-constexpr bool fwd_sm90_persistent() {
-  return D <= 128;
-}
-
 /// Threads of attn_fwd_sm90_kernel: kWG consumer warpgroups and one producer
 /// warpgroup (registers are allocated per warpgroup: a lone producer warp would
 /// cost as much; setmaxnreg moves its registers to the consumers).
@@ -154,11 +144,11 @@ constexpr int fwd_sm90_threads() {
 /// 128. At 256 (one tile per CTA): 232 / 216 and 40, the consumers' O needs them.
 template <int kWG, int D>
 constexpr int fwd_sm90_producer_regs() {
-  return D > 128 ? 40 : kWG == 2 ? 56 : 48;
+  return !persistent_head_dim(D) ? 40 : kWG == 2 ? 56 : 48;
 }
 template <int kWG, int D>
 constexpr int fwd_sm90_consumer_regs() {
-  if (D > 128) return kWG == 2 ? 232 : 216;
+  if (!persistent_head_dim(D)) return kWG == 2 ? 232 : 216;
   return kWG == 2 ? 224 : 208;
 }
 
@@ -202,12 +192,9 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
   int p_stage = -1;  // the stage of the tile whose P is in pa and whose P V is not issued yet
 
   for (int tile = 0; tile < n_tiles; ++tile) {
-    const PipelineState<kStages> ps{first_step + tile};
-    const int stage = ps.stage();
-    mbar_wait(&sm.full[stage], ps.phase());
     int n0;
     bool full_tile;
-    steps.at(p, si, tile, &n0, &full_tile);
+    const int stage = wait_step<kStages>(p, si, steps, sm, first_step, tile, &n0, &full_tile);
     if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of this warpgroup sees these keys
       skip_step<D, Bf16, kBlockN>(sm, stage, tile == n_tiles - 1, p_stage, pa, v_addr, o);  // (Q release: below)
       continue;
@@ -308,7 +295,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
         if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);
         const CUtensorMap* const q_map[1] = {&maps.q};
         sm90::produce_row_tiles<kBlockM, D, 1>(p, qt, q_map, sm);
-        if constexpr (!fwd_sm90_persistent<D>()) break;
+        if constexpr (!persistent_head_dim(DH)) break;
         continue;
       }
       const KeySteps<kFlex> steps(p, qt.si, qt.b, qt.m0, qt.Mq, kBlockN);
@@ -318,7 +305,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
         sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm, s_bias, lane,
                                                             step);
       step += steps.count;
-      if constexpr (!fwd_sm90_persistent<D>()) break;
+      if constexpr (!persistent_head_dim(DH)) break;
     }
   } else {  // consumer warpgroups
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG, D>()>();
@@ -328,7 +315,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       if (!w.valid) break;
       step += sm90::fwd_consume_tile<DH, Bf16, kWG, kBlockN, kFlex>(p, QueryTile::at(p, w, pack, kBlockM), sm, s_bias,
                                                                    stage_bias, step, j);
-      if constexpr (!fwd_sm90_persistent<D>()) break;  // one tile per CTA: no state across tiles
+      if constexpr (!persistent_head_dim(DH)) break;  // one tile per CTA: no state across tiles
     }
   }
 #else

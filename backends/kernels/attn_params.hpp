@@ -213,6 +213,13 @@ constexpr int bwd_block_m(int head_dim, BwdPath path = BwdPath::sm80) {
 /// keys when each consumer warpgroup's dQ columns sum over all of them (tiles 128
 /// wide: head_dim 96, 128), one warpgroup's 64 keys at head_dim 64.
 constexpr int dq_direct_block_n(int head_dim) { return head_dim <= 64 ? kBwdSm90BlockN / 2 : kBwdSm90BlockN; }
+/// Whether the Hopper kernels written as tile loops (the forward, the
+/// deterministic dQ kernel; LaunchShape::persistent) loop at `head_dim`: up to
+/// 128. At 256 the forward's consumers hold O (128 floats per thread) and have no
+/// register left for the loop's state (ptxas spilled 84-192 bytes per thread),
+/// so there each CTA runs its first tile alone. Read by can_implement
+/// (persistent_reason) and by the kernels.
+constexpr bool persistent_head_dim(int head_dim) { return head_dim <= 128; }
 constexpr int kDqBlockM = 64;    ///< deterministic dQ: query rows per CTA
 constexpr int kDqBlockN = 64;    ///< deterministic dQ: keys per step
 

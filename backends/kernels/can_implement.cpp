@@ -119,7 +119,7 @@ std::string persistent_reason(const LaunchShape& s, int head_dim) {
     return "a persistent launch needs the Hopper forward or the Hopper deterministic dQ kernel (fwd_path / "
            "bwd_path auto or sm90 on an sm_90a build with a device of compute capability 9.0; the dQ kernel with "
            "deterministic dQ)";
-  if (head_dim > 128)
+  if (!persistent_head_dim(head_dim))
     return "the persistent Hopper forward runs up to head_dim 128 (at " + std::to_string(head_dim) +
            " the consumers' registers hold no tile-loop state)";
   return {};

@@ -94,7 +94,7 @@ std::string dq_direct_reason(const LaunchShape& shape);
 /// Why launch shape `shape` cannot be persistent at `head_dim`
 /// (LaunchShape::persistent; empty when it can): the Hopper forward and the
 /// Hopper deterministic dQ kernel are written as tile loops, up to head_dim 128
-/// (fwd_sm90_persistent: at 256 the forward's registers hold no loop state).
+/// (persistent_head_dim: at 256 the forward's registers hold no loop state).
 /// Looks at direction, the direction's path and deterministic, not at
 /// persistent.
 std::string persistent_reason(const LaunchShape& shape, int head_dim);

@@ -118,6 +118,19 @@ __device__ __forceinline__ void produce_row_tiles(const AttnParams& p, const Que
                   &s.rows_full);
 }
 
+/// A consumer's wait for key step `tile` of a query tile whose steps are
+/// pipeline steps first_step ..: waits for the step's stage to be full and
+/// returns it, with the step's first key (n0) and whether no pair of it is
+/// masked (full).
+template <int kStages, class Steps, class Storage>
+__device__ __forceinline__ int wait_step(const AttnParams& p, const SeqInfo& si, const Steps& steps, Storage& sm,
+                                         int first_step, int tile, int* n0, bool* full) {
+  const PipelineState<kStages> ps{first_step + tile};
+  mbar_wait(&sm.full[ps.stage()], ps.phase());
+  steps.at(p, si, tile, n0, full);
+  return ps.stage();
+}
+
 /// Floats per stage of a key step's staged learnable-bias terms (StagedBias,
 /// produce_bias_terms): rel_bias needs one per query-key distance of the step,
 /// kBlockM + kBlockN - 1.

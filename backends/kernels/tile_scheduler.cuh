@@ -19,9 +19,9 @@
 // next band's shortest, so that the CTAs' sums of work stay close (with c + j G,
 // CTA 0 would take the longest tile of every band). A kernel written as
 // `for (j = 0; (w = s.round(j)).valid; ++j)` overlaps a tile's epilogue with the
-// next tile's loads. The Hopper forward is written so (option
-// `persistent`, LaunchShape::persistent); the other kernels run initial() alone
-// and are launched with ctas() CTAs.
+// next tile's loads. The Hopper forward and the Hopper dQ kernel are written so
+// (option `persistent`, LaunchShape::persistent); the other kernels take
+// own_tile() and are launched with ctas() CTAs.
 #pragma once
 
 #include <cstdint>
@@ -33,17 +33,16 @@ namespace attnbench::kernels {
 
 /// One tile of work: the plan's work item (sequence, first position of its
 /// query or key tile) and the head chunk (query heads chunk * pack .. + pack - 1
-/// of the forward and dQ kernels; the KV head of the dK/dV kernels); `index` in
-/// the scheduler's tile order.
+/// of the forward and dQ kernels; the KV head of the dK/dV kernels).
 struct WorkTile {
   WorkItem item;
   int head_chunk = 0;
-  int64_t index = 0;
   bool valid = false;
 };
 
 /// The family's scheduler: tile t = (item t / head_chunks, chunk t % head_chunks)
-/// of `tiles` = items x head_chunks; CTA c runs tiles c, c + gridDim.x, ...
+/// of `tiles` = items x head_chunks; CTA c runs the tiles of its rounds
+/// (round_tile).
 struct TileScheduler {
   const WorkItem* items = nullptr;
   int head_chunks = 1;
@@ -68,14 +67,12 @@ struct TileScheduler {
     const unsigned chunks = static_cast<unsigned>(head_chunks);
     w.item = items[blockIdx.x / chunks];
     w.head_chunk = static_cast<int>(blockIdx.x % chunks);
-    w.index = blockIdx.x;
     w.valid = true;
     return w;
   }
   /// Tile t (invalid past the last one).
   __device__ __forceinline__ WorkTile at(int64_t t) const {
     WorkTile w;
-    w.index = t;
     w.valid = t < tiles;
     if (w.valid) {
       w.item = items[t / head_chunks];
@@ -88,8 +85,6 @@ struct TileScheduler {
   __device__ __forceinline__ WorkTile round(int j) const {
     return at(round_tile(j, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x)));
   }
-  /// The CTA's first tile (round 0: tile blockIdx.x).
-  __device__ __forceinline__ WorkTile initial() const { return round(0); }
 #endif
 };
 
