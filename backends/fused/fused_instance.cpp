@@ -277,6 +277,14 @@ class FusedInstance final : public BackendInstance {
                ? "persistent: one CTA per resident slot walking the longest-first query tiles (TileScheduler)"
                : "one CTA per query tile, longest first";
   }
+  /// How the Hopper dQ kernel's CTAs take their query tiles, for the report
+  /// (extra.backend.dq_schedule); empty where that kernel does not run.
+  std::string dq_schedule() const {
+    if (!opt_.deterministic || bwd_path_ != kernels::BwdPath::sm90) return "";
+    return bwd_args_.shape.persistent
+               ? "persistent: one CTA per resident slot walking the longest-first query tiles (TileScheduler)"
+               : "one CTA per query tile, longest first";
+  }
   /// Logical tensor -> the kernels' buffer order; back again.
   EncodedBuffer to_device(const HostTensor& t, TensorRole role) const;
   HostTensor from_device(const EncodedBuffer& phys, TensorRole role, std::vector<int64_t> shape) const;
@@ -548,6 +556,7 @@ nlohmann::json FusedInstance::extra() const {
                        {"q_blocks", bm.num_q_blocks}, {"kv_blocks", bm.num_kv_blocks}, {"batch_broadcast", bm.B == 1}};
     j["tiles"] = kernels::describe(plan_, static_cast<int>(p_.heads_q), static_cast<int>(p_.heads_kv));
     j["dq_mode"] = dq_mode();
+    if (const std::string s = dq_schedule(); !s.empty()) j["dq_schedule"] = s;
     if (p_.has_learnable_bias())
       j["dbias_mode"] = opt_.dbias == kernels::DbiasMode::atomic ? "float32 atomics (one per bias entry per tile)"
                         : opt_.dbias == kernels::DbiasMode::deterministic
@@ -575,6 +584,7 @@ nlohmann::json FusedInstance::extra() const {
                   std::to_string(plan_.tile_keys) + " keys";
   j["gqa_pack"] = plan_.pack;
   j["dq_mode"] = dq_mode();
+  if (const std::string s = dq_schedule(); !s.empty()) j["dq_schedule"] = s;
   return j;
 }
 

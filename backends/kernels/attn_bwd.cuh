@@ -433,9 +433,29 @@ __device__ __forceinline__ void dkdv_scores(const uint16_t* sK, const uint16_t* 
   }
 }
 
-/// The general case of dkdv_probs: mask on partial tiles, score mod and its
-/// derivative, dBias on the flex path.
-template <bool kFlex, int kQt, int kBlockM, class Staged>
+/// Whether dS = P (dP - Dsum) needs nothing of S but P: every score mod whose
+/// derivative is 1 (all but softcap, whose derivative 1 - tanh^2 reads S). Then
+/// P can be computed before dP is known (dkdv_probs_p, dkdv_probs_ds).
+__device__ __forceinline__ bool probs_before_dp(const ScoreMod2& mod) { return mod.kind != ModKind::softcap; }
+
+/// The flex path's dBias terms of one dS value (key row r of the thread's two,
+/// query column col): into the float dS tile sT (rel_bias) or the key's sum
+/// (offset_bias).
+template <bool kFlex, int kBlockM>
+__device__ __forceinline__ void dkdv_dbias_term(bool rel_dbias, bool key_sums, float* sT, DbiasAcc& dbias,
+                                                int key_row, int n0, int col, int r, float ds) {
+  if constexpr (kFlex) {
+    if (rel_dbias) sT[(key_row - n0) * (kBlockM + 1) + col] = ds;
+    else if (key_sums) dbias.key_sum[r] += ds;
+  } else {
+    (void)rel_dbias, (void)key_sums, (void)sT, (void)dbias, (void)key_row, (void)n0, (void)col, (void)r, (void)ds;
+  }
+}
+
+/// The general case of dkdv_probs: mask on partial tiles, score mod (and, with
+/// kWithDs, its derivative and dS), dBias on the flex path. Without kWithDs only
+/// P^T in place of S^T (dpt untouched: dP^T may still be on the tensor cores).
+template <bool kFlex, bool kWithDs, int kQt, int kBlockM, class Staged>
 __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                                   bool full, int m0, int n0, const int (&key_row)[2], int qd,
                                                   const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
@@ -460,18 +480,21 @@ __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const Seq
         const RowBounds rb = full ? RowBounds{}
                              : tRb ? RowBounds{tRb[col].x, tRb[col].y}
                                    : row_bounds<kFlex>(p, si, b, i);
-        const float lse2 = tLse[col], ds = tDsum[col];
+        const float lse2 = tLse[col];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int e = 2 * r + c;
           const float x = st[nt].c[e];
           const bool ok = full || (rb.allows(key_row[r]) && ((bits >> ((2 * nt + c) * 2 + r)) & 1u));
-          const float pe = ok ? fast_exp2(score(x, i, key_row[r]) - lse2) : 0.f;
+          float pe;
+          if constexpr (kWithDs)
+            pe = ok ? fast_exp2(score(x, i, key_row[r]) - lse2) : 0.f;
+          else  // without a branch per score (ptxas made one of the select): exp2(-inf) = +0
+            pe = fast_exp2(ok ? score(x, i, key_row[r]) - lse2 : -INFINITY);
           st[nt].c[e] = pe;
-          dpt[nt].c[e] = pe * (dpt[nt].c[e] - ds) * grad(x);
-          if constexpr (kFlex) {
-            if (rel_dbias) sT[(key_row[r] - n0) * (kBlockM + 1) + col] = dpt[nt].c[e];
-            else if (key_sums) dbias.key_sum[r] += dpt[nt].c[e];
+          if constexpr (kWithDs) {
+            dpt[nt].c[e] = pe * (dpt[nt].c[e] - tDsum[col]) * grad(x);
+            dkdv_dbias_term<kFlex, kBlockM>(rel_dbias, key_sums, sT, dbias, key_row[r], n0, col, r, dpt[nt].c[e]);
           }
         }
       }
@@ -479,12 +502,53 @@ __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const Seq
   });
 }
 
+/// The first half of dkdv_probs where probs_before_dp(mod): P^T in place of S^T.
+/// Reads st only, so that the Hopper kernel runs it while dP^T is on the tensor
+/// cores. Arguments as dkdv_probs.
+template <bool kFlex, int kQt, int kBlockM, class Staged = NoStagedBias>
+__device__ __forceinline__ void dkdv_probs_p(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
+                                             bool full, int m0, int n0, const int (&key_row)[2], int qd,
+                                             const float* tLse, Acc (&st)[kQt], const int2* tRb = nullptr,
+                                             const Staged& sb = {}) {
+  if (mod.kind == ModKind::none && full) {  // the common case: no mask, no score mod
+#pragma unroll
+    for (int nt = 0; nt < kQt; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt].c[e] = fast_exp2(st[nt].c[e] * mod.scale_log2 - tLse[nt * 8 + 2 * qd + (e & 1)]);
+  } else {
+    DbiasAcc unused_acc;
+    dkdv_probs_masked<kFlex, false, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, tLse, nullptr, false,
+                                                  nullptr, unused_acc, st, st, tRb, sb);
+  }
+}
+
+/// The second half of dkdv_probs where probs_before_dp(mod), after dkdv_probs_p:
+/// dS^T = P^T (dP^T - Dsum) in place of dP^T and the flex path's dBias terms.
+template <bool kFlex, int kQt, int kBlockM, class Staged = NoStagedBias>
+__device__ __forceinline__ void dkdv_probs_ds(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
+                                              bool full, int m0, int n0, const int (&key_row)[2], int qd,
+                                              const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
+                                              DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt],
+                                              const int2* tRb = nullptr, const Staged& sb = {}) {
+  (void)p, (void)si, (void)b, (void)full, (void)m0, (void)tLse, (void)tRb, (void)sb;
+  const bool key_sums = kFlex && p.dbias_mode != DbiasMode::none && mod.kind == ModKind::offset_bias;
+#pragma unroll
+  for (int nt = 0; nt < kQt; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = nt * 8 + 2 * qd + (e & 1), r = e / 2;
+      dpt[nt].c[e] = st[nt].c[e] * (dpt[nt].c[e] - tDsum[col]);
+      dkdv_dbias_term<kFlex, kBlockM>(rel_dbias, key_sums, sT, dbias, key_row[r], n0, col, r, dpt[nt].c[e]);
+    }
+}
+
 /// P^T and dS^T in place of S^T and dP^T for the thread's two keys key_row and
 /// the query tile at m0 (tLse / tDsum: its rows' log2(e) LSE and Dsum; tRb, when
 /// not null, their row_bounds() as (lo, hi), staged once per tile; sb: the
 /// step's learnable-bias terms where the caller staged them, StagedBias). On the
 /// flex path dS also feeds dBias: the float dS tile sT (rel_bias) or the per-key
-/// sums (offset_bias).
+/// sums (offset_bias). In one pass over the tile; dkdv_probs_p and dkdv_probs_ds
+/// compute the same in two, where probs_before_dp.
 template <bool kFlex, int kQt, int kBlockM, class Staged = NoStagedBias>
 __device__ __forceinline__ void dkdv_probs(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                            bool full, int m0, int n0, const int (&key_row)[2], int qd,
@@ -502,8 +566,8 @@ __device__ __forceinline__ void dkdv_probs(const AttnParams& p, const SeqInfo& s
         dpt[nt].c[e] = pe * (dpt[nt].c[e] - tDsum[col]);
       }
   } else {
-    dkdv_probs_masked<kFlex, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, tLse, tDsum, rel_dbias, sT, dbias,
-                                           st, dpt, tRb, sb);
+    dkdv_probs_masked<kFlex, true, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, tLse, tDsum, rel_dbias,
+                                                 sT, dbias, st, dpt, tRb, sb);
   }
 }
 

@@ -8,7 +8,9 @@
 // Per query tile (64 rows of one query head) and warpgroup w (keys 64 w ..):
 //   S^T  = K_w Q^T        SS, m64n64, K-major A (K) and B (Q)
 //   dP^T = V_w dO^T       SS, m64n64
-//   P^T, dS^T in registers (dkdv_probs: masks, score mods, LSE / Dsum)
+//   P^T, dS^T in registers (partial steps: dkdv_probs_p while dP^T runs, then
+//                         dkdv_probs_ds; full steps: dkdv_probs; masks, score
+//                         mods, LSE / Dsum)
 //   dV  += P^T dO         RS, m64nD, dO MN-major
 //   dK  += dS^T Q         RS, m64nD, Q MN-major
 //   dQ  += dS K           SS, m64n64, dS^T (stored as [keys][queries]) and K
@@ -17,7 +19,7 @@
 //                         added once per tile), at 64 its own 64 keys; float32
 //                         atomics (vector float2) into p.dq_accum.
 // The register layouts of S^T / dP^T are the portable kernel's (one 16-key
-// m-tile per warp), so dkdv_probs and dkdv_store are shared with it.
+// m-tile per warp), so the dkdv_probs halves and dkdv_store are shared with it.
 #pragma once
 
 #include "backends/kernels/attn_bwd.cuh"
@@ -348,9 +350,12 @@ __device__ __forceinline__ void bwd_write_dq(const AttnParams& p, const SeqInfo&
 }
 
 /// The producer's row warp's share of one query step (rows m0 .. m0 + kBlockM - 1
-/// of query head h): each row's log2(e) LSE and Dsum into tLse / tDsum; on the flex
-/// path each row's key interval (row_bounds) into tRb; without dQ (kDq = false) the
-/// KeySpan of the rows into span[0..1] (lane 0, after a warp reduction).
+/// of query head h): each row's log2(e) LSE and Dsum into tLse / tDsum, its key
+/// interval (row_bounds) into tRb (read by the consumers' partial steps in place of
+/// row_bounds() per column: on the packed CodeAlpaca Llama-3-8B row ncu put about
+/// a tenth of the kernel's samples in that 64-bit interval arithmetic); without dQ
+/// (kDq = false) the KeySpan of the rows into span[0..1] (lane 0, after a warp
+/// reduction).
 template <bool kFlex, bool kDq, int kBlockM>
 __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInfo& si, int b, int m0, int h, int lane,
                                                float* tLse, float* tDsum, int2* tRb, int* span_out) {
@@ -358,11 +363,9 @@ __device__ __forceinline__ void bwd_stage_rows(const AttnParams& p, const SeqInf
   for (int r = lane; r < kBlockM; r += 32) {
     tLse[r] = lse2_of(p, si, b, m0 + r, h);
     tDsum[r] = dsum_of(p, si, b, m0 + r, h);
-    if constexpr (kFlex || !kDq) {  // flex: the consumers read the rows' intervals from here
-      const RowBounds rb = row_bounds<kFlex>(p, si, b, m0 + r);
-      if constexpr (kFlex) tRb[r] = make_int2(rb.lo, rb.hi);
-      if constexpr (!kDq) span.add(rb);
-    }
+    const RowBounds rb = row_bounds<kFlex>(p, si, b, m0 + r);
+    tRb[r] = make_int2(rb.lo, rb.hi);
+    if constexpr (!kDq) span.add(rb);
   }
   if constexpr (!kDq) {
     span.warp_reduce();
@@ -491,6 +494,9 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   // Step it: query head kvh * group + it / n_qt, its (it % n_qt)-th query tile.
   auto head_of = [&](int it) { return kvh * p.group + it / n_qt; };
   constexpr uint32_t kTileBytes = 2u * kBlockM * D;
+  // P^T computed while dP^T runs (dkdv_probs_p, partial steps): off the flex path, whose consumers
+  // spilled up to 56 more bytes per thread with it (head_dim 128, ptxas); there one wait covers both.
+  constexpr bool kPBeforeDp = !kFlex;
   // flex with a learnable bias, deterministic mode (kDq false, the dS^T tiles unused): the rows warp
   // stages each step's bias terms (sm90::BiasTerms) in the dS^T tiles' shared memory
   const bool stage_bias = kFlex && !kDq && learnable_bias(p.mod);
@@ -547,18 +553,34 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         }
       }
 
+      // S^T and dP^T in two commit groups. On partial steps P^T (mask, score mod, exp2) is computed
+      // while dP^T is on the tensor cores (FlashAttention-3's bwd_step order); full steps wait for
+      // both and run the one-pass dkdv_probs, which measured faster there (H200, dense full
+      // S8192 D128 backward 6.36 ms against 6.77 with the split on every step).
       Acc st[8], dpt[8];
       sm90::wgmma_fence();
       sm90::bwd_scores<D, Bf16>(k_addr, tq, wg, st);
+      sm90::wgmma_commit();
       sm90::bwd_scores<D, Bf16>(v_addr, tdo, wg, dpt);
       sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::fence_acc(st);
-      sm90::fence_acc(dpt);
-      dkdv_probs<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, sLse + stage * kBlockM,
-                                    sDsum + stage * kBlockM, false, nullptr, dbias, st, dpt,
-                                    kFlex ? sRb + stage * kBlockM : nullptr,
-                                    stage_bias ? sm90::staged_bias<kBlockN>(p, s_bias, stage, m0, n0) : StagedBias{});
+      const float *t_lse = sLse + stage * kBlockM, *t_dsum = sDsum + stage * kBlockM;
+      if (kPBeforeDp && !full_tile && probs_before_dp(mod)) {
+        sm90::wgmma_wait<1>();  // S^T
+        sm90::fence_acc(st);
+        dkdv_probs_p<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, t_lse, st,
+                                        sRb + stage * kBlockM);
+        sm90::wgmma_wait<0>();  // dP^T
+        sm90::fence_acc(dpt);
+        dkdv_probs_ds<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, t_lse, t_dsum, false, nullptr,
+                                         dbias, st, dpt);
+      } else {  // full steps; softcap (dS reads S, its derivative); the flex path
+        sm90::wgmma_wait<0>();
+        sm90::fence_acc(st);
+        sm90::fence_acc(dpt);
+        dkdv_probs<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, t_lse, t_dsum, false, nullptr,
+                                      dbias, st, dpt, kFlex ? sRb + stage * kBlockM : nullptr,
+                                      stage_bias ? sm90::staged_bias<kBlockN>(p, s_bias, stage, m0, n0) : StagedBias{});
+      }
       float* rel_tile = rel_dbias.tile(it);
       if (rel) sm90::rel_store_ds(rel_tile, dpt, wrow, g, qd);  // read after the barrier below
       uint32_t pa[4][4], sa[4][4];

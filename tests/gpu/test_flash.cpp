@@ -84,6 +84,16 @@ TEST_CASE("flash: backward path choice (option bwd_path)") {
   CHECK(det["bwd_path"] == (hopper ? "sm90" : "sm80"));
   CHECK(det["dq_mode"] == (hopper ? "deterministic (Hopper dQ kernel, no atomics)"
                                   : "deterministic (dQ kernel, no atomics)"));
+  // Where the Hopper dQ kernel runs, the report says how its CTAs take their tiles (option persistent).
+  CHECK(det.contains("dq_schedule") == hopper);
+  if (hopper) {
+    CHECK(det["dq_schedule"] ==
+          "persistent: one CTA per resident slot walking the longest-first query tiles (TileScheduler)");
+    CHECK(BackendRegistry::create_variant("flash[deterministic=true,persistent=off]")
+              ->prepare(p, in)
+              ->extra()["dq_schedule"] == "one CTA per query tile, longest first");
+  }
+  CHECK_FALSE(atomic.contains("dq_schedule"));
   CHECK(BackendRegistry::create_variant("flash[deterministic=true,bwd_path=sm80]")->prepare(p, in)->extra()["bwd_path"] ==
         "sm80");
   CHECK_THROWS_AS(BackendRegistry::create_variant("flash[bwd_path=sm9]"), InputError);

@@ -101,9 +101,12 @@ TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   const nlohmann::json def = flex(128, "deterministic", "auto", "auto", "block_mask")->prepare(p, in)->extra();
   CHECK(def["bwd_path"] == "sm90");
   CHECK(def["dq_mode"] == "deterministic (Hopper dQ kernel, no atomics)");
+  CHECK(def["dq_schedule"] ==
+        "persistent: one CTA per resident slot walking the longest-first query tiles (TileScheduler)");
   const nlohmann::json b64 = flex(64, "deterministic", "auto", "auto", "block_mask")->prepare(p, in)->extra();
   CHECK(b64["bwd_path"] == "sm80");
   CHECK(b64["bwd_path_reason"].get<std::string>().find("128") != std::string::npos);
+  CHECK_FALSE(b64.contains("dq_schedule"));  // the portable backward has no dQ kernel schedule
   const nlohmann::json relx = flex(128, "deterministic")->prepare(rel, make_inputs(rel))->extra();
   CHECK(relx["bwd_path"] == "sm90");
   CHECK(relx["dq_mode"] == "deterministic (Hopper dQ kernel, no atomics)");
