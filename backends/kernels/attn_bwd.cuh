@@ -502,35 +502,25 @@ __device__ __forceinline__ void dkdv_probs_masked(const AttnParams& p, const Seq
   });
 }
 
-/// The first half of dkdv_probs where probs_before_dp(mod): P^T in place of S^T.
-/// Reads st only, so that the Hopper kernel runs it while dP^T is on the tensor
-/// cores. Arguments as dkdv_probs.
+/// The first half of dkdv_probs on a partial step (one that needs the mask) where
+/// probs_before_dp(mod): P^T in place of S^T. Reads st only, so that the Hopper
+/// kernel runs it while dP^T is on the tensor cores. Arguments as dkdv_probs.
 template <bool kFlex, int kQt, int kBlockM, class Staged = NoStagedBias>
 __device__ __forceinline__ void dkdv_probs_p(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
-                                             bool full, int m0, int n0, const int (&key_row)[2], int qd,
-                                             const float* tLse, Acc (&st)[kQt], const int2* tRb = nullptr,
-                                             const Staged& sb = {}) {
-  if (mod.kind == ModKind::none && full) {  // the common case: no mask, no score mod
-#pragma unroll
-    for (int nt = 0; nt < kQt; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[nt].c[e] = fast_exp2(st[nt].c[e] * mod.scale_log2 - tLse[nt * 8 + 2 * qd + (e & 1)]);
-  } else {
-    DbiasAcc unused_acc;
-    dkdv_probs_masked<kFlex, false, kQt, kBlockM>(p, si, b, mod, full, m0, n0, key_row, qd, tLse, nullptr, false,
-                                                  nullptr, unused_acc, st, st, tRb, sb);
-  }
+                                             int m0, int n0, const int (&key_row)[2], int qd, const float* tLse,
+                                             Acc (&st)[kQt], const int2* tRb = nullptr, const Staged& sb = {}) {
+  DbiasAcc unused_acc;
+  dkdv_probs_masked<kFlex, false, kQt, kBlockM>(p, si, b, mod, false, m0, n0, key_row, qd, tLse, nullptr, false,
+                                                nullptr, unused_acc, st, st, tRb, sb);
 }
 
 /// The second half of dkdv_probs where probs_before_dp(mod), after dkdv_probs_p:
 /// dS^T = P^T (dP^T - Dsum) in place of dP^T and the flex path's dBias terms.
-template <bool kFlex, int kQt, int kBlockM, class Staged = NoStagedBias>
-__device__ __forceinline__ void dkdv_probs_ds(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
-                                              bool full, int m0, int n0, const int (&key_row)[2], int qd,
-                                              const float* tLse, const float* tDsum, bool rel_dbias, float* sT,
-                                              DbiasAcc& dbias, Acc (&st)[kQt], Acc (&dpt)[kQt],
-                                              const int2* tRb = nullptr, const Staged& sb = {}) {
-  (void)p, (void)si, (void)b, (void)full, (void)m0, (void)tLse, (void)tRb, (void)sb;
+/// Arguments as dkdv_probs.
+template <bool kFlex, int kQt, int kBlockM>
+__device__ __forceinline__ void dkdv_probs_ds(const AttnParams& p, const ScoreMod2& mod, int n0,
+                                              const int (&key_row)[2], int qd, const float* tDsum, bool rel_dbias,
+                                              float* sT, DbiasAcc& dbias, const Acc (&st)[kQt], Acc (&dpt)[kQt]) {
   const bool key_sums = kFlex && p.dbias_mode != DbiasMode::none && mod.kind == ModKind::offset_bias;
 #pragma unroll
   for (int nt = 0; nt < kQt; ++nt)

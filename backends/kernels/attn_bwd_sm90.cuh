@@ -567,12 +567,10 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       if (kPBeforeDp && !full_tile && probs_before_dp(mod)) {
         sm90::wgmma_wait<1>();  // S^T
         sm90::fence_acc(st);
-        dkdv_probs_p<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, t_lse, st,
-                                        sRb + stage * kBlockM);
+        dkdv_probs_p<kFlex, 8, kBlockM>(p, si, b, mod, m0, n0, key_row, qd, t_lse, st, sRb + stage * kBlockM);
         sm90::wgmma_wait<0>();  // dP^T
         sm90::fence_acc(dpt);
-        dkdv_probs_ds<kFlex, 8, kBlockM>(p, si, b, mod, full_tile, m0, n0, key_row, qd, t_lse, t_dsum, false, nullptr,
-                                         dbias, st, dpt);
+        dkdv_probs_ds<kFlex, 8, kBlockM>(p, mod, n0, key_row, qd, t_dsum, false, nullptr, dbias, st, dpt);
       } else {  // full steps; softcap (dS reads S, its derivative); the flex path
         sm90::wgmma_wait<0>();
         sm90::fence_acc(st);
