@@ -15,7 +15,6 @@
 
 #include "backends/kernels/attn_plan.hpp"
 #include "backends/kernels/attn_tiles.hpp"
-#include "backends/kernels/tile_scheduler.cuh"
 #include "harness/model/block_mask.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/mask_desc.hpp"
@@ -161,35 +160,6 @@ TEST_CASE("direct_rows: the rows of a key block's [d0, d1) are direct with that 
     }
   }
   CHECK(inside > 100);
-}
-
-TEST_CASE("TileScheduler rounds: every tile once; serpentine rounds keep the CTAs' work within one tile") {
-  using attnbench::kernels::TileScheduler;
-  for (int64_t tiles : {1, 7, 132, 133, 264, 1000, 16848})
-    for (int G : {1, 3, 132, 264}) {
-      std::vector<int> seen(static_cast<size_t>(tiles), 0);
-      std::vector<int64_t> work(static_cast<size_t>(G), 0);  // tile t costs tiles - t (the plan's longest-first order)
-      for (int c = 0; c < G; ++c)
-        for (int j = 0;; ++j) {
-          const int64_t t = TileScheduler::round_tile(j, c, G);
-          if (t >= tiles) {
-            // a CTA's later rounds lie further on: none of them is a tile either
-            CHECK(TileScheduler::round_tile(j + 1, c, G) >= tiles);
-            break;
-          }
-          REQUIRE(t >= 0);
-          ++seen[static_cast<size_t>(t)];
-          work[static_cast<size_t>(c)] += tiles - t;
-        }
-      for (int n : seen) CHECK(n == 1);
-      if (tiles >= G) {
-        const auto [lo, hi] = std::minmax_element(work.begin(), work.end());
-        CHECK(*hi - *lo < G);  // within one round's spread (with c + j G they drift apart by G - 1 per round)
-      }
-    }
-  CHECK(TileScheduler::round_tile(0, 5, 132) == 5);
-  CHECK(TileScheduler::round_tile(1, 5, 132) == 132 + 126);
-  CHECK(TileScheduler::round_tile(2, 5, 132) == 264 + 5);
 }
 
 TEST_CASE("cu_seqlens from document lengths and from document ids") {

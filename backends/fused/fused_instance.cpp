@@ -252,7 +252,7 @@ class FusedInstance final : public BackendInstance {
   size_t allocated_bytes() const override {
     size_t n = 0;
     for (const DeviceBuffer* b : {&q_, &k_, &v_, &do_, &o_, &lse_, &dq_, &dk_, &dv_, &dq_accum_, &dsum_, &cu_q_,
-                                  &cu_k_, &lens_q_, &lens_k_, &q_items_, &dq_items_, &k_items_})
+                                  &cu_k_, &lens_q_, &lens_k_, &q_items_, &dq_items_, &k_items_, &tile_counters_})
       n += b->allocated_bytes();
     return n + (flex_ ? flex_->bytes() : 0);
   }
@@ -274,7 +274,7 @@ class FusedInstance final : public BackendInstance {
   /// (extra.backend.fwd_schedule).
   std::string fwd_schedule() const {
     return fwd_args_.shape.persistent
-               ? "persistent: one CTA per resident slot walking the longest-first query tiles (TileScheduler)"
+               ? "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)"
                : "one CTA per query tile, longest first";
   }
   /// How the Hopper dQ kernel's CTAs take their query tiles, for the report
@@ -282,7 +282,7 @@ class FusedInstance final : public BackendInstance {
   std::string dq_schedule() const {
     if (!opt_.deterministic || bwd_path_ != kernels::BwdPath::sm90) return "";
     return bwd_args_.shape.persistent
-               ? "persistent: one CTA per resident slot walking the longest-first query tiles (TileScheduler)"
+               ? "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)"
                : "one CTA per query tile, longest first";
   }
   /// Logical tensor -> the kernels' buffer order; back again.
@@ -316,6 +316,7 @@ class FusedInstance final : public BackendInstance {
   device::OwnedStream stream_;
   DeviceBuffer q_, k_, v_, do_, o_, lse_, dq_, dk_, dv_, dq_accum_, dsum_;
   DeviceBuffer cu_q_, cu_k_, lens_q_, lens_k_, q_items_, dq_items_, k_items_;
+  DeviceBuffer tile_counters_;  ///< LaunchArgs::tile_counters of the forward and of the backward
 };
 
 EncodedBuffer FusedInstance::to_device(const HostTensor& t, TensorRole role) const {
@@ -421,6 +422,8 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   q_items_ = upload_items(plan_.q_items, st);
   dq_items_ = upload_items(plan_.dq_items, st);
   k_items_ = upload_items(plan_.k_items, st);
+  tile_counters_ = DeviceBuffer(4, sizeof(int32_t));  // the forward's pair, the dQ kernel's pair
+  tile_counters_.memset(0, st);
 
   AttnParams& a = params_;
   a = shape_params(p, static_cast<int64_t>(lens.lq.size()), opt.block_size);
@@ -470,6 +473,7 @@ void FusedInstance::set_launch_args() {
   f.q_items = q_items_.as<const WorkItem>();
   f.n_q_items = static_cast<int>(plan_.q_items.size());
   f.fwd_maps = &fwd_maps_;
+  f.tile_counters = tile_counters_.as<int>();
   f.stream = stream_.s;
   if (const std::string why = kernels::persistent_reason(f.shape, params_.head_dim); !why.empty()) {
     if (opt_.persistent.value_or(false)) throw std::invalid_argument(opt_.name + ": persistent=on: " + why);
@@ -497,6 +501,7 @@ void FusedInstance::set_launch_args() {
   b.q_numel = static_cast<int64_t>(dq_.count());
   b.scratch_floats = flex_ ? flex_->scratch_floats : 0;
   b.bwd_maps = &bwd_maps_;
+  b.tile_counters = tile_counters_.as<int>() + 2;
   b.stream = stream_.s;
 }
 

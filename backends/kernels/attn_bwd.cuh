@@ -301,10 +301,17 @@ __global__ void __launch_bounds__(256) attn_bwd_dq_rows_convert_kernel(const Att
 
 /// log2(e) * LSE of a row, +inf for rows with no allowed key (LSE = -inf) and
 /// padding rows, so that exp2(s - lse2) = 0 there.
+/// In two parts, so that a kernel can issue the load long before its use: the
+/// row's LSE (lse_of: -inf past lq), then lse2_from(LSE).
+__device__ __forceinline__ float lse_of(const AttnParams& p, const SeqInfo& si, int b, int t, int h) {
+  return t < si.lq ? p.lse[lse_off(p, si, b, t, h)] : -INFINITY;
+}
+__device__ __forceinline__ float lse2_from(float l) { return l == -INFINITY ? INFINITY : l * kLog2e; }
+/// (lse2_of keeps its branch: written as lse2_from(lse_of()) it made the flex
+/// dK/dV kernels, whose rows warp calls it with 24 registers, spill 16-20 bytes more.)
 __device__ __forceinline__ float lse2_of(const AttnParams& p, const SeqInfo& si, int b, int t, int h) {
   if (t >= si.lq) return INFINITY;
-  const float l = p.lse[lse_off(p, si, b, t, h)];
-  return l == -INFINITY ? INFINITY : l * kLog2e;
+  return lse2_from(p.lse[lse_off(p, si, b, t, h)]);
 }
 __device__ __forceinline__ float dsum_of(const AttnParams& p, const SeqInfo& si, int b, int t, int h) {
   return t < si.lq ? p.dsum[lse_off(p, si, b, t, h)] : 0.f;
@@ -509,6 +516,23 @@ template <bool kFlex, int kQt, int kBlockM, class Staged = NoStagedBias>
 __device__ __forceinline__ void dkdv_probs_p(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                              int m0, int n0, const int (&key_row)[2], int qd, const float* tLse,
                                              Acc (&st)[kQt], const int2* tRb = nullptr, const Staged& sb = {}) {
+  if (!kFlex && mod.kind == ModKind::none && tRb) {  // the row intervals alone: no per-score branch on the kind
+#pragma unroll
+    for (int nt = 0; nt < kQt; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = nt * 8 + 2 * qd + c;
+        const RowBounds rb{tRb[col].x, tRb[col].y};
+        const float lse2 = tLse[col];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * r + c;
+          const float x = mod.apply_as<ModKind::none>(st[nt].c[e], m0 + col, key_row[r]) - lse2;
+          st[nt].c[e] = fast_exp2(rb.allows(key_row[r]) ? x : -INFINITY);
+        }
+      }
+    return;
+  }
   DbiasAcc unused_acc;
   dkdv_probs_masked<kFlex, false, kQt, kBlockM>(p, si, b, mod, false, m0, n0, key_row, qd, tLse, nullptr, false,
                                                 nullptr, unused_acc, st, st, tRb, sb);
@@ -842,8 +866,10 @@ __device__ __forceinline__ void dq_scores(const uint16_t* sQ, const uint16_t* sd
 
 /// dS in place of dP for the thread's rows row_t (interval rb, log2(e) LSE lse2,
 /// Dsum dsum) against the key tile at n0; `sb`: the step's learnable-bias terms
-/// where the caller staged them (the Hopper dQ kernel).
-template <bool kFlex, int kNt>
+/// where the caller staged them (the Hopper dQ kernel). kMaskAlone (the Hopper
+/// dQ kernel off the flex path): partial steps without a score mod take their
+/// own loop, without the per-score branch on the kind (as fwd_softmax_p).
+template <bool kFlex, int kNt, bool kMaskAlone = false>
 __device__ __forceinline__ void dq_ds(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod, bool full,
                                       int n0, int qd, const int (&row_t)[2], const RowBounds (&rb)[2],
                                       const float (&lse2)[2], const float (&dsum)[2], const Acc (&s)[kNt],
@@ -855,6 +881,17 @@ __device__ __forceinline__ void dq_ds(const AttnParams& p, const SeqInfo& si, in
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         dp[nt].c[e] = fast_exp2(s[nt].c[e] * mod.scale_log2 - lse2[r]) * (dp[nt].c[e] - dsum[r]);
+      }
+    return;
+  }
+  if (kMaskAlone && !kFlex && mod.kind == ModKind::none) {
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+        const float x = mod.apply_as<ModKind::none>(s[nt].c[e], row_t[r], j) - lse2[r];
+        dp[nt].c[e] = fast_exp2(rb[r].allows(j) ? x : -INFINITY) * (dp[nt].c[e] - dsum[r]);
       }
     return;
   }

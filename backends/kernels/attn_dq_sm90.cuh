@@ -83,12 +83,16 @@ __device__ __forceinline__ int dq_consume_tile(const AttnParams& p, const QueryT
   stage_warp_span(rb, span_buf, warp, lane);  // partial steps outside the tile's span are skipped
   named_barrier(1, 128);
   const KeySpan span = warpgroup_span(span_buf, 0);
-  const float lse2[2] = {lse2_of(p, si, b, row_t[0], wh), lse2_of(p, si, b, row_t[1], wh)};
+  // LSE loaded here, put in the exp2 domain after the wait for Q and dO: converted at
+  // once (lse2_of, whose branch held the product next to the load), the consumers
+  // stalled on the load (ncu, packed Llama-3-8B rows: 5% of their samples).
+  const float lse[2] = {lse_of(p, si, b, row_t[0], wh), lse_of(p, si, b, row_t[1], wh)};
   const float dsum[2] = {dsum_of(p, si, b, row_t[0], wh), dsum_of(p, si, b, row_t[1], wh)};
   const ScoreMod2 mod = ScoreMod2::of(p, wh);
   const uint32_t q_addr = smem_u32(sm.rows[0]), do_addr = smem_u32(sm.rows[1]), k_addr = smem_u32(sm.k[0]),
                  v_addr = smem_u32(sm.v[0]);
   mbar_wait(&sm.rows_full, j & 1);
+  const float lse2[2] = {lse2_from(lse[0]), lse2_from(lse[1])};
 
   Acc dq[kDt];
   zero_acc(dq);
@@ -116,7 +120,7 @@ __device__ __forceinline__ int dq_consume_tile(const AttnParams& p, const QueryT
     if (tile == n_tiles - 1) mbar_arrive(&sm.rows_empty);  // the tile's last reads of Q and dO have retired
     StagedBias sb;
     if (stage_bias) sb = staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
-    dq_ds<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp, sb);
+    dq_ds<kFlex, kNt, true>(p, si, b, mod, full_tile, n0, qd, row_t, rb, lse2, dsum, s, dp, sb);
     wgmma_wait<0>();  // the previous dQ product has read dsa and K
     fence_acc(dq);
     if (ds_stage >= 0) mbar_arrive(&sm.empty[ds_stage]);
@@ -140,9 +144,10 @@ __device__ __forceinline__ int dq_consume_tile(const AttnParams& p, const QueryT
 /// masks, score mods and results as attn_bwd_dq_kernel (kFlex: the key steps of
 /// the BlockMask lists of the tile's query block). `maps`: K and V with
 /// kDqSm90BlockN-row boxes, Q and dO with the tile's boxes (make_bwd_tensor_maps'
-/// dq). Needs Dsum and LSE. The CTA runs the TileScheduler's rounds 0, 1, ...
-/// (one tile per CTA when launched with `tiles` CTAs; persistent, as the Hopper
-/// forward, when launched with fewer: LaunchShape::persistent).
+/// dq). Needs Dsum and LSE. The CTA runs tile blockIdx.x and then the tiles its
+/// scheduler thread (warp 7) claims from `counters` (as the Hopper forward: one tile per CTA
+/// when launched with `tiles` CTAs, persistent when launched with fewer:
+/// LaunchShape::persistent).
 ///
 /// The producer warpgroup (setmaxnreg 48): one thread streams K / V tile pairs
 /// through dq_sm90_stages<D>() stages (full barriers complete by transaction
@@ -159,7 +164,7 @@ __device__ __forceinline__ int dq_consume_tile(const AttnParams& p, const QueryT
 template <int DH, bool Bf16, bool kFlex = false>
 __global__ void __launch_bounds__(kDqSm90Threads, 2)
     attn_dq_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int64_t tiles, int pack,
-                        const __grid_constant__ DqTensorMaps maps) {
+                        int* counters, const __grid_constant__ DqTensorMaps maps) {
 #if ATTNBENCH_SM90A
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kBlockM = kDqSm90BlockM, kBlockN = kDqSm90BlockN, kStages = dq_sm90_stages<D>(), kConsumers = 128;
@@ -171,20 +176,24 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
   // flex with a learnable bias: producer warp 1 stages each step's bias terms (StagedBias)
   const bool stage_bias = kFlex && learnable_bias(p.mod);
   float* s_bias = reinterpret_cast<float*>(smem_raw + sizeof(Storage));  // kFlex: dq_sm90_smem_bytes
-  if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1);
+  // the queue's readers: the four consumer warps, the K / V and Q / dO threads, the bias warp
+  if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1, 4 + 2 + (stage_bias ? 1 : 0));
   __syncthreads();  // the only CTA-wide barrier
 
   int step = 0, j = 0;  // the pipeline step of the tile's first key step; the CTA's tile count
-  if (warp >= 4) {      // producer warpgroup: warp 4 copies K / V, warp 5 stages bias terms, warp 6 Q and dO
+  if (warp >= 4) {      // producer warpgroup: warp 4 copies K / V, 5 stages bias terms, 6 Q and dO, 7 schedules
     sm90::regs_dec<kDqSm90ProducerRegs>();
     const int role = lane == 0 ? warp - 4 : -1;  // one thread per role
     const bool kv = role == 0, biases = stage_bias && warp == 5, rows = role == 2;
+    if (role == 3) {  // tiles claimed and decoded as in the forward
+      sm90::schedule_tiles<true>(p, TileScheduler{items, p.heads_q / pack, tiles}, counters, pack, kBlockM, sm.queue);
+      return;
+    }
     if (!kv && !biases && !rows) return;
 #pragma unroll 1
     for (;; ++j) {  // only j and step live across tiles
-      const WorkTile w = TileScheduler{items, p.heads_q / pack, tiles}.round(j);
-      if (!w.valid) break;
-      const QueryTile qt = QueryTile::at(p, w, pack, kBlockM);
+      QueryTile qt;
+      if (!sm.queue.take(j, biases, qt)) break;
       if (rows) {  // its own warp: waiting for the consumers to release Q and dO never holds up K / V
         if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);
         const CUtensorMap* const row_maps[2] = {&maps.q, &maps.dout};
@@ -192,21 +201,21 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
         continue;
       }
       const KeySteps<kFlex> steps(p, qt.si, qt.b, qt.m0, qt.Mq, kBlockN);
-      if (kv)
+      if (kv) {
         sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step);
-      else  // (flex: pack 1, the tile's rows are one head)
+      } else {  // (flex: pack 1, the tile's rows are one head)
         sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm, s_bias, lane,
                                                             step);
+      }
       step += steps.count;
     }
   } else {  // the consumer warpgroup
     sm90::regs_inc<kDqSm90ConsumerRegs>();
 #pragma unroll 1
     for (;; ++j) {
-      const WorkTile w = TileScheduler{items, p.heads_q / pack, tiles}.round(j);
-      if (!w.valid) break;
-      step += sm90::dq_consume_tile<DH, Bf16, kFlex>(p, QueryTile::at(p, w, pack, kBlockM), sm, s_bias, stage_bias,
-                                                     step, j);
+      QueryTile qt;
+      if (!sm.queue.take(j, true, qt)) break;
+      step += sm90::dq_consume_tile<DH, Bf16, kFlex>(p, qt, sm, s_bias, stage_bias, step, j);
     }
   }
 #else
@@ -214,6 +223,7 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
   (void)items;
   (void)tiles;
   (void)pack;
+  (void)counters;
   __trap();  // built without sm_90a: the host never launches this (fwd_sm90_usable)
 #endif
 }

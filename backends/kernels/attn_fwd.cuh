@@ -57,7 +57,12 @@ __device__ __forceinline__ void fwd_scores(const uint16_t* sQ, const uint16_t* t
 /// this thread's two query rows; `rows_rb`: their row_bounds() when the caller
 /// computed them once for every tile (null: computed here, per partial tile);
 /// `sb`: the step's learnable-bias terms where the caller staged them.
-template <bool kFlex, int kNt>
+/// kMaskAlone (the Hopper forward, off the flex path): partial steps without a
+/// score mod take their own loop, the scale and the row interval per score;
+/// otherwise they share the score-mod loop, whose per-score branch on the kind
+/// was a sixth of the Hopper forward's consumer samples on packed documents
+/// (ncu, H200; the portable kernels keep one loop: registers).
+template <bool kFlex, int kNt, bool kMaskAlone = false>
 __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo& si, int b, const ScoreMod2& mod,
                                               bool full, int n0, int qd, int row0, int row1, Acc (&s)[kNt],
                                               float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
@@ -70,6 +75,18 @@ __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo
       for (int e = 0; e < 4; ++e) {
         s[nt].c[e] *= mod.scale_log2;
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt].c[e]);
+      }
+  } else if (kMaskAlone && !kFlex && mod.kind == ModKind::none) {  // a partial step: the row intervals decide
+    const RowBounds rb[2] = {rows_rb ? rows_rb[0] : row_bounds<kFlex>(p, si, b, row0),
+                             rows_rb ? rows_rb[1] : row_bounds<kFlex>(p, si, b, row1)};
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, j = n0 + nt * 8 + 2 * qd + (e & 1);
+        const float x = rb[r].allows(j) ? mod.apply_as<ModKind::none>(s[nt].c[e], 0, j) : -INFINITY;
+        s[nt].c[e] = x;
+        mx[r] = fmaxf(mx[r], x);
       }
   } else {
     const RowBounds rb[2] = {rows_rb ? rows_rb[0] : row_bounds<kFlex>(p, si, b, row0),

@@ -214,7 +214,11 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
     float corr[2];
     StagedBias sb;
     if (stage_bias) sb = staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
-    fwd_softmax_p<kFlex, kNt>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb, sb);
+    // The mask-alone loop of partial steps (kMaskAlone) on every tile shape: on the 128-key
+    // steps of the dense tile it costs a 28-byte spill (head dims 96, 128), and measured faster
+    // with it than without on every dense D128 row (H200, session 21: causal S8192 forward
+    // 0.967 against 1.038 ms, full S8192 1.845 against 1.894).
+    fwd_softmax_p<kFlex, kNt, true>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb, sb);
     wgmma_wait<0>();
     fence_acc(o);
     if (p_stage >= 0) mbar_arrive(&sm.empty[p_stage]);  // K / V of the previous tile are read
@@ -239,13 +243,16 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 /// or 128). kFlex: the key steps come from the BlockMask (64 keys, one query
 /// block of 64 * kWG rows per CTA) and partial tiles evaluate mask_allowed(), as
 /// in attn_fwd_kernel. Same work lists as attn_fwd_kernel: `tiles` =
-/// TileScheduler::ctas(items, heads_q / pack) query tiles; the CTA runs the
-/// TileScheduler's rounds 0, 1, ... (one tile per CTA when launched with
-/// `tiles` CTAs; persistent when launched with fewer).
+/// TileScheduler::ctas(items, heads_q / pack) query tiles; the CTA runs tile
+/// blockIdx.x and (head dims up to 128) the tiles it claims from `counters`
+/// (two ints, zero before the launch and after it: TileScheduler::claim /
+/// retire) until none is left, so a launch of `tiles` CTAs runs one tile each
+/// and a launch of fewer is persistent.
 ///
 /// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
 /// the producer (its registers handed to the consumers with setmaxnreg); a thread
-/// of its warp 2 loads each tile's Q by TMA once the previous tile's consumers
+/// of its warp 3 claims the CTA's tiles and hands them on (sm90::schedule_tiles,
+/// sm90::TileQueue), one of its warp 2 loads each tile's Q by TMA once the previous tile's consumers
 /// released it (rows_full / rows_empty), a thread of its warp 0 streams the K / V
 /// tiles through fwd_sm90_stages<D>() stages with TMA bulk tensor copies (`maps`, 128-byte
 /// swizzled boxes that land in the Sw128Tile layout), each stage completing its
@@ -264,7 +271,7 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 template <int DH, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int64_t tiles, int pack,
-                         const __grid_constant__ FwdTensorMaps maps) {
+                         int* counters, const __grid_constant__ FwdTensorMaps maps) {
 #if ATTNBENCH_SM90A
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kConsumers = kWG * 128, kBlockM = 64 * kWG, kStages = fwd_sm90_stages<D>();
@@ -277,20 +284,28 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   // flex with a learnable bias: producer warp 1 stages each step's bias terms (StagedBias)
   const bool stage_bias = kFlex && learnable_bias(p.mod);
   float* s_bias = reinterpret_cast<float*>(smem_raw + sizeof(Storage));  // kFlex: fwd_sm90_smem_bytes
-  if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1);
+  // the queue's readers: every consumer warp, the K / V and Q threads, the bias warp
+  if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1, kConsumers / 32 + 2 + (stage_bias ? 1 : 0));
   __syncthreads();  // the only CTA-wide barrier
 
+  // The CTA's tiles: a thread of producer warp 3 claims each (schedule_tiles),
+  // decodes it and hands it to the K / V and Q threads, the bias warp and the
+  // consumer warps through sm.queue; each role walks the same tiles j = 0, 1, ...
   int step = 0, j = 0;  // the pipeline step of the tile's first key step; the CTA's tile count
-  if (wg == kWG) {      // producer warpgroup: warp 0 copies K / V, warp 1 stages bias terms, warp 2 copies Q
+  if (wg == kWG) {      // producer warpgroup: warp 0 copies K / V, 1 stages bias terms, 2 copies Q, 3 schedules
     sm90::regs_dec<fwd_sm90_producer_regs<kWG, D>()>();
     const int role = tid % 32 == 0 ? tid / 32 - kConsumers / 32 : -1;  // one thread per role
     const bool kv = role == 0, biases = stage_bias && tid / 32 == kConsumers / 32 + 1, q = role == 2;
+    if (role == 3) {
+      sm90::schedule_tiles<persistent_head_dim(DH)>(p, TileScheduler{items, p.heads_q / pack, tiles}, counters, pack,
+                                                    kBlockM, sm.queue);
+      return;
+    }
     if (!kv && !biases && !q) return;
 #pragma unroll 1
-    for (;; ++j) {  // (as the consumers' loop: only j and step live across tiles, 40 registers here)
-      const WorkTile w = TileScheduler{items, p.heads_q / pack, tiles}.round(j);
-      if (!w.valid) break;
-      const QueryTile qt = QueryTile::at(p, w, pack, kBlockM);
+    for (;; ++j) {  // (as the consumers' loop: only j and step live across tiles)
+      QueryTile qt;
+      if (!sm.queue.take(j, biases, qt)) break;
       if (q) {  // its own warp: waiting for the consumers to release Q never holds up the K / V stages
         if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);
         const CUtensorMap* const q_map[1] = {&maps.q};
@@ -299,11 +314,12 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
         continue;
       }
       const KeySteps<kFlex> steps(p, qt.si, qt.b, qt.m0, qt.Mq, kBlockN);
-      if (kv)
+      if (kv) {
         sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step);
-      else
+      } else {
         sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm, s_bias, lane,
                                                             step);
+      }
       step += steps.count;
       if constexpr (!persistent_head_dim(DH)) break;
     }
@@ -311,10 +327,9 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG, D>()>();
 #pragma unroll 1
     for (;; ++j) {  // only j and step live across tiles: the consumers sit at their register limit
-      const WorkTile w = TileScheduler{items, p.heads_q / pack, tiles}.round(j);
-      if (!w.valid) break;
-      step += sm90::fwd_consume_tile<DH, Bf16, kWG, kBlockN, kFlex>(p, QueryTile::at(p, w, pack, kBlockM), sm, s_bias,
-                                                                   stage_bias, step, j);
+      QueryTile qt;
+      if (!sm.queue.take(j, true, qt)) break;
+      step += sm90::fwd_consume_tile<DH, Bf16, kWG, kBlockN, kFlex>(p, qt, sm, s_bias, stage_bias, step, j);
       if constexpr (!persistent_head_dim(DH)) break;  // one tile per CTA: no state across tiles
     }
   }
@@ -323,6 +338,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   (void)items;
   (void)tiles;
   (void)pack;
+  (void)counters;
   __trap();  // built without sm_90a: the host never launches this (fwd_sm90_usable)
 #endif
 }

@@ -124,6 +124,8 @@ std::string missing_argument(const AttnParams& p, const LaunchArgs& a) {
   const bool fwd = s.direction == Direction::forward;
   if (fwd && s.fwd_path == FwdPath::sm90 && !a.fwd_maps) return "the Hopper forward needs the Q / K / V tensor maps";
   if (!fwd && s.bwd_path == BwdPath::sm90 && !a.bwd_maps) return "the Hopper backward needs its tensor maps";
+  const bool claims = fwd ? s.fwd_path == FwdPath::sm90 : s.bwd_path == BwdPath::sm90 && s.deterministic;
+  if (claims && !a.tile_counters) return "the Hopper forward and dQ kernels need the tile counters";
   // A problem without query tokens has no accumulator (a buffer of zero elements) and needs none.
   const bool atomic_dq = !fwd && !s.deterministic && (!s.flex || s.bwd_path == BwdPath::sm90) && a.q_numel > 0;
   if (atomic_dq && !p.dq_accum) return "the atomic dQ mode needs the dQ accumulator";

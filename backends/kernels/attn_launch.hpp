@@ -107,6 +107,11 @@ struct LaunchArgs {
   const FwdTensorMaps* fwd_maps = nullptr;
   /// Hopper backward (bwd_path sm90): make_bwd_tensor_maps.
   const BwdTensorMaps* bwd_maps = nullptr;
+  /// The Hopper forward and the Hopper dQ kernel: two ints of device memory,
+  /// zero before the first launch, from which their CTAs claim tiles
+  /// (TileScheduler::claim; every launch leaves them zero). One pair per
+  /// LaunchArgs: two launches that share a pair must not run at once.
+  int* tile_counters = nullptr;
   cudaStream_t stream = nullptr;
 };
 

@@ -21,7 +21,7 @@ namespace detail {
 /// resident slot walking the tiles (TileScheduler).
 template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, bool persistent,
-                        const FwdTensorMaps& maps, cudaStream_t st) {
+                        int* counters, const FwdTensorMaps& maps, cudaStream_t st) {
   constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN, kFlex>;
   constexpr size_t smem = fwd_sm90_smem_bytes<sm90::tile_dim(D), kWG, kBlockN, kFlex>();
   constexpr int threads = fwd_sm90_threads<kWG>();
@@ -29,7 +29,7 @@ void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int p
   const int64_t tiles = TileScheduler::ctas(n, p.heads_q / pack);
   if (tiles == 0) return;
   const int64_t blocks = persistent ? std::min(tiles, resident_ctas<kernel>(threads, smem)) : tiles;
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, st>>>(p, items, tiles, pack, maps);
+  kernel<<<static_cast<unsigned>(blocks), threads, smem, st>>>(p, items, tiles, pack, counters, maps);
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
@@ -59,7 +59,7 @@ void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_
 /// positions (`pack` heads each); one CTA per tile, or (persistent) one per
 /// resident slot walking the tiles (TileScheduler).
 template <int D, bool Bf16, bool kFlex>
-void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, bool persistent,
+void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, bool persistent, int* counters,
              const DqTensorMaps& maps, cudaStream_t st) {
   constexpr auto kernel = attn_dq_sm90_kernel<D, Bf16, kFlex>;
   constexpr size_t smem = dq_sm90_smem_bytes<sm90::tile_dim(D), kFlex>();
@@ -67,7 +67,7 @@ void dq_sm90(const AttnParams& p, const WorkItem* q_items, int n_q, int pack, bo
   const int64_t tiles = TileScheduler::ctas(n_q, p.heads_q / pack);
   if (tiles == 0) return;
   const int64_t blocks = persistent ? std::min(tiles, resident_ctas<kernel>(kDqSm90Threads, smem)) : tiles;
-  kernel<<<static_cast<unsigned>(blocks), kDqSm90Threads, smem, st>>>(p, q_items, tiles, pack, maps);
+  kernel<<<static_cast<unsigned>(blocks), kDqSm90Threads, smem, st>>>(p, q_items, tiles, pack, counters, maps);
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
@@ -89,7 +89,8 @@ void backward_sm90(const AttnParams& p, const LaunchArgs& a) {
     dkdv_sm90<D, Bf16, kFlex, false, false, kFlex>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
   else
     dkdv_sm90<D, Bf16, kFlex, false>(p, a.k_items, a.n_k_items, a.q_numel, maps, a.stream);
-  dq_sm90<D, Bf16, kFlex>(p, a.dq_items, a.n_dq_items, a.shape.pack, a.shape.persistent, maps.dq, a.stream);
+  dq_sm90<D, Bf16, kFlex>(p, a.dq_items, a.n_dq_items, a.shape.pack, a.shape.persistent, a.tile_counters, maps.dq,
+                          a.stream);
 }
 
 }  // namespace detail
@@ -107,18 +108,19 @@ void run_forward_sm90(const AttnParams& p, const LaunchArgs& a) {
   const bool persistent = a.shape.persistent;
   if (a.shape.flex) {
     if (rows == kFwdBlockMWide)
-      forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, maps, a.stream);
+      forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, a.tile_counters,
+                                                       maps, a.stream);
     else
-      forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, maps, a.stream);
+      forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, a.tile_counters,
+                                                       maps, a.stream);
     return;
   }
   if (rows == kFwdBlockMWide)
-    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide, FwdPath::sm90, D)>(p, a.q_items, a.n_q_items,
-                                                                               a.shape.pack, persistent, maps,
-                                                                               a.stream);
+    forward_sm90_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide, FwdPath::sm90, D)>(
+        p, a.q_items, a.n_q_items, a.shape.pack, persistent, a.tile_counters, maps, a.stream);
   else
-    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM, FwdPath::sm90, D)>(p, a.q_items, a.n_q_items, a.shape.pack,
-                                                                           persistent, maps, a.stream);
+    forward_sm90_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM, FwdPath::sm90, D)>(
+        p, a.q_items, a.n_q_items, a.shape.pack, persistent, a.tile_counters, maps, a.stream);
 }
 
 /// Backward: Dsum (with direct dQ rows, LaunchShape::dq_direct: and the zeroing

@@ -29,6 +29,81 @@ struct PipelineState {
   __device__ __forceinline__ int refill_phase() const { return (step / kStages - 1) & 1; }
 };
 
+/// The tiles of a persistent CTA (TileScheduler), decoded once: the one thread
+/// that claims them (schedule_tiles) decodes tile j (a QueryTile: its sequence's
+/// offsets and lengths are global loads) and hands it to the CTA's other roles
+/// through kSlots shared-memory slots, slot j % kSlots, whose `full` barrier the
+/// claiming thread completes and whose `empty` barrier completes once every
+/// reader (one arrival per reading warp, or per reading thread of a
+/// single-thread role) has taken it. The readers' tile prologue so holds no
+/// global load (ncu of the packed Llama-3-8B forward: the consumers' own decode,
+/// two dependent loads, was a fifth of their samples).
+template <class Tile, int kSlots = 4>
+struct TileQueue {
+  uint64_t full[kSlots];
+  uint64_t empty[kSlots];
+  Tile tile[kSlots];
+  int more[kSlots];  ///< 0: the CTA's tiles are done
+
+  /// Thread 0, with the kernel's other barriers: `readers` arrivals empty a slot.
+  __device__ __forceinline__ void init(int readers) {
+    for (int i = 0; i < kSlots; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], readers);
+    }
+  }
+  /// The claiming thread: `t` is the CTA's j-th tile (valid), or none is left
+  /// (!valid). Waits for slot j % kSlots to be taken by every reader of tile j -
+  /// kSlots.
+  __device__ __forceinline__ void publish(int j, bool valid, const Tile& t) {
+    const int i = j % kSlots;
+    if (j >= kSlots) mbar_wait(&empty[i], (j / kSlots - 1) & 1);
+    if (valid) tile[i] = t;
+    more[i] = valid;
+    mbar_arrive(&full[i]);  // release: the slot's values before the arrival
+  }
+  /// A reader: the CTA's j-th tile into `t`; false when none is left.
+  /// whole_warp: every lane of the warp reads it and lane 0 arrives for the
+  /// warp; otherwise the calling thread arrives.
+  __device__ __forceinline__ bool take(int j, bool whole_warp, Tile& t) {
+    const int i = j % kSlots;
+    mbar_wait(&full[i], (j / kSlots) & 1);
+    const bool valid = more[i] != 0;
+    if (valid) t = tile[i];
+    if (whole_warp) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbar_arrive(&empty[i]);
+    } else {
+      mbar_arrive(&empty[i]);
+    }
+    return valid;
+  }
+};
+
+/// The scheduler role of the persistent Hopper kernels (one thread of the
+/// producer warpgroup that loads nothing): publishes tile blockIdx.x and then
+/// (kPersistent) each tile it claims from `counters` (TileScheduler::claim),
+/// decoded as QueryTile::at(p, tile, pack, rows), up to kSlots tiles ahead of
+/// the slowest reader, until none is left; then retires from the counters. Its
+/// own thread, so that neither the claim's nor the decode's latency sits on the
+/// K / V thread, which waits for free stages (the dQ kernel has two): with the
+/// claims on that thread the dQ kernel's consumers waited for their next tile.
+template <bool kPersistent, class Queue>
+__device__ __forceinline__ void schedule_tiles(const AttnParams& p, const TileScheduler& sched, int* counters,
+                                               int pack, int rows, Queue& queue) {
+  int64_t t = blockIdx.x;
+#pragma unroll 1
+  for (int j = 0;; ++j) {
+    const WorkTile w = sched.at(t);
+    QueryTile qt;
+    if (w.valid) qt = QueryTile::at(p, w, pack, rows);
+    queue.publish(j, w.valid, qt);
+    if (!w.valid || !kPersistent) break;
+    t = TileScheduler::claim(counters);
+  }
+  if constexpr (kPersistent) TileScheduler::retire(counters);
+}
+
 /// Shared memory of a kernel that holds kRowTiles row tiles of kBlockM x D (Q; Q
 /// and dO) and streams K / V tiles of kBlockN x D through kStages stages, all in
 /// the 128-byte swizzled Sw128Tile layout (16-bit elements), then each stage's
@@ -47,6 +122,7 @@ struct KvStageStorage {
   uint64_t rows_full;        ///< row tile 0 loaded by TMA (the persistent forward's Q)
   uint64_t rows_empty;       ///< row tile 0 read by every consumer thread
   int span[2][2 * kSpanWarps];  ///< consumer warp w's KeySpan: [.][2 w] = lo, [.][2 w + 1] = hi
+  TileQueue<QueryTile> queue;   ///< a persistent kernel's tiles, from the claiming thread to the other roles
 
   static constexpr uint32_t kTileBytes = 2u * kBlockN * D;  ///< one K (or V) tile
   static_assert((2u * kBlockM * D) % 1024 == 0 && kTileBytes % 1024 == 0, "tiles at 1024-byte offsets");
@@ -57,15 +133,17 @@ struct KvStageStorage {
     return *reinterpret_cast<KvStageStorage*>(smem);
   }
   /// Thread 0 initialises the barriers (full: `producers` arrivals, the copy
-  /// thread's with the bytes; empty: `consumers` arrivals) and fences them for the
-  /// TMA unit; the caller's CTA-wide barrier follows.
-  __device__ __forceinline__ void init_barriers(int consumers, int producers = 1) {
+  /// thread's with the bytes; empty: `consumers` arrivals; the queue's:
+  /// `queue_readers`) and fences them for the TMA unit; the caller's CTA-wide
+  /// barrier follows.
+  __device__ __forceinline__ void init_barriers(int consumers, int producers, int queue_readers) {
     for (int st = 0; st < kStages; ++st) {
       mbar_init(&full[st], producers);
       mbar_init(&empty[st], consumers);
     }
     mbar_init(&rows_full, 1);
     mbar_init(&rows_empty, consumers);
+    queue.init(queue_readers);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit too
   }
 };

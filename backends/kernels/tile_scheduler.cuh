@@ -7,21 +7,25 @@
 // heads / pack for the forward and dQ kernels, KV heads for dK/dV) and the
 // number of tiles (items x head chunks), and offers
 //   host:   static int64_t ctas(n_items, head_chunks)   tiles of a launch (0: none)
-//   device: WorkTile round(int j) const                 this CTA's j-th tile; invalid when done
+//   device: WorkTile at(int64_t t) const                tile t; invalid past the last
 // Tile t is (item t / head_chunks, head chunk t % head_chunks), so the longest
-// items come first. Round j of CTA c (of G = gridDim.x) is tile j G + c for even
-// j and j G + G - 1 - c for odd j (a serpentine order). A launch of ctas() CTAs
-// runs one tile per CTA (round 0, tile blockIdx.x; the hardware's block
-// scheduler hands a freed SM the next tile). A launch of fewer CTAs is
-// persistent (FlashAttention-3's StaticPersistentTileScheduler, whose stride is
-// plain c + j G): every CTA takes one tile of each band of G lengths of the
-// longest-first list, and the serpentine pairs a band's longest tile with the
-// next band's shortest, so that the CTAs' sums of work stay close (with c + j G,
-// CTA 0 would take the longest tile of every band). A kernel written as
-// `for (j = 0; (w = s.round(j)).valid; ++j)` overlaps a tile's epilogue with the
-// next tile's loads. The Hopper forward and the Hopper dQ kernel are written so
-// (option `persistent`, LaunchShape::persistent); the other kernels take
-// own_tile() and are launched with ctas() CTAs.
+// items come first. A launch of ctas() CTAs runs one tile per CTA (own_tile(),
+// tile blockIdx.x; the hardware's block scheduler hands a freed SM the next
+// tile). A launch of fewer CTAs is persistent and dynamic (FlashAttention-3's
+// DynamicPersistentTileScheduler): CTA c starts with tile c and then claims
+// the next unclaimed tile of the longest-first list from a counter in global
+// memory (claim()), so a CTA that drew short tiles takes more of them and
+// the CTAs finish together; the CTA that retires last resets the counter for
+// the next launch (retire()). One thread of the CTA claims and hands the tile
+// to its other roles (sm90::TileQueue). The Hopper forward and the Hopper dQ
+// kernel are written so (option `persistent`, LaunchShape::persistent); the
+// other kernels take own_tile() and are launched with ctas() CTAs.
+//
+// Measured against the static order it replaced (CTA c took tile j G + c, or
+// j G + G - 1 - c in odd rounds: every CTA one tile of each band of G lengths):
+// ncu of the packed CodeAlpaca Llama-3-8B forward on the H200 put every SM
+// busy for 90.6% of the kernel with it (cuDNN's 98.7%): the CTAs' sums of work
+// drifted apart (docs/results/2026-11-29-h200-session21.md).
 #pragma once
 
 #include <cstdint>
@@ -41,8 +45,8 @@ struct WorkTile {
 };
 
 /// The family's scheduler: tile t = (item t / head_chunks, chunk t % head_chunks)
-/// of `tiles` = items x head_chunks; CTA c runs the tiles of its rounds
-/// (round_tile).
+/// of `tiles` = items x head_chunks; a CTA runs own_tile(), or (persistent)
+/// tile blockIdx.x and then the tiles it claim()s.
 struct TileScheduler {
   const WorkItem* items = nullptr;
   int head_chunks = 1;
@@ -51,12 +55,6 @@ struct TileScheduler {
   /// Tiles of a launch over n_items items of head_chunks chunks each: the CTAs of
   /// a launch with one tile per CTA, the bound of a persistent one.
   static int64_t ctas(int64_t n_items, int head_chunks) { return n_items * head_chunks; }
-  /// The tile of round j of CTA c in a launch of G CTAs: j G + c (j even) or
-  /// j G + G - 1 - c (j odd). Host and device (pinned by tests/test_attn_plan.cpp).
-  ATTNBENCH_HD static int64_t round_tile(int j, int c, int G) {
-    return static_cast<int64_t>(j) * G + ((j & 1) ? G - 1 - c : c);
-  }
-
 #if defined(__CUDACC__)
   /// The tile of a kernel launched with one tile per CTA (ctas() CTAs): tile
   /// blockIdx.x, valid, decoded in 32-bit arithmetic without a bounds test (the
@@ -80,10 +78,21 @@ struct TileScheduler {
     }
     return w;
   }
-  /// The CTA's j-th tile (serpentine rounds: see the file comment); a tile loop
-  /// carries j alone.
-  __device__ __forceinline__ WorkTile round(int j) const {
-    return at(round_tile(j, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x)));
+  /// The tile a persistent CTA runs after its first (blockIdx.x): the next
+  /// unclaimed one, gridDim.x + an atomic increment of counters[0]. `counters`:
+  /// two ints of global memory, zero before the launch (retire() leaves them so).
+  __device__ __forceinline__ static int64_t claim(int* counters) {
+    return static_cast<int64_t>(gridDim.x) + atomicAdd(&counters[0], 1);
+  }
+  /// After the CTA's last claim (one past the last tile): counts the CTA out in
+  /// counters[1]; the last CTA out zeroes both counters, since every claim of
+  /// the launch has then been made.
+  __device__ __forceinline__ static void retire(int* counters) {
+    __threadfence();  // this CTA's claims before its count
+    if (atomicAdd(&counters[1], 1) == static_cast<int>(gridDim.x) - 1) {
+      atomicExch(&counters[0], 0);
+      atomicExch(&counters[1], 0);
+    }
   }
 #endif
 };

@@ -88,7 +88,7 @@ TEST_CASE("flash: backward path choice (option bwd_path)") {
   CHECK(det.contains("dq_schedule") == hopper);
   if (hopper) {
     CHECK(det["dq_schedule"] ==
-          "persistent: one CTA per resident slot walking the longest-first query tiles (TileScheduler)");
+          "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)");
     CHECK(BackendRegistry::create_variant("flash[deterministic=true,persistent=off]")
               ->prepare(p, in)
               ->extra()["dq_schedule"] == "one CTA per query tile, longest first");
