@@ -251,8 +251,8 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 ///
 /// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
 /// the producer (its registers handed to the consumers with setmaxnreg); a thread
-/// of its warp 3 claims the CTA's tiles and hands them on (sm90::schedule_tiles,
-/// sm90::TileQueue), one of its warp 2 loads each tile's Q by TMA once the previous tile's consumers
+/// of its warp 0 claims the CTA's tiles and hands them on (sm90::TileQueue), one
+/// of its warp 2 loads each tile's Q by TMA once the previous tile's consumers
 /// released it (rows_full / rows_empty), a thread of its warp 0 streams the K / V
 /// tiles through fwd_sm90_stages<D>() stages with TMA bulk tensor copies (`maps`, 128-byte
 /// swizzled boxes that land in the Sw128Tile layout), each stage completing its
@@ -284,28 +284,36 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   // flex with a learnable bias: producer warp 1 stages each step's bias terms (StagedBias)
   const bool stage_bias = kFlex && learnable_bias(p.mod);
   float* s_bias = reinterpret_cast<float*>(smem_raw + sizeof(Storage));  // kFlex: fwd_sm90_smem_bytes
-  // the queue's readers: every consumer warp, the K / V and Q threads, the bias warp
-  if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1, kConsumers / 32 + 2 + (stage_bias ? 1 : 0));
+  // the queue's readers: every consumer warp, the Q thread, the bias warp
+  if (tid == 0) sm.init_barriers(kConsumers, stage_bias ? 1 + 32 : 1, kConsumers / 32 + 1 + (stage_bias ? 1 : 0));
   __syncthreads();  // the only CTA-wide barrier
 
-  // The CTA's tiles: a thread of producer warp 3 claims each (schedule_tiles),
-  // decodes it and hands it to the K / V and Q threads, the bias warp and the
+  // The CTA's tiles: the K / V thread claims each (TileScheduler::claim, one
+  // tile ahead), decodes it and hands it to the Q thread, the bias warp and the
   // consumer warps through sm.queue; each role walks the same tiles j = 0, 1, ...
+  // (A thread of its own, sm90::schedule_tiles as in the dQ kernel, measured
+  // slower here: dense D128 forward 2.7-6.6% on the H200, session 21, calls B / D.)
+  const TileScheduler sched{items, p.heads_q / pack, tiles};
   int step = 0, j = 0;  // the pipeline step of the tile's first key step; the CTA's tile count
-  if (wg == kWG) {      // producer warpgroup: warp 0 copies K / V, 1 stages bias terms, 2 copies Q, 3 schedules
+  if (wg == kWG) {      // producer warpgroup: warp 0 copies K / V, warp 1 stages bias terms, warp 2 copies Q
     sm90::regs_dec<fwd_sm90_producer_regs<kWG, D>()>();
     const int role = tid % 32 == 0 ? tid / 32 - kConsumers / 32 : -1;  // one thread per role
     const bool kv = role == 0, biases = stage_bias && tid / 32 == kConsumers / 32 + 1, q = role == 2;
-    if (role == 3) {
-      sm90::schedule_tiles<persistent_head_dim(DH)>(p, TileScheduler{items, p.heads_q / pack, tiles}, counters, pack,
-                                                    kBlockM, sm.queue);
-      return;
-    }
     if (!kv && !biases && !q) return;
+    int64_t next = blockIdx.x;  // the K / V thread's claim of tile j
 #pragma unroll 1
-    for (;; ++j) {  // (as the consumers' loop: only j and step live across tiles)
+    for (;; ++j) {  // (as the consumers' loop: only j, step and next live across tiles)
       QueryTile qt;
-      if (!sm.queue.take(j, biases, qt)) break;
+      bool more;
+      if (kv) {
+        const WorkTile w = sched.at(next);
+        more = w.valid;
+        if (more) qt = QueryTile::at(p, w, pack, kBlockM);
+        sm.queue.publish(j, more, qt);
+      } else {
+        more = sm.queue.take(j, biases, qt);
+      }
+      if (!more) break;
       if (q) {  // its own warp: waiting for the consumers to release Q never holds up the K / V stages
         if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);
         const CUtensorMap* const q_map[1] = {&maps.q};
@@ -315,6 +323,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       }
       const KeySteps<kFlex> steps(p, qt.si, qt.b, qt.m0, qt.Mq, kBlockN);
       if (kv) {
+        if constexpr (persistent_head_dim(DH)) next = TileScheduler::claim(counters);  // its latency hides in the loads
         sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step);
       } else {
         sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm, s_bias, lane,
@@ -323,6 +332,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       step += steps.count;
       if constexpr (!persistent_head_dim(DH)) break;
     }
+    if (kv && persistent_head_dim(DH)) TileScheduler::retire(counters);
   } else {  // consumer warpgroups
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG, D>()>();
 #pragma unroll 1

@@ -30,7 +30,8 @@ struct PipelineState {
 };
 
 /// The tiles of a persistent CTA (TileScheduler), decoded once: the one thread
-/// that claims them (schedule_tiles) decodes tile j (a QueryTile: its sequence's
+/// that claims them (the forward's K / V thread; the dQ kernel's schedule_tiles
+/// thread) decodes tile j (a QueryTile: its sequence's
 /// offsets and lengths are global loads) and hands it to the CTA's other roles
 /// through kSlots shared-memory slots, slot j % kSlots, whose `full` barrier the
 /// claiming thread completes and whose `empty` barrier completes once every
@@ -80,7 +81,7 @@ struct TileQueue {
   }
 };
 
-/// The scheduler role of the persistent Hopper kernels (one thread of the
+/// The scheduler role of the persistent Hopper dQ kernel (one thread of the
 /// producer warpgroup that loads nothing): publishes tile blockIdx.x and then
 /// (kPersistent) each tile it claims from `counters` (TileScheduler::claim),
 /// decoded as QueryTile::at(p, tile, pack, rows), up to kSlots tiles ahead of
