@@ -299,16 +299,16 @@ __global__ void __launch_bounds__(256) attn_bwd_dq_rows_convert_kernel(const Att
   }
 }
 
-/// log2(e) * LSE of a row, +inf for rows with no allowed key (LSE = -inf) and
-/// padding rows, so that exp2(s - lse2) = 0 there.
-/// In two parts, so that a kernel can issue the load long before its use: the
-/// row's LSE (lse_of: -inf past lq), then lse2_from(LSE).
+/// lse2_of in two halves, so that a kernel can issue the load long before its
+/// use: the row's LSE (lse_of: -inf past lq), then lse2_from(LSE).
 __device__ __forceinline__ float lse_of(const AttnParams& p, const SeqInfo& si, int b, int t, int h) {
   return t < si.lq ? p.lse[lse_off(p, si, b, t, h)] : -INFINITY;
 }
 __device__ __forceinline__ float lse2_from(float l) { return l == -INFINITY ? INFINITY : l * kLog2e; }
-/// (lse2_of keeps its branch: written as lse2_from(lse_of()) it made the flex
-/// dK/dV kernels, whose rows warp calls it with 24 registers, spill 16-20 bytes more.)
+/// log2(e) * LSE of a row, +inf for rows with no allowed key (LSE = -inf) and
+/// padding rows, so that exp2(s - lse2) = 0 there. (It keeps its branch:
+/// written as lse2_from(lse_of()) it made the flex dK/dV kernels, whose rows
+/// warp calls it with 24 registers, spill 16-20 bytes more.)
 __device__ __forceinline__ float lse2_of(const AttnParams& p, const SeqInfo& si, int b, int t, int h) {
   if (t >= si.lq) return INFINITY;
   return lse2_from(p.lse[lse_off(p, si, b, t, h)]);

@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
     sm90::regs_dec<kDqSm90ProducerRegs>();
     const int role = lane == 0 ? warp - 4 : -1;  // one thread per role
     const bool kv = role == 0, biases = stage_bias && warp == 5, rows = role == 2;
-    if (role == 3) {  // tiles claimed and decoded as in the forward
+    if (role == 3) {  // claims and decodes the CTA's tiles (TileScheduler, TileQueue)
       sm90::schedule_tiles<true>(p, TileScheduler{items, p.heads_q / pack, tiles}, counters, pack, kBlockM, sm.queue);
       return;
     }

@@ -304,15 +304,8 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
 #pragma unroll 1
     for (;; ++j) {  // (as the consumers' loop: only j, step and next live across tiles)
       QueryTile qt;
-      bool more;
-      if (kv) {
-        const WorkTile w = sched.at(next);
-        more = w.valid;
-        if (more) qt = QueryTile::at(p, w, pack, kBlockM);
-        sm.queue.publish(j, more, qt);
-      } else {
-        more = sm.queue.take(j, biases, qt);
-      }
+      const bool more = kv ? sm90::publish_tile(p, sched, next, pack, kBlockM, j, sm.queue, qt)
+                           : sm.queue.take(j, biases, qt);
       if (!more) break;
       if (q) {  // its own warp: waiting for the consumers to release Q never holds up the K / V stages
         if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);

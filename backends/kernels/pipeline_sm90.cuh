@@ -81,6 +81,18 @@ struct TileQueue {
   }
 };
 
+/// The claiming thread's step for the CTA's j-th tile, tile `t` of `sched`:
+/// decodes it into `qt` (QueryTile::at(p, tile, pack, rows)) and publishes it in
+/// `queue`; past the last tile, publishes that none is left and returns false.
+template <class Queue>
+__device__ __forceinline__ bool publish_tile(const AttnParams& p, const TileScheduler& sched, int64_t t, int pack,
+                                             int rows, int j, Queue& queue, QueryTile& qt) {
+  const WorkTile w = sched.at(t);
+  if (w.valid) qt = QueryTile::at(p, w, pack, rows);
+  queue.publish(j, w.valid, qt);
+  return w.valid;
+}
+
 /// The scheduler role of the persistent Hopper dQ kernel (one thread of the
 /// producer warpgroup that loads nothing): publishes tile blockIdx.x and then
 /// (kPersistent) each tile it claims from `counters` (TileScheduler::claim),
@@ -95,11 +107,8 @@ __device__ __forceinline__ void schedule_tiles(const AttnParams& p, const TileSc
   int64_t t = blockIdx.x;
 #pragma unroll 1
   for (int j = 0;; ++j) {
-    const WorkTile w = sched.at(t);
     QueryTile qt;
-    if (w.valid) qt = QueryTile::at(p, w, pack, rows);
-    queue.publish(j, w.valid, qt);
-    if (!w.valid || !kPersistent) break;
+    if (!publish_tile(p, sched, t, pack, rows, j, queue, qt) || !kPersistent) break;
     t = TileScheduler::claim(counters);
   }
   if constexpr (kPersistent) TileScheduler::retire(counters);
