@@ -260,13 +260,21 @@ class FusedInstance final : public BackendInstance {
   nlohmann::json extra() const override;
 
  private:
+  /// How the atomic mode's dK/dV kernel adds dQ: the Hopper kernel by TMA reduce-adds
+  /// from shared memory (float32 adds in L2, as atomic), except its rel_bias dBias
+  /// instance (no shared memory left for the tiles); the portable one by atomics.
+  std::string dq_adds() const {
+    const bool rel = flex_ && params_.mod == kernels::ModKind::rel_bias &&
+                     params_.dbias_mode != kernels::DbiasMode::none;
+    return bwd_path_ == kernels::BwdPath::sm90 && !rel ? "float32 TMA reduce-adds" : "float32 atomics";
+  }
   /// How dQ is produced, for the report (extra.backend.dq_mode).
   std::string dq_mode() const {
     if (bwd_args_.shape.dq_direct)
-      return "float32 atomics, except the " +
+      return dq_adds() + ", except the " +
              std::to_string(plan_.dq_direct_rows * 100 / std::max<int64_t>(plan_.query_rows, 1)) +
              "% of rows whose keys lie in one key block: stored directly by the dK/dV kernel";
-    if (!opt_.deterministic) return "float32 atomics (added by the dK/dV kernel)";
+    if (!opt_.deterministic) return dq_adds() + " (added by the dK/dV kernel)";
     return bwd_path_ == kernels::BwdPath::sm90 ? "deterministic (Hopper dQ kernel, no atomics)"
                                                : "deterministic (dQ kernel, no atomics)";
   }

@@ -16,8 +16,11 @@
 //   dQ  += dS K           SS, m64n64, dS^T (stored as [keys][queries]) and K
 //                         both MN-major; at head_dim 128 warpgroup w takes
 //                         columns 64 w .. over all 128 keys (every dQ element
-//                         added once per tile), at 64 its own 64 keys; float32
-//                         atomics (vector float2) into p.dq_accum.
+//                         added once per tile), at 64 its own 64 keys; each warp's
+//                         m16 x 64 fragment goes to a float32 shared-memory tile
+//                         and into p.dq_accum by one TMA reduce-add
+//                         (bwd_reduce_dq; the rel_bias instance, which has no
+//                         room for the tiles, keeps float2 atomics).
 // The register layouts of S^T / dP^T are the portable kernel's (one 16-key
 // m-tile per warp), so the dkdv_probs halves and dkdv_store are shared with it.
 #pragma once
@@ -57,6 +60,7 @@ struct BwdSm90Storage {
   uint64_t empty[kStages];      ///< stage read by every consumer thread
   int span[kStages][2];         ///< the step rows' KeySpan (lo, hi)
   int2 rb[kStages][kM];         ///< the step rows' row_bounds()
+  int2 dq_at[kStages];          ///< the step's first accumulator row (tok0_q + m0) and query head (bwd_reduce_dq)
   static_assert((2u * kN * D) % 1024 == 0 && (2u * kM * D) % 1024 == 0 && (2u * kN * kM) % 1024 == 0,
                 "tiles at 1024-byte offsets");
   /// Without dQ (the deterministic mode) the dS^T tiles are unused: the stages of
@@ -87,13 +91,31 @@ template <int D>
 constexpr size_t bwd_sm90_rel_offset() {
   return (sizeof(BwdSm90Storage<D>) + 15) / 16 * 16;
 }
-/// Dynamic shared memory of attn_bwd_sm90_kernel: with `rel` (flex, rel_bias
-/// dBias) the BwdSm90RelTiles too: 226 KB at head_dim 128.
+/// Shared memory of the dQ reduce-adds in attn_bwd_sm90_kernel (atomic dQ without
+/// rel_bias dBias), after BwdSm90Storage at bwd_sm90_dq_offset(): one float32
+/// tile per consumer warp, its m16 x 64-column dQ fragment as the box of
+/// BwdTensorMaps::dq_accum lands (line 2 r + c of 128 bytes for row r, column
+/// group c, 16-byte chunks swizzled by the line's low three bits), written by the
+/// warp and added into the accumulator by one TMA reduce (bwd_reduce_dq).
+struct BwdSm90DqTiles {
+  static constexpr int kRows = 16, kCols = 64, kWarps = 8;
+  float t[kWarps][kRows * kCols];
+};
 template <int D>
-constexpr size_t bwd_sm90_smem_bytes(bool rel) {
-  return rel ? bwd_sm90_rel_offset<D>() + sizeof(BwdSm90RelTiles) : bwd_sm90_smem_bytes<D>();
+constexpr size_t bwd_sm90_dq_offset() {
+  return (sizeof(BwdSm90Storage<D>) + 1023) / 1024 * 1024;  // the swizzle pattern repeats every 1024 bytes
 }
-static_assert(bwd_sm90_smem_bytes<128>(true) <= 227u * 1024u, "rel_bias dBias tiles fit beside head_dim 128's");
+/// Dynamic shared memory of attn_bwd_sm90_kernel: with `rel` (flex, rel_bias
+/// dBias) the BwdSm90RelTiles too (226 KB at head_dim 128); with `dq_tiles` (the
+/// other atomic-dQ instances) the BwdSm90DqTiles (195 KB at head_dim 128).
+template <int D>
+constexpr size_t bwd_sm90_smem_bytes(bool rel, bool dq_tiles) {
+  return rel        ? bwd_sm90_rel_offset<D>() + sizeof(BwdSm90RelTiles)
+         : dq_tiles ? bwd_sm90_dq_offset<D>() + sizeof(BwdSm90DqTiles)
+                    : bwd_sm90_smem_bytes<D>();
+}
+static_assert(bwd_sm90_smem_bytes<128>(true, false) <= 227u * 1024u, "rel_bias dBias tiles fit beside head_dim 128's");
+static_assert(bwd_sm90_smem_bytes<128>(false, true) <= 227u * 1024u, "dQ tiles fit beside head_dim 128's");
 constexpr int kBwdSm90Threads = 3 * 128;  ///< two consumer warpgroups and the producer warpgroup
 constexpr int kBwdSm90ProducerRegs = 24;
 constexpr int kBwdSm90ConsumerRegs = 240;
@@ -310,12 +332,14 @@ constexpr int bwd_sm90_direct_n() {
 ///   within its quad into 16-byte stores (three rounds of shuffles) made the
 ///   kernel spill and measured slower on the H200 (packed CodeAlpaca 8B dK/dV
 ///   kernel 1340 us against 1270);
-/// - otherwise: float2 atomics into p.dq_accum (zeroed by the preprocess,
+/// - otherwise (kAtomics): float2 atomics into p.dq_accum (zeroed by the preprocess,
 ///   converted after; sm_90 only, where they exist). A row that is direct for
 ///   another block adds zeros here into an accumulator row nobody reads.
 /// kDirectN = 0 (the flex path, whose tiles come from a BlockMask; atomic dQ
-/// without direct rows): every row takes the atomics.
-template <int DH, bool Bf16, int kDirectN>
+/// without direct rows): every row takes the atomics. kAtomics = false (the
+/// instances whose dQ goes by TMA reduce-adds, bwd_reduce_dq): the direct rows'
+/// stores alone.
+template <int DH, bool Bf16, int kDirectN, bool kAtomics = true>
 __device__ __forceinline__ void bwd_write_dq(const AttnParams& p, const SeqInfo& si, int b, int h, int t0, int c0,
                                              int d0, int d1, int g, int qd, const Acc (&dq)[8]) {
 #if ATTNBENCH_SM90A
@@ -335,6 +359,7 @@ __device__ __forceinline__ void bwd_write_dq(const AttnParams& p, const SeqInfo&
       }
       continue;
     }
+    if constexpr (!kAtomics) continue;
     float* row = p.dq_accum + off;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -346,6 +371,57 @@ __device__ __forceinline__ void bwd_write_dq(const AttnParams& p, const SeqInfo&
 #else
   (void)p, (void)si, (void)b, (void)h, (void)t0, (void)c0, (void)d0, (void)d1, (void)g, (void)qd, (void)dq;
   __trap();  // the Hopper backward only
+#endif
+}
+
+/// This warp's m16 x 64 part of its warpgroup's m64n64 dQ fragment (rows
+/// at.x + wrow + g, + 8 of the accumulator's row coordinate, wrow the warp's 16
+/// rows; query head at.y; batch coordinate bq; columns 64 w .. of warpgroup w at
+/// head_dim 128, all 64 at 64) added into p.dq_accum by one TMA reduce (BwdTensorMaps::dq_accum) from
+/// the warp's BwdSm90DqTiles tile, in place of 16 float2 atomics per thread
+/// (FlashAttention-3 adds its dQ by bulk reduce-adds from shared memory too,
+/// hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp). Lane 0 first waits until its
+/// previous reduce has read the tile. Rows past the sequence add the zeros their
+/// dS gives (into the next THD sequence's rows, or padding rows), rows past the
+/// tensor are skipped, and direct rows (bwd_write_dq) add into accumulator rows
+/// that nobody reads. Lane 0 must call bulk_wait<0>() before the CTA exits.
+/// `at` is in shared memory (BwdSm90Storage::dq_at, from the rows warp): the
+/// coordinates kept in registers across the step made the consumers spill.
+template <int D>
+__device__ __forceinline__ void bwd_reduce_dq(const CUtensorMap* map, float* tile, int lane, const int2* at, int bq,
+                                              int g, int qd, const Acc (&dq)[8]) {
+#if ATTNBENCH_SM90A
+  if (lane == 0) sm90::bulk_wait_read<0>();  // the previous step's reduce has read the tile
+  __syncwarp();
+  // Element (row g + 8 r, column 32 hb + 8 n + 2 qd) sits at line l = 2 (g + 8 r) + hb, 16-byte chunk
+  // (2 n + qd / 2) ^ (l & 7): byte 256 g + 2048 r + 128 hb + 32 (n ^ (g & 3)) + 16 ((qd / 2) ^ hb)
+  // + 8 (qd & 1). The base is opaque per call, so that the compiler does not hoist the eight
+  // per-thread addresses out of the step loop (they made the consumers spill).
+  uint32_t base = smem_u32(tile) + 256 * g + 8 * (qd & 1);
+  asm volatile("" : "+r"(base));
+#pragma unroll
+  for (int hb = 0; hb < 2; ++hb)
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const uint32_t a = base + 128 * hb + 32 * (n ^ (g & 3)) + 16 * ((qd >> 1) ^ hb);
+      const Acc& f = dq[4 * hb + n];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a + 2048 * r), "f"(f.c[2 * r]), "f"(f.c[2 * r + 1]));
+    }
+  sm90::fence_proxy_async();  // the stores, before the async proxy reads them
+  __syncwarp();
+  if (lane == 0) {
+    const int2 a = *at;
+    uint32_t tid;  // c0 / 32 kept live across the step also made the consumers spill: recomputed here
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+    const int group = D == 128 ? 2 * static_cast<int>(tid / 128) : 0, wrow = 16 * static_cast<int>(tid / 32 % 4);
+    sm90::tma_reduce_add_5d(map, tile, 0, group, a.x + wrow, a.y, bq);
+    sm90::bulk_commit();
+  }
+#else
+  (void)map, (void)tile, (void)lane, (void)at, (void)bq, (void)g, (void)qd, (void)dq;
+  __trap();
 #endif
 }
 
@@ -418,6 +494,7 @@ __device__ __forceinline__ void bwd_sm90_produce(const AttnParams& p, const SeqI
       if (stage_bias)
         sm90::BiasTerms<kBlockM, kBlockN>::copy(s_bias + stage * sm90::kBiasStageFloats, ScoreMod2::of(p, h),
                                                 p.mod == ModKind::offset_bias, m0, n0, lane);
+      if (kDq && lane == 0) sm.dq_at[stage] = make_int2(q_row + m0, h);
       sm90::mbar_arrive(&sm.full[stage]);
     }
   }
@@ -439,11 +516,14 @@ __device__ __forceinline__ void bwd_sm90_produce(const AttnParams& p, const SeqI
 /// Warp specialization: the producer warpgroup (setmaxnreg 24) has one thread
 /// issue the TMA copies (K and V once on `kv_bar`; per step the Q and dO tiles
 /// of the stage on `full`) and one warp write the stage's LSE (log2 domain), Dsum
-/// and key interval (row_bounds) rows, its 32 lanes arriving on `full` too (count 33). The consumers
+/// and key interval (row_bounds) rows (with dQ also the step's first accumulator
+/// row and head, `dq_at`), its 32 lanes arriving on `full` too (count 33). The consumers
 /// release a stage on `empty` after its last read. The two consumer warpgroups
 /// meet once per step, after both stored their dS^T (head_dim 128: each reads
 /// all 128 keys of dS for its dQ columns); dS^T is double-buffered, so that one
-/// barrier also orders step t + 2's writes after step t's dQ reads.
+/// barrier also orders step t + 2's writes after step t's dQ reads. Each consumer
+/// warp adds its dQ fragment by a TMA reduce from its own BwdSm90DqTiles tile
+/// (bwd_reduce_dq; kRel: float2 atomics, bwd_write_dq).
 ///
 /// Rows a TMA box reads past a sequence (padding positions, the next THD
 /// sequence; zeros only past the tensor) get P = dS = 0, so they must hold finite
@@ -454,9 +534,10 @@ __device__ __forceinline__ void bwd_sm90_produce(const AttnParams& p, const SeqI
 /// kDirect (atomic dQ off the flex path, LaunchShape::dq_direct): the rows whose
 /// keys lie in one key block (dq_direct_block at bwd_sm90_direct_n) get their dQ
 /// stored in the element type by the CTA (warpgroup at head_dim 64) of that
-/// block instead of atomics (bwd_write_dq, over the block's direct_rows() found
-/// once per CTA); the host zeroes and converts only the other rows
-/// (attn_bwd_dsum_zero_kernel, attn_bwd_dq_rows_convert_kernel).
+/// block instead of adding it (bwd_write_dq, over the block's direct_rows() found
+/// once per CTA; a warp whose rows are all direct skips its reduce); the host
+/// zeroes and converts only the other rows (attn_bwd_dsum_zero_kernel,
+/// attn_bwd_dq_rows_convert_kernel).
 ///
 /// kDq = false (the deterministic mode): dK / dV only, no dS^T stores, barrier or
 /// dQ products; attn_dq_sm90_kernel (attn_dq_sm90.cuh) computes dQ without atomics.
@@ -473,6 +554,9 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   static_assert(!kDirect || (kDq && !kFlex), "direct dQ rows: atomic dQ off the flex path");
   static_assert(!kRel || kFlex, "rel_bias dBias: the flex path");
   constexpr int kDirectN = kDirect ? bwd_sm90_direct_n<DH>() : 0;  // direct dQ rows (bwd_write_dq)
+  // dQ by TMA reduce-adds from BwdSm90DqTiles (bwd_reduce_dq); with the rel_bias tiles they do not
+  // fit, and that instance keeps the float2 atomics.
+  constexpr bool kReduceDq = kDq && !kRel;
   constexpr int kConsumers = 256, kDt = D / 8;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -529,6 +613,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
     constexpr bool rel = kRel;
     sm90::RelDbias rel_dbias(p, reinterpret_cast<BwdSm90RelTiles*>(smem_raw + bwd_sm90_rel_offset<D>()), b,
                              n0 + wg * 64, wg, tid % 128);
+    float* dq_tile = reinterpret_cast<BwdSm90DqTiles*>(smem_raw + bwd_sm90_dq_offset<D>())->t[warp];  // kReduceDq
     int d0 = 0, d1 = 0;  // kDirect: the rows whose dQ this CTA (warpgroup at head_dim 64) stores (direct_rows)
     if constexpr (kDirectN > 0) direct_rows(p.mask, si.lq, si.lk, D == 128 ? n0 : n0 + wg * 64, kDirectN, &d0, &d1);
     if (iters > 0) sm90::mbar_wait(kv_bar, 0);
@@ -589,7 +674,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       }
       // Three commit groups, as FlashAttention-3 orders them (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp,
       // bwd_step): dV first, so that it runs across the dS^T stores and the barrier; then dQ and
-      // dK; the dQ atomics wait for dQ only (wgmma_wait<1>) and run while dK is on the tensor cores.
+      // dK; the dQ adds wait for dQ only (wgmma_wait<1>) and run while dK is on the tensor cores.
       sm90::pv<D, Bf16, kBlockM>(pa, tdo, dv);  // dV += P^T dO (group 1)
       if constexpr (kDq) {
         uint16_t* ds_buf = sdS + (it & 1) * kBlockN * kBlockM;
@@ -605,7 +690,21 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
         sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
         sm90::fence_acc(dq);
-        bwd_write_dq<DH, Bf16, kDirectN>(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, d0, d1, g, qd, dq);
+        if constexpr (kReduceDq) {
+          bool reduce = true;
+          if constexpr (kDirectN > 0) {
+            const int t0 = m0 + wrow;
+            bwd_write_dq<DH, Bf16, kDirectN, false>(p, si, b, h, t0, D == 128 ? wg * 64 : 0, d0, d1, g, qd, dq);
+            // The warp's rows are all direct (or past lq): nothing to add. On packed documents most are
+            // (the packed CodeAlpaca Llama-3-8B dK/dV kernel took 919 us with the adds, H200).
+            reduce = !(t0 >= d0 && min(t0 + 15, si.lq - 1) < d1);
+          }
+          if (reduce)
+            bwd_reduce_dq<D>(&maps.dq_accum, dq_tile, lane, &sm.dq_at[stage], p.q_batch_stride == 0 ? 0 : b, g, qd,
+                             dq);
+        } else {
+          bwd_write_dq<DH, Bf16, kDirectN>(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, d0, d1, g, qd, dq);
+        }
       } else {
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 2)
         if (rel) {
@@ -624,6 +723,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         rel_dbias.head_end(h, dbias);
       }
     }
+    if constexpr (kReduceDq)
+      if (lane == 0) sm90::bulk_wait<0>();  // the reduces have read their tiles before the CTA exits
     if (rel_dbias.pending >= 0) {
       sm90::wg_barrier<4>(wg);
       rel_dbias.flush(p);

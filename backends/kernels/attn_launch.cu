@@ -75,6 +75,34 @@ CUtensorMap encode_map(const AttnParams& p, const char* name, const void* base, 
   return m;
 }
 
+/// The 5-D map of the float32 dQ accumulator (BwdTensorMaps::dq_accum): columns
+/// split in groups of 32 (128 bytes, the swizzle's span) so that a box of two
+/// groups x 16 rows covers a warp's 64 dQ columns; with the 128-byte swizzle the
+/// box's 128-byte lines (row r, group c at line 2 r + c) make the warp's float2
+/// fragment stores free of bank conflicts. Rows and column groups past the tensor
+/// (a THD tile past the last token, head_dim 96's fourth group) are skipped by
+/// the reduce.
+CUtensorMap encode_dq_accum_map(const AttnParams& p, int64_t rows, int64_t batch) {
+  CUtensorMap m{};
+  constexpr cuuint64_t e = 4;
+  const cuuint64_t dims[5] = {32, static_cast<cuuint64_t>((p.head_dim + 31) / 32), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(p.heads_q), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[4] = {32 * e, static_cast<cuuint64_t>(p.q_row_stride) * e,
+                                 static_cast<cuuint64_t>(p.q_head_stride) * e,
+                                 p.q_batch_stride > 0 ? static_cast<cuuint64_t>(p.q_batch_stride) * e
+                                                      : static_cast<cuuint64_t>(rows * p.q_row_stride) * e};
+  const cuuint32_t box[5] = {32, 2, 16, 1, 1};
+  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, p.dq_accum, dims, strides, box, unit,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw device::DeviceError("cuTensorMapEncodeTiled rejected the dQ accumulator [" + std::to_string(batch) + ", " +
+                              std::to_string(p.heads_q) + ", " + std::to_string(rows) + ", " +
+                              std::to_string(p.head_dim) + "] (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  return m;
+}
+
 }  // namespace
 
 KvTensorMaps make_kv_tensor_maps(const AttnParams& p, int64_t rows, int64_t batch, int box_rows) {
@@ -112,6 +140,7 @@ BwdTensorMaps make_bwd_tensor_maps(const AttnParams& p, int64_t q_rows, int64_t 
                          kDqBlockM / dq_pack, dq_pack);
   maps.dq.dout = encode_map(p, "dO", p.dout, q_rows, p.heads_q, batch, p.o_batch_stride, p.o_row_stride,
                             p.o_head_stride, kDqBlockM / dq_pack, dq_pack);
+  if (p.dq_accum) maps.dq_accum = encode_dq_accum_map(p, q_rows, batch);
   return maps;
 }
 

@@ -62,10 +62,15 @@ struct DqTensorMaps {
 /// TMA descriptors of the Hopper backward (attn_bwd_sm90.cuh): K and V with
 /// kBwdSm90 key-tile boxes (128 rows), Q and dO (O's strides) with 64-row boxes;
 /// same tensor form as KvTensorMaps (Q and dO over heads_q). dq: the
-/// deterministic Hopper dQ kernel's maps.
+/// deterministic Hopper dQ kernel's maps. dq_accum (encoded where p.dq_accum is
+/// set): the float32 dQ accumulator (Q's strides) as a 5-D tensor (32 columns,
+/// head_dim / 32 column groups, rows, heads_q, batch) with boxes of 32 x 2 x 16
+/// rows (a warp's m16 x 64-column dQ fragment) and the 128-byte swizzle, the
+/// target of the dK/dV kernel's TMA reduce-adds.
 struct BwdTensorMaps {
   CUtensorMap q, k, v, dout;
   DqTensorMaps dq;
+  CUtensorMap dq_accum;
 };
 
 /// Encode the backward's maps: q_rows / k_rows positions per (batch, head)

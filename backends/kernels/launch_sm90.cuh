@@ -44,7 +44,7 @@ void dkdv_sm90(const AttnParams& p, const WorkItem* k_items, int n_k, int64_t q_
                cudaStream_t st) {
   if constexpr (kDq && !kDirect) dq_accum_zero(p, q_numel, st);
   constexpr auto kernel = attn_bwd_sm90_kernel<D, Bf16, kFlex, kDq, kDirect, kRel>;
-  constexpr size_t smem = bwd_sm90_smem_bytes<sm90::tile_dim(D)>(kRel);
+  constexpr size_t smem = bwd_sm90_smem_bytes<sm90::tile_dim(D)>(kRel, kDq && !kRel);
   allow_smem<kernel>(smem);
   const int64_t blocks = TileScheduler::ctas(n_k, p.heads_kv);
   if (blocks > 0) {

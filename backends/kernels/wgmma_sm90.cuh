@@ -185,6 +185,44 @@ __device__ __forceinline__ void tma_load_tile_pair(uint16_t* a, const CUtensorMa
   }
 }
 
+/// TMA reduce: add the float32 box at `src` (shared memory, laid out as the 5-D
+/// tensor map `map` lands a box, swizzle included) into global memory at the box
+/// coordinates (c0 .. c4), elementwise and atomically per element (PTX
+/// cp.reduce.async.bulk.tensor, .add); elements past the tensor are skipped. One
+/// op of this thread's bulk async-group: commit with bulk_commit(), and wait
+/// with bulk_wait_read() before `src` is written again.
+__device__ __forceinline__ void tma_reduce_add_5d(const CUtensorMap* map, const void* src, int c0, int c1, int c2,
+                                                  int c3, int c4) {
+#if ATTNBENCH_SM90A
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
+#endif
+}
+/// Close this thread's bulk async-group (the TMA reduces issued since the last one).
+__device__ __forceinline__ void bulk_commit() {
+#if ATTNBENCH_SM90A
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+/// Wait until at most N of this thread's bulk async-groups still read their
+/// shared-memory source (the source may be written again).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#if ATTNBENCH_SM90A
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+/// Wait until at most N of this thread's bulk async-groups are pending at all
+/// (their global writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+#if ATTNBENCH_SM90A
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 /// Named barrier `id` (1..15) over the first `threads` threads of the CTA.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -3,11 +3,15 @@
 // 64-wide tiles, Sq != Sk in both causal alignments, GQA 7:1 and MQA, sliding
 // windows, padding with fully masked rows, prefix_lm, softcap and alibi, head
 // dims 64 and 128, both dtypes and layouts, seeded random problems, and both
-// dQ modes (deterministic: bitwise repeatable; atomic: passes the rule twice).
+// dQ modes (deterministic: bitwise repeatable; atomic: passes the rule twice, and
+// matches the deterministic dQ over repeated backwards of a large dense problem).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "backends/kernels/attn_launch.hpp"
 #include "harness/backend/backend.hpp"
@@ -73,11 +77,11 @@ TEST_CASE("flash: backward path choice (option bwd_path)") {
   const bool hopper = atomic["fwd_path"] == "sm90";  // auto takes the Hopper kernels where they run
   CHECK(atomic["bwd_path"] == (hopper ? "sm90" : "sm80"));
   // 128 causal-free rows in one 128-key block: every row is direct, so auto stores them all on the Hopper path.
-  CHECK(atomic["dq_mode"] == (hopper ? "float32 atomics, except the 100% of rows whose keys lie in one key block: "
-                                       "stored directly by the dK/dV kernel"
+  CHECK(atomic["dq_mode"] == (hopper ? "float32 TMA reduce-adds, except the 100% of rows whose keys lie in one key "
+                                       "block: stored directly by the dK/dV kernel"
                                      : "float32 atomics (added by the dK/dV kernel)"));
   CHECK(flash(false, "auto", "auto", "off")->prepare(p, in)->extra()["dq_mode"] ==
-        "float32 atomics (added by the dK/dV kernel)");
+        (hopper ? "float32 TMA reduce-adds (added by the dK/dV kernel)" : "float32 atomics (added by the dK/dV kernel)"));
   if (!hopper) CHECK_THROWS_AS(flash(false, "auto", "auto", "on")->prepare(p, in), std::invalid_argument);
   // The deterministic mode runs on the Hopper kernels too (the Hopper dQ kernel), and sm80 keeps it portable.
   const nlohmann::json det = flash(true)->prepare(p, in)->extra();
@@ -215,5 +219,49 @@ TEST_CASE("flash: seeded random problems") {
     if (rng.coin(0.3)) p = with_window(p, rng.uniform(-1, 80), rng.uniform(-1, 20));
     if (rng.coin(0.2)) p = with_score_mod(p, ScoreMod::Kind::softcap, 5.0);
     run_case(p);
+  }
+}
+
+TEST_CASE("flash: atomic dQ matches the deterministic dQ across repeated backwards with many key tiles per row") {
+  // 4 x 16 heads x 2048 positions, full attention at head_dim 128: every dQ row gets the adds of 16 key
+  // tiles, 1024 dK/dV CTAs over 132 SMs, so the Hopper kernel's TMA reduce-adds from its per-warp dQ tiles
+  // (bwd_reduce_dq) overlap step after step. A reduce that read a tile after the next step's stores began
+  // would add another row's values: dQ must agree with the deterministic dQ kernel's (no atomics) within
+  // the rounding of the sums' order, in each of five backwards. The float64 reference is not needed here.
+  if (!kernels::fwd_sm90_usable()) {
+    MESSAGE("skipped: the Hopper backward (dQ by TMA reduce-adds) does not run here");
+    return;
+  }
+  const Problem p = make_problem(4, 16, 16, 2048, 2048, 128, DType::bf16, Layout::bshd, 73);
+  const ProblemData in = make_inputs(p);
+  std::unique_ptr<BackendInstance> det = flash(true)->prepare(p, in);
+  std::unique_ptr<BackendInstance> atomic = flash(false, "auto", "auto", "off")->prepare(p, in);
+  REQUIRE(det);
+  REQUIRE(atomic);
+  det->forward();
+  det->backward();
+  det->synchronize();
+  const std::vector<double> want = det->read_outputs(true).dq.data;
+  double max_abs = 0;
+  for (double v : want) max_abs = std::max(max_abs, std::abs(v));
+  REQUIRE(max_abs > 0);
+  atomic->forward();
+  for (int run = 0; run < 5; ++run) {
+    atomic->backward();
+    atomic->synchronize();
+    const std::vector<double> got = atomic->read_outputs(true).dq.data;
+    REQUIRE(got.size() == want.size());
+    // Two bf16 ulps of the element (2^-7 relative each) and an absolute floor far below max |dQ|.
+    int64_t off = 0;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double err = std::abs(got[i] - want[i]);
+      worst = std::max(worst, err);
+      off += err > std::ldexp(std::abs(want[i]), -6) + 1e-4 * max_abs ? 1 : 0;
+    }
+    CAPTURE(run);
+    CAPTURE(worst);
+    CAPTURE(max_abs);
+    CHECK(off == 0);
   }
 }
