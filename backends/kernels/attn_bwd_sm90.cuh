@@ -43,8 +43,9 @@ constexpr int kBwdSm90Stages = 2;
 /// Q and dO tiles and of the rows' LSE / Dsum, two dS^T tiles (dQ of step t
 /// reads one while step t + 1 writes the other), the barriers, each stage's
 /// KeySpan and its rows' key intervals. The 16-bit tiles are Sw128Tiles at
-/// 1024-byte offsets; sizeof is the launch's dynamic shared memory: 162 KB at
-/// head_dim 128, 98 KB at 64.
+/// 1024-byte offsets; sizeof is the deterministic mode's dynamic shared memory,
+/// 162 KB at head_dim 128, 98 KB at 64 (the atomic mode adds BwdSm90DqTiles or
+/// BwdSm90RelTiles: bwd_sm90_smem_bytes(rel, dq_tiles)).
 template <int D>
 struct BwdSm90Storage {
   static constexpr int kN = kBwdSm90BlockN, kM = kBwdSm90BlockM, kStages = kBwdSm90Stages;
@@ -724,7 +725,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       }
     }
     if constexpr (kReduceDq)
-      if (lane == 0) sm90::bulk_wait<0>();  // the reduces have read their tiles before the CTA exits
+      if (lane == 0) sm90::bulk_wait<0>();  // every reduce has completed (read its tile, added) before the CTA exits
     if (rel_dbias.pending >= 0) {
       sm90::wg_barrier<4>(wg);
       rel_dbias.flush(p);

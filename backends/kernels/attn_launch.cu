@@ -80,8 +80,8 @@ CUtensorMap encode_map(const AttnParams& p, const char* name, const void* base, 
 /// groups x 16 rows covers a warp's 64 dQ columns; with the 128-byte swizzle the
 /// box's 128-byte lines (row r, group c at line 2 r + c) make the warp's float2
 /// fragment stores free of bank conflicts. Rows and column groups past the tensor
-/// (a THD tile past the last token, head_dim 96's fourth group) are skipped by
-/// the reduce.
+/// (a THD tile past the last token, a padded layout's tile past seq_q, head_dim
+/// 96's fourth group) are skipped by the reduce.
 CUtensorMap encode_dq_accum_map(const AttnParams& p, int64_t rows, int64_t batch) {
   CUtensorMap m{};
   constexpr cuuint64_t e = 4;

@@ -124,7 +124,8 @@ struct LaunchArgs {
 /// per p.dbias_mode, dBias) of the family, asynchronously on args.stream.
 /// Forward: the portable kernel (attn_fwd.cuh) or the Hopper one
 /// (attn_fwd_sm90.cuh) over args.q_items. Backward: Dsum, then dK/dV over
-/// args.k_items with dQ by float32 atomics into p.dq_accum (converted after) or,
+/// args.k_items with dQ added into p.dq_accum (float32 atomics, on the Hopper path
+/// TMA reduce-adds through BwdTensorMaps::dq_accum; converted after) or,
 /// deterministic, the dQ kernel over args.dq_items; flex adds the dBias
 /// reduction. Throws std::invalid_argument naming the reason when
 /// can_implement(p, args.shape) refuses or an argument the shape needs is

@@ -33,8 +33,9 @@ void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int p
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
-/// The Hopper dK/dV kernel over key tiles of kBwdSm90BlockN. kDq: with dQ by
-/// atomics into the float32 accumulator, zeroed before and converted after; with
+/// The Hopper dK/dV kernel over key tiles of kBwdSm90BlockN. kDq: with dQ added
+/// into the float32 accumulator (TMA reduce-adds from the BwdSm90DqTiles; kRel:
+/// float2 atomics), zeroed before and converted after; with
 /// kDirect the rows of one key block get their dQ from the kernel itself
 /// (dq_direct_block), the Dsum preprocess zeroes the other rows' accumulator
 /// and the conversion skips the direct ones. Without kDq, dQ is left to dq_sm90.

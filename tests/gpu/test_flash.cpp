@@ -238,6 +238,7 @@ TEST_CASE("flash: atomic dQ matches the deterministic dQ across repeated backwar
   std::unique_ptr<BackendInstance> atomic = flash(false, "auto", "auto", "off")->prepare(p, in);
   REQUIRE(det);
   REQUIRE(atomic);
+  CHECK(atomic->extra()["dq_mode"] == "float32 TMA reduce-adds (added by the dK/dV kernel)");
   det->forward();
   det->backward();
   det->synchronize();

@@ -89,7 +89,7 @@ TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   const nlohmann::json x = flex(128, "deterministic", "auto", "sm90", "block_mask")->prepare(p, in)->extra();
   CHECK(x["bwd_path"] == "sm90");
   CHECK(x["dq_mode"] == "float32 TMA reduce-adds (added by the dK/dV kernel)");
-  CHECK_FALSE(flex(128, "deterministic", "auto", "sm90")->deterministic());  // dQ by atomics
+  CHECK_FALSE(flex(128, "deterministic", "auto", "sm90")->deterministic());  // dQ by reduce-adds
   // 128-key tiles are one KV block
   CHECK_THROWS_AS(flex(64, "deterministic", "auto", "sm90")->prepare(p, in), Unsupported);
   CHECK(flex(64, "deterministic", "auto", "sm90")->supports(p).reason.find("block=128") != std::string::npos);
