@@ -113,9 +113,13 @@ TEST_CASE("the quick check of a RapidJSON row answers as on its nlohmann form (s
   test::Rng rng{34};
   std::string text = "{\"results\": [";
   std::vector<json> written;
+  // The first rows as written, the rest mutated. The plain prefix is capped: every committed raw
+  // report adds sample rows, and an uncapped prefix left too few mutated (invalid) rows once
+  // docs/results/raw held 769 of them (283 invalid of 1500, session 22).
+  const int plain = std::min(static_cast<int>(rows.size()), 400);
   for (int i = 0; i < 1500; ++i) {
-    json m = i < static_cast<int>(rows.size()) ? rows[static_cast<size_t>(i)]
-                                               : test::mutated(rows[static_cast<size_t>(i) % rows.size()], rng);
+    json m = i < plain ? rows[static_cast<size_t>(i)]
+                       : test::mutated(rows[static_cast<size_t>(i) % rows.size()], rng);
     std::string row = m.dump();
     if (i % 3 == 0 && m.is_object()) {  // members in reverse order: the check must not rely on sorted names
       row.clear();
