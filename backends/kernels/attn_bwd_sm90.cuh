@@ -426,6 +426,31 @@ __device__ __forceinline__ void bwd_reduce_dq(const CUtensorMap* map, float* til
 #endif
 }
 
+/// This warp's dQ fragment of one step (rows t0 + g, t0 + g + 8 of query head h,
+/// warpgroup wg's columns) out of attn_bwd_sm90_kernel: with kReduceDq the direct
+/// rows' stores (kDirectN > 0, bwd_write_dq) and one TMA reduce-add of the tile
+/// (bwd_reduce_dq), none when the warp's rows are all direct or past lq;
+/// otherwise bwd_write_dq's stores and float2 atomics.
+template <int DH, bool Bf16, int kDirectN, bool kReduceDq>
+__device__ __forceinline__ void bwd_add_dq(const AttnParams& p, const SeqInfo& si, const BwdTensorMaps& maps,
+                                           float* dq_tile, const int2* at, int b, int h, int t0, int wg, int d0,
+                                           int d1, int lane, const Acc (&dq)[8]) {
+  constexpr int D = sm90::tile_dim(DH);
+  const int g = lane / 4, qd = lane % 4, c0 = D == 128 ? wg * 64 : 0;
+  if constexpr (kReduceDq) {
+    bool reduce = true;
+    if constexpr (kDirectN > 0) {
+      bwd_write_dq<DH, Bf16, kDirectN, false>(p, si, b, h, t0, c0, d0, d1, g, qd, dq);
+      // On packed documents most warps' rows are direct (the packed CodeAlpaca Llama-3-8B dK/dV
+      // kernel took 919 us with their adds, H200).
+      reduce = !(t0 >= d0 && min(t0 + 15, si.lq - 1) < d1);
+    }
+    if (reduce) bwd_reduce_dq<D>(&maps.dq_accum, dq_tile, lane, at, p.q_batch_stride == 0 ? 0 : b, g, qd, dq);
+  } else {
+    bwd_write_dq<DH, Bf16, kDirectN>(p, si, b, h, t0, c0, d0, d1, g, qd, dq);
+  }
+}
+
 /// The producer's row warp's share of one query step (rows m0 .. m0 + kBlockM - 1
 /// of query head h): each row's log2(e) LSE and Dsum into tLse / tDsum, its key
 /// interval (row_bounds) into tRb (read by the consumers' partial steps in place of
@@ -691,21 +716,8 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 3)
         sm90::wgmma_wait<1>();                   // groups 1 and 2 retired
         sm90::fence_acc(dq);
-        if constexpr (kReduceDq) {
-          bool reduce = true;
-          if constexpr (kDirectN > 0) {
-            const int t0 = m0 + wrow;
-            bwd_write_dq<DH, Bf16, kDirectN, false>(p, si, b, h, t0, D == 128 ? wg * 64 : 0, d0, d1, g, qd, dq);
-            // The warp's rows are all direct (or past lq): nothing to add. On packed documents most are
-            // (the packed CodeAlpaca Llama-3-8B dK/dV kernel took 919 us with the adds, H200).
-            reduce = !(t0 >= d0 && min(t0 + 15, si.lq - 1) < d1);
-          }
-          if (reduce)
-            bwd_reduce_dq<D>(&maps.dq_accum, dq_tile, lane, &sm.dq_at[stage], p.q_batch_stride == 0 ? 0 : b, g, qd,
-                             dq);
-        } else {
-          bwd_write_dq<DH, Bf16, kDirectN>(p, si, b, h, m0 + wrow, D == 128 ? wg * 64 : 0, d0, d1, g, qd, dq);
-        }
+        bwd_add_dq<DH, Bf16, kDirectN, kReduceDq>(p, si, maps, dq_tile, &sm.dq_at[stage], b, h, m0 + wrow, wg, d0, d1,
+                                                  lane, dq);
       } else {
         sm90::pv<D, Bf16, kBlockM>(sa, tq, dk);  // dK += dS^T Q (group 2)
         if (rel) {
