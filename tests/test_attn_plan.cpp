@@ -60,6 +60,7 @@ TEST_CASE("mask_row_bounds equals mask_allowed on every pair of random interval 
 
 TEST_CASE("tile spans cover every allowed pair and full tiles hold only allowed pairs") {
   Rng rng{78};
+  int n_full = 0, n_partial = 0;  // the forward's once-per-tile form of tile_full, on both outcomes
   for (int n = 0; n < 40; ++n) {
     const Problem p = random_interval_problem(rng, 100 + static_cast<uint64_t>(n));
     MaskArrays arrays;
@@ -77,9 +78,14 @@ TEST_CASE("tile spans cover every allowed pair and full tiles hold only allowed 
             CHECK(j >= first);
             CHECK(j < first + tiles * bn);
           }
+        int full_lo, full_hi;
+        tile_full_keys(m, lq, lk, m0, bm, &full_lo, &full_hi);
         for (int t = 0; t < tiles; ++t) {
           const int n0 = first + t * bn;
-          if (!tile_full(m, lq, lk, m0, bm, n0, bn)) continue;
+          const bool full = tile_full(m, lq, lk, m0, bm, n0, bn);
+          CHECK(full == (n0 >= full_lo && n0 + bn - 1 <= full_hi));
+          ++(full ? n_full : n_partial);
+          if (!full) continue;
           for (int i = m0; i < m0 + bm && i < lq; ++i)
             for (int j = n0; j < n0 + bn; ++j) CHECK(mask_allowed(m, b, 0, i, j));
         }
@@ -97,6 +103,8 @@ TEST_CASE("tile spans cover every allowed pair and full tiles hold only allowed 
       }
     }
   }
+  CHECK(n_full > 0);
+  CHECK(n_partial > 0);
 }
 
 TEST_CASE("dq_row_direct_block: the allowed keys are non-empty and lie in one key block, whose tile visits the row") {

@@ -156,27 +156,30 @@ __device__ __forceinline__ BlockWalk q_walk(const BlockMaskView& bm, int b, int 
 /// The key tiles of `step` keys that the query tile [m0, m0 + rows) of sequence b
 /// visits, as (first key, whether no pair of it is masked): the BlockMask lists of
 /// its query block on the flex path, else the rows' key intervals (key_tiles,
-/// tile_full). Shared by the forward and the dQ kernel.
+/// tile_full). Shared by the forward and the dQ kernel. Off the flex path the
+/// full steps are those whose keys lie in [full_lo, full_hi] (tile_full's two row
+/// intervals, found once per tile instead of once per step).
 template <bool kFlex>
 struct KeySteps {
   BlockWalk walk;
-  int n_first = 0, count = 0, m0 = 0, rows = 0, step = 0;
+  int n_first = 0, count = 0, step = 0, full_lo = 0, full_hi = 0;
 
-  __device__ __forceinline__ KeySteps(const AttnParams& p, const SeqInfo& si, int b, int m0_, int rows_, int step_)
-      : m0(m0_), rows(rows_), step(step_) {
+  __device__ __forceinline__ KeySteps(const AttnParams& p, const SeqInfo& si, int b, int m0, int rows, int step_)
+      : step(step_) {
     if constexpr (kFlex) {
       walk = kv_walk(p.bm, b, m0 / p.bm.q_block, step);
       count = walk.count;
     } else {
       count = key_tiles(p.mask, si.lq, si.lk, m0, rows, step, &n_first);
+      tile_full_keys(p.mask, si.lq, si.lk, m0, rows, &full_lo, &full_hi);
     }
   }
-  __device__ __forceinline__ void at(const AttnParams& p, const SeqInfo& si, int t, int* n0, bool* full) const {
+  __device__ __forceinline__ void at(const AttnParams&, const SeqInfo&, int t, int* n0, bool* full) const {
     if constexpr (kFlex) {
       walk.at(t, n0, full);
     } else {
       *n0 = n_first + t * step;
-      *full = tile_full(p.mask, si.lq, si.lk, m0, rows, *n0, step);
+      *full = *n0 >= full_lo && *n0 + step - 1 <= full_hi;
     }
   }
 };

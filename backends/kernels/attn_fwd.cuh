@@ -68,14 +68,22 @@ __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo
                                               float (&m_run)[2], float (&l_run)[2], float (&corr)[2],
                                               const RowBounds* rows_rb = nullptr, StagedBias sb = {}) {
   float mx[2] = {-INFINITY, -INFINITY};
-  if (mod.kind == ModKind::none && full) {  // the common case: one multiply per score
+  // The scores' factor in the exp2 below: scale_log2 where S is still the raw Q K^T (the common
+  // case), 1 where the loops below replaced it by the scaled, modded, masked score.
+  float s_factor = 1.f;
+  if (mod.kind == ModKind::none && full) {  // the common case: no instruction per score before the max
+    // The max of the raw scores, in two chains per row (half the dependent fmaxf latency); times
+    // scale_log2 > 0 (docs/semantics.md: a positive scale) it is the max of the scaled scores, as
+    // rounding is monotonic. The scale folds into the exp2's argument, one FFMA per score
+    // (FlashAttention-3, hopper/softmax.h, scale_apply_exp2).
+    float m2[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt].c[e] *= mod.scale_log2;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[nt].c[e]);
-      }
+      for (int e = 0; e < 4; ++e) m2[e >> 1][nt & 1] = fmaxf(m2[e >> 1][nt & 1], s[nt].c[e]);
+    mx[0] = fmaxf(m2[0][0], m2[0][1]) * mod.scale_log2;
+    mx[1] = fmaxf(m2[1][0], m2[1][1]) * mod.scale_log2;
+    s_factor = mod.scale_log2;
   } else if (kMaskAlone && !kFlex && mod.kind == ModKind::none) {  // a partial step: the row intervals decide
     const RowBounds rb[2] = {rows_rb ? rows_rb[0] : row_bounds<kFlex>(p, si, b, row0),
                              rows_rb ? rows_rb[1] : row_bounds<kFlex>(p, si, b, row1)};
@@ -120,7 +128,7 @@ __device__ __forceinline__ void fwd_softmax_p(const AttnParams& p, const SeqInfo
   for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float pe = fast_exp2(s[nt].c[e] - base[e >> 1]);
+      const float pe = fast_exp2(fmaf(s[nt].c[e], s_factor, -base[e >> 1]));  // s_factor 1: exact, s - base
       s[nt].c[e] = pe;
       l_run[e >> 1] += pe;
     }

@@ -214,12 +214,12 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
     float corr[2];
     StagedBias sb;
     if (stage_bias) sb = staged_bias<kBlockN>(p, s_bias, stage, m0, n0);
-    // The mask-alone loop of partial steps (kMaskAlone) on every tile shape: on the 128-key
-    // steps of the dense tile it costs a 28-byte spill (head dims 96, 128), and measured faster
+    // The mask-alone loop of partial steps (kMaskAlone) on every tile shape: measured faster
     // with it than without on every dense D128 row (H200, session 21: causal S8192 forward
-    // 0.967 against 1.038 ms, full S8192 1.845 against 1.894).
+    // 0.967 against 1.038 ms, full S8192 1.845 against 1.894; it cost a 28-byte spill at head
+    // dims 96 / 128 until the scale moved into the exp2, session 23).
     fwd_softmax_p<kFlex, kNt, true>(p, si, b, mod, full_tile, n0, qd, row0, row1, s, m_run, l_run, corr, rb, sb);
-    wgmma_wait<0>();
+    wgmma_wait_after<0>(l_run[0], l_run[1]);  // the softmax's exp2 (summed in l_run) run beside P V
     fence_acc(o);
     if (p_stage >= 0) mbar_arrive(&sm.empty[p_stage]);  // K / V of the previous tile are read
     rescale_o<kDt>(o, corr);

@@ -4,6 +4,7 @@
 // harness/model/mask_desc.hpp, the one definition of the interval masks.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "harness/model/hd.hpp"
@@ -146,8 +147,27 @@ ATTNBENCH_HD void direct_rows(const MaskDesc& m, int lq, int lk, int n0, int blo
   *d1 = lo;
 }
 
+/// The keys [*lo, *hi] that every valid row of the query tile [m0, m0 + rows)
+/// allows (rows past lq are ignored; none valid: every key): the intersection of
+/// the rows' intervals, whose bounds are monotone in the row, so the last valid
+/// row's lo and the first row's hi.
+ATTNBENCH_HD void tile_full_keys(const MaskDesc& m, int lq, int lk, int m0, int rows, int* lo, int* hi) {
+  const int last = (m0 + rows < lq ? m0 + rows : lq) - 1;
+  if (last < m0) {
+    *lo = INT_MIN;
+    *hi = INT_MAX;
+    return;
+  }
+  *lo = RowBounds::of(m, last, lq, lk).lo;
+  *hi = RowBounds::of(m, m0, lq, lk).hi;
+}
+
 /// True when every valid row of the query tile [m0, m0 + rows) allows every key
 /// of [n0, n0 + block_n) (no per-element mask needed; rows past lq are ignored).
+/// The same bounds as tile_full_keys (tests/test_attn_plan.cpp compares them), for
+/// one key tile: the dK / dV kernels' query steps, whose tile moves every step.
+/// (Written through tile_full_keys it made the Hopper dK/dV kernel 192
+/// instructions longer and 6-11% slower: docs/results/2026-11-29-h200-session23.md.)
 ATTNBENCH_HD bool tile_full(const MaskDesc& m, int lq, int lk, int m0, int rows, int n0, int block_n) {
   const int last = (m0 + rows < lq ? m0 + rows : lq) - 1;
   if (last < m0) return true;

@@ -60,28 +60,49 @@ struct Sw128Tile {
   }
 };
 
-/// Matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address,
-/// leading and stride byte offsets (all >> 4), base offset 0, 128-byte swizzle.
-__device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lead_bytes, uint32_t stride_bytes) {
-  uint64_t d = 0;
-  d |= static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>((lead_bytes >> 4) & 0x3FFF) << 16;
-  d |= static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32;
-  d |= static_cast<uint64_t>(1) << 62;  // SWIZZLE_128B
-  return d;
+/// Matrix descriptors (PTX ISA "Matrix Descriptor Format") with the 128-byte
+/// swizzle, base offset 0 and a stride byte offset of 1024 (8 rows of 128 bytes),
+/// as two 32-bit words: lo = start address >> 4 (bits 0-13) | leading byte offset
+/// >> 4 (bits 16-29), hi = stride >> 4 | SWIZZLE_128B (bit 62), a constant.
+/// Shared addresses lie below 2^18, so adding bytes >> 4 to lo moves the start
+/// address by `bytes` (a multiple of 16) without a carry out of its field: a
+/// k-step's descriptor is its tile's lo plus a constant, one integer add. (With the
+/// address masked, shifted and or-ed per descriptor, the head_dim 128 forward
+/// issued 7-12 instructions per wgmma: SASS, session 23.)
+constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+/// The lo word of the descriptor of the tile at shared address smem_addr.
+__device__ __forceinline__ uint32_t desc_lo(uint32_t smem_addr, uint32_t lead_bytes) {
+  return ((smem_addr & 0x3FFFF) >> 4) | (((lead_bytes >> 4) & 0x3FFF) << 16);
 }
+/// The descriptor whose lo word is `lo`.
+__device__ __forceinline__ uint64_t desc_of(uint32_t lo) { return static_cast<uint64_t>(kDescHi) << 32 | lo; }
 
 /// Descriptor of k-step ks (16 columns) of a K-major operand: rows r0 .. of a
 /// Sw128Tile whose storage starts at shared address `tile` (chunk stride
 /// chunk_bytes).
 __device__ __forceinline__ uint64_t desc_k_major(uint32_t tile, int chunk_bytes, int r0, int ks) {
-  return make_desc(tile + (ks >> 2) * chunk_bytes + r0 * 128 + (ks & 3) * 32, 16, 1024);
+  return desc_of(desc_lo(tile + r0 * 128, 16) + (((ks >> 2) * chunk_bytes + (ks & 3) * 32) >> 4));
 }
 
 /// Descriptor of k-step ks (16 rows) of an MN-major operand stored as a Sw128Tile
 /// at shared address `tile` (rows = the reduction dimension).
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t tile, int chunk_bytes, int ks) {
-  return make_desc(tile + ks * 2048, chunk_bytes, 1024);
+  return desc_of(desc_lo(tile, chunk_bytes) + ks * (2048 >> 4));
+}
+
+/// stmatrix.sync.aligned.m8n8.x4.shared.b16: four 8 x 8 matrices of 16-bit
+/// elements, matrix i from register r[i] of every lane in the accumulator
+/// fragment layout (lane l: row l / 4, elements 2 (l % 4) ..+1); lane l gives the
+/// shared address of row l % 8 of matrix l / 8 (16 contiguous bytes). Warp-wide.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, const uint32_t (&r)[4]) {
+#if ATTNBENCH_SM90A
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)smem_addr;
+  (void)r;
+#endif
 }
 
 /// wgmma.fence: order earlier register writes (accumulators, A operands) before
@@ -102,6 +123,24 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
 #if ATTNBENCH_SM90A
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+/// wgmma_wait<N>() that cannot start before `a` and `b` are computed. ptxas moves a
+/// plain wait above independent instructions (waiting early is always correct): in
+/// the Hopper forward it put the wait for the previous P V after the first 8-10
+/// of the softmax's 64 exp2 per thread, so the rest ran after P V had retired
+/// instead of beside it (SASS of the head_dim 128 forward, session 23). Here a
+/// branch on a and b (their bits both 0xffffffff, which no sum of exp2 and no
+/// canonical NaN is) ends the basic block before the wait. (A wait predicated on
+/// them made ptxas serialise every wgmma of the kernel.)
+template <int N>
+__device__ __forceinline__ void wgmma_wait_after(float a, float b) {
+#if ATTNBENCH_SM90A
+  if ((__float_as_uint(a) & __float_as_uint(b)) == 0xffffffffu) asm volatile("nanosleep.u32 1;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#else
+  (void)a;
+  (void)b;
 #endif
 }
 /// Make this thread's generic-proxy shared-memory writes (cp.async, st.shared)
