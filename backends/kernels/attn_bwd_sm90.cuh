@@ -142,18 +142,17 @@ __device__ __forceinline__ void bwd_scores(uint32_t a_tile, uint32_t b_tile, int
 }
 
 /// Store the warp's dS^T fragments (A-operand form, 16 keys x 64 queries) into
-/// the [128 keys][64 queries] Sw128Tile at sdS: key row `r0` (and r0 + 8).
-__device__ __forceinline__ void store_ds_t(uint16_t* sdS, const uint32_t (&sa)[4][4], int r0, int qd) {
-  using DsTile = Sw128Tile<kBwdSm90BlockN, kBwdSm90BlockM>;
+/// the [128 keys][64 queries] Sw128Tile at sdS (1024-byte aligned): key rows
+/// `r0` .. r0 + 15 (r0 a multiple of 8). Four stmatrix.x4, one per 16 query
+/// columns kk: matrix 2 half + rr is key rows r0 + 8 rr .., 16-byte unit
+/// 2 kk + half, register sa[kk][2 half + rr] (instead of 16 four-byte stores and
+/// their addresses). Unit u of row r lies at r * 128 + ((u ^ (r % 8)) << 4) bytes,
+/// and (2 kk + half) ^ j = 2 kk ^ (half ^ j).
+__device__ __forceinline__ void store_ds_t(uint16_t* sdS, const uint32_t (&sa)[4][4], int r0, int lane) {
+  const int j = lane & 7, rr = (lane >> 3) & 1, half = lane >> 4;
+  const uint32_t row = smem_u32(sdS) + (r0 + 8 * rr + j) * 128, unit = (half ^ j) << 4;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {  // columns 16 kk + 8 half + 2 qd ..+1
-      const int unit = 2 * kk + half;
-      *reinterpret_cast<uint32_t*>(sdS + DsTile::offset(r0, unit) + 2 * qd) = sa[kk][2 * half];
-      *reinterpret_cast<uint32_t*>(sdS + DsTile::offset(r0 + 8, unit) + 2 * qd) = sa[kk][2 * half + 1];
-    }
-  }
+  for (int kk = 0; kk < 4; ++kk) stmatrix_x4(row + (unit ^ (kk << 5)), sa[kk]);
 }
 
 /// Issue dQ (m64 queries x 64 columns) = dS K for warpgroup `wg`: head_dim 128,
@@ -704,7 +703,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
       sm90::pv<D, Bf16, kBlockM>(pa, tdo, dv);  // dV += P^T dO (group 1)
       if constexpr (kDq) {
         uint16_t* ds_buf = sdS + (it & 1) * kBlockN * kBlockM;
-        sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow + g, qd);
+        sm90::store_ds_t(ds_buf, sa, wg * 64 + wrow, lane);
         sm90::fence_proxy_async();  // the dS^T stores, before wgmma reads them
         sm90::ds_barrier<D>(wg);
         if (rel) rel_dbias.flush(p);
