@@ -81,7 +81,13 @@ if ! cmake --build "$BUILD" -j "$JOBS" -- -k >"$OUT/build.log" 2>&1; then
 fi
 WARNINGS=$(grep -c "warning" "$OUT/build.log" || true)
 SPILLS=$(grep -c "Registers are spilled" "$OUT/build.log" || true)  # ptxas -warn-spills
-log "build done ($WARNINGS warning lines, $SPILLS kernels reporting spills)"
+# ptxas infos C7510-C7520: the wgmmas of one of attnbench's kernels serialised (as ci/build.sh)
+SERIALISED=$(grep "wgmma.mma_async instructions are serialized" "$OUT/build.log" | grep -c "_ZN9attnbench" || true)
+if [[ "$SERIALISED" -gt 0 ]]; then
+  grep "wgmma.mma_async instructions are serialized" "$OUT/build.log" | grep "_ZN9attnbench" | sed 's/^/  /' | sort -u
+  BUILD_FAILED=1
+fi
+log "build done ($WARNINGS warning lines, $SPILLS kernels reporting spills, $SERIALISED with serialised wgmmas)"
 
 # ---------------------------------------------------------------- versions loaded
 {
@@ -176,7 +182,7 @@ fi
   echo "GPU        : $GPU_LINE"
   echo "CUDA archs : $ATTNBENCH_CUDA_ARCHS"
   echo "cuDNN      : ${CUDNN_ROOT:-none} -> loaded $CUDNN_LOADED"
-  echo "build      : $WARNINGS warning lines, $SPILLS kernels with spills"
+  echo "build      : $WARNINGS warning lines, $SPILLS kernels with spills, $SERIALISED with serialised wgmmas"
   echo "GPU tests  : ${GPU_SUMMARY:-no summary (see ctest_gpu.log)}"
   echo "sanitizer  : $SANITIZE_STATUS (fused kernels, memcheck + racecheck)"
   echo "CPU tests  : ${CPU_SUMMARY:-no summary (see ctest_cpu.log)}"
