@@ -142,6 +142,11 @@ void check_against_brute_force(const Problem& p) {
     total += n;
   }
   CHECK(count_allowed_pairs(p) == total);
+  // RowIntervals (one segmenter, rebuilt when the batch row changes) answers as
+  // row_interval, rows visited batch-interleaved so that it switches back and forth.
+  RowIntervals rows(m);
+  for (int64_t i = 0; i < p.seq_q; ++i)
+    for (int64_t b = 0; b < p.batch; ++b) CHECK(rows.at(b, i) == row_interval(p, m, b, i));
 }
 
 /// Independent statement of mask_is_interval: no block_sparse and every row of

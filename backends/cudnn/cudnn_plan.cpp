@@ -70,13 +70,13 @@ std::string head_dim_reason(int64_t dqk, int64_t dv, int sm, int64_t v) {
 /// Executed pairs of one sequence: for each 128-row query tile, the 128-wide key
 /// tiles between the smallest allowed key and the largest allowed key of its rows
 /// (rows and columns clipped to the sequence), as the tile-skipping kernels do.
-int64_t sequence_tiles_pairs(const Problem& p, const MaskDesc& m, const Sequence& s) {
+int64_t sequence_tiles_pairs(RowIntervals& rows, const Sequence& s) {
   int64_t pairs = 0;
   for (int64_t t0 = 0; t0 < s.q_len; t0 += kTile) {
     const int64_t t1 = std::min(s.q_len, t0 + kTile);
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (int64_t r = t0; r < t1; ++r) {
-      auto iv = row_interval(p, m, s.b, s.q_pos + r);
+      auto iv = rows.at(s.b, s.q_pos + r);
       if (!iv || iv->first > iv->second) continue;
       lo = std::min(lo, std::max<int64_t>(iv->first - s.k_pos, 0));
       hi = std::max(hi, std::min<int64_t>(iv->second - s.k_pos, s.k_len - 1));
@@ -615,12 +615,13 @@ std::string set_fixups(CasePlan& plan, const Problem& p, const MaskDesc& m, bool
   plan.lse_head_stride = ragged ? 1 : Sq;
   std::vector<int64_t> lse_src(static_cast<size_t>(B * Sq), -1);
   bool any_dead = false;
+  RowIntervals rows(m);
   for (int64_t b = 0; b < B; ++b) {
     std::vector<int64_t> cover(static_cast<size_t>(Sk + 1), 0);
     for (int64_t i = 0; i < Sq; ++i) {
       const int64_t row = ragged ? plan.q_row_of[static_cast<size_t>(b * Sq + i)] : 0;
       const bool stored = !ragged || row >= 0;
-      auto iv = row_interval(p, m, b, i);
+      auto iv = rows.at(b, i);
       if (!iv) return "internal: a mask row is not one interval";  // excluded above (contiguous documents)
       const bool dead = iv->first > iv->second;
       const int64_t q_unit = plan.storage == Storage::bshd   ? (b * Sq + i) * Hq
@@ -706,7 +707,8 @@ std::variant<CasePlan, std::string> plan_case(const Problem& p, const Env& env) 
   if (auto why = set_fixups(plan, p, m, ragged); !why.empty()) return why;
 
   // ---------------------------------------------------------------- estimates and extras
-  for (const auto& s : seqs) plan.executed_pairs += sequence_tiles_pairs(p, m, s) * p.heads_q;
+  RowIntervals rows(m);
+  for (const auto& s : seqs) plan.executed_pairs += sequence_tiles_pairs(rows, s) * p.heads_q;
   if (p.score_mod.kind == ScoreMod::Kind::alibi)
     for (int64_t h = 0; h < p.heads_q; ++h) plan.alibi_slopes.push_back(alibi_slope<float>(h, p.heads_q));
   return plan;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -49,6 +50,29 @@ std::vector<int64_t> count_allowed_pairs_per_batch(const Problem& p);
 /// non-contiguous ids). An empty row returns lo > hi.
 std::optional<std::pair<int64_t, int64_t>> row_interval(const Problem& p, const MaskDesc& m,
                                                         int64_t b, int64_t i);
+
+namespace detail {
+class RowSegmenter;
+}
+
+/// row_interval() for many rows of one descriptor: a document mask's runs of a
+/// batch row are built once when the row changes (O(Sq log Sq)), then each
+/// query is O(log) (row_interval() builds them on every call: O(Sq) per row,
+/// seconds for the rows of a 32k-token pack). Same answers as row_interval().
+/// Not thread-safe; `m` (and its arrays) must outlive it.
+class RowIntervals {
+ public:
+  explicit RowIntervals(const MaskDesc& m);
+  ~RowIntervals();
+  RowIntervals(const RowIntervals&) = delete;
+  RowIntervals& operator=(const RowIntervals&) = delete;
+  std::optional<std::pair<int64_t, int64_t>> at(int64_t b, int64_t i);
+
+ private:
+  const MaskDesc& m_;
+  std::unique_ptr<detail::RowSegmenter> seg_;
+  int64_t b_ = -1;
+};
 
 /// True when every row's allowed set is an interval (no block_sparse, and doc ids,
 /// if any, form contiguous runs).

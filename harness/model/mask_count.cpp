@@ -62,17 +62,28 @@ int64_t count_allowed_pairs(const Problem& p) {
 
 std::optional<std::pair<int64_t, int64_t>> row_interval(const Problem& /*p*/, const MaskDesc& m,
                                                         int64_t b, int64_t i) {
-  // Interval masks: O(1). Documents: the row's id runs are found by building the
-  // runs of batch row b, O(Sq log); block_sparse: O(Sk / 128) hashes. The answer
-  // is exact: a value iff the row's allowed set is empty or one interval.
-  if (!m.doc_ids && m.block_density < 0.0) {
-    const detail::Interval r = detail::base_row_interval(m, b, i);
+  return RowIntervals(m).at(b, i);
+}
+
+RowIntervals::RowIntervals(const MaskDesc& m) : m_(m) {}
+RowIntervals::~RowIntervals() = default;
+
+std::optional<std::pair<int64_t, int64_t>> RowIntervals::at(int64_t b, int64_t i) {
+  // Interval masks: O(1). Documents: the row's id runs come from the runs of
+  // batch row b (built when b changes, O(Sq log)); block_sparse: O(Sk / 128)
+  // hashes. The answer is exact: a value iff the row's allowed set is empty or
+  // one interval.
+  if (!m_.doc_ids && m_.block_density < 0.0) {
+    const detail::Interval r = detail::base_row_interval(m_, b, i);
     return std::pair<int64_t, int64_t>{r.lo, r.hi};
   }
-  detail::RowSegmenter seg(m);
-  seg.set_batch(b);
+  if (!seg_) seg_ = std::make_unique<detail::RowSegmenter>(m_);
+  if (b != b_) {
+    seg_->set_batch(b);
+    b_ = b;
+  }
   std::vector<detail::Interval> segs;
-  seg.segments(i, segs);
+  seg_->segments(i, segs);
   if (segs.empty()) return std::pair<int64_t, int64_t>{0, -1};
   if (segs.size() == 1) return std::pair<int64_t, int64_t>{segs[0].lo, segs[0].hi};
   return std::nullopt;
