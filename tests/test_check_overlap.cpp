@@ -91,6 +91,24 @@ TEST_CASE("RowPipeline: rows in push order, at most max_pending waiting, actions
   CHECK_FALSE(f.extras[2].contains("check_overlap"));  // a ready row is left as it is
 }
 
+TEST_CASE("RowPipeline: set_max_pending changes the bound from the next push on") {
+  Fixture f;
+  RowPipeline p(3, [&](ReportRow& r) { f.written.push_back(r.case_id); });
+  for (const char* id : {"a", "b", "c"}) p.push_pending(named(id), f.finish_of(id));
+  CHECK(p.pending() == 3);
+  CHECK(f.written.empty());
+  p.set_max_pending(1);  // a smaller case bound: the oldest two go at the next push
+  CHECK(p.pending() == 3);
+  p.push_pending(named("d"), f.finish_of("d"));
+  CHECK(p.pending() == 1);
+  CHECK(f.written == std::vector<std::string>{"a", "b", "c"});
+  p.set_max_pending(2);
+  p.push_pending(named("e"), f.finish_of("e"));
+  CHECK(p.pending() == 2);
+  p.drain();
+  CHECK(f.written == std::vector<std::string>{"a", "b", "c", "d", "e"});
+}
+
 TEST_CASE("RowPipeline: max_pending 0 joins at once; a throwing finish is the row's error; false drops only that row") {
   Fixture f;
   RowPipeline p0(0, [&](ReportRow& r) { f.written.push_back(r.case_id); });
@@ -121,7 +139,7 @@ TEST_CASE("--check-overlap and --pending-checks are parsed and validated") {
   CHECK(std::string(to_string(RunOptions::CheckOverlap::same_row)) == "same_row");
   RunOptions o;
   CHECK(o.check_overlap == RunOptions::CheckOverlap::rows);  // the default
-  o.pending_checks = 0;
+  o.pending_checks = -1;  // 0 is auto
   Scenario s;
   CHECK_THROWS_AS(validate_run(s, o), InputError);
 }
@@ -188,6 +206,30 @@ json run_mode(const Scratch& s, const std::string& out, const std::string& log, 
 }
 
 }  // namespace
+
+TEST_CASE("--pending-checks auto: as many pending rows as a quarter of the available memory holds, 1 to 4") {
+  Problem p;  // a packed long-document case: B2, 32 / 8 heads, 32k tokens, D128
+  p.batch = 2;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.seq_q = p.seq_k = 32768;
+  p.head_dim = p.head_dim_v = 128;
+  // O and LSE: 2 * 32 * 32768 rows x 129; dQ 128 more per row; dK, dV: 2 * 8 * 32768 rows x 256.
+  CHECK(pending_row_bytes(p, true) == 8ull * (2097152ull * 257 + 524288ull * 256));
+  CHECK(pending_row_bytes(p, true) == 5385486336ull);
+  CHECK(pending_row_bytes(p, false) == 8ull * 2097152ull * 129);
+  const uint64_t GiB = 1ull << 30;
+  CHECK(auto_pending_checks(p, true, 128 * GiB) == 4);  // 32 GiB / 5.0 GiB = 6.4, at most 4
+  CHECK(auto_pending_checks(p, true, 48 * GiB) == 2);   // 12 GiB / 5.0 GiB = 2.4
+  CHECK(auto_pending_checks(p, true, 16 * GiB) == 1);   // 4 GiB: less than one row, still 1
+  CHECK(auto_pending_checks(p, false, 48 * GiB) == 4);  // 12 GiB / 2.0 GiB = 5.9
+  CHECK(auto_pending_checks(p, true, 0) == 1);           // unknown
+  CHECK(host_available_bytes() > 0);                     // Linux: /proc/meminfo
+  CHECK(parse_pending_checks("auto") == 0);
+  CHECK(parse_pending_checks("3") == 3);
+  for (const char* bad : {"0", "65", "2x", "", "-1", "many"}) CHECK_THROWS_AS(parse_pending_checks(bad), InputError);
+  CHECK(RunOptions{}.pending_checks == 0);  // auto is the default
+}
 
 TEST_CASE("attnbench run refuses a bad --check-overlap or --pending-checks (exit 2, naming the option)") {
   Scratch s;
@@ -259,6 +301,43 @@ TEST_CASE("--check-overlap rows: row k's check runs while row k+1 is timed; the 
     CHECK_FALSE(fs::exists(fs::path(s.dir(std::string("rows_") + isolate)) / ".gold"));
     CHECK_FALSE(fs::exists(fs::path(s.dir(std::string("rows_") + isolate)) / ".units"));
   }
+}
+
+TEST_CASE("a case's inputs and reference are obtained from its start, before its first row's check; once per case") {
+  Scratch s;
+  const std::string log = s.dir("events.log");
+  for (const char* isolate : {"off", "on"}) {
+    INFO("--isolate " << isolate);
+    const json rep = run_mode(s, s.dir(std::string("prefetch_") + isolate), log,
+                              std::string("--backends test-fake-gpu,test-fake-gpu-wrong --isolate ") + isolate);
+    const auto ev = events(log);
+    REQUIRE(rep["results"].size() == 4u);
+    for (size_t c = 0; c < 2; ++c) {
+      const std::string S = c == 0 ? "S32" : "S48";
+      INFO(S);
+      const auto& pf = ev.at(S + "|prefetch");
+      const auto& first = ev.at(S + "|test-fake-gpu");
+      // The prefetch began before the first row's check (which, without it, would
+      // compute the reference), and that check ended only once the prefetch had.
+      CHECK(pf.at("prefetch-start") < first.at("check-start"));
+      CHECK(pf.at("prefetch-end") <= first.at("check-end"));
+      int gold_computed = 0, inputs_computed = 0;
+      for (size_t i = 2 * c; i < 2 * c + 2; ++i) {
+        const json& r = rep["results"][i];
+        gold_computed += r["check"]["gold_source"] == "computed";
+        inputs_computed += r["extra"]["inputs"]["source"] == "computed";
+      }
+      CHECK(gold_computed == 1);    // in this process or loaded by the children: computed once
+      CHECK(inputs_computed == 1);
+      const json& row0 = rep["results"][2 * c];  // the first row carries what the prefetch cost
+      CHECK(row0["check"]["gold_source"] == "computed");
+      CHECK(row0["check"]["gold_ms"].get<double>() > 0);
+      CHECK(row0["extra"]["inputs"]["source"] == "computed");
+    }
+  }
+  // No GPU backend: nothing is prefetched (a CPU row computes its reference before its timing).
+  run_mode(s, s.dir("prefetch_cpu"), log, "--backends cpu --cases S32");
+  CHECK(events(log).count("S32|prefetch") == 0);
 }
 
 TEST_CASE("--check-overlap rows, isolated: a crash or timeout of row k+1 keeps row k; a dying check is its row") {

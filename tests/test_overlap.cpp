@@ -50,6 +50,38 @@ class GoldGpuBackend : public Backend {
 };
 ATTNBENCH_REGISTER_BACKEND(GoldGpuBackend);
 
+/// Read-backs of DigestInstance (the determinism check must not read back again).
+int g_digest_reads = 0;
+
+/// GoldInstance with outputs_digest(): the same digest on every run (`stable`),
+/// or another one per run.
+class DigestInstance : public GoldInstance {
+ public:
+  DigestInstance(const Problem& p, const ProblemData& in, bool stable) : GoldInstance(p, in), stable_(stable) {}
+  AttentionOutputs read_outputs(bool grads) override {
+    ++g_digest_reads;
+    return GoldInstance::read_outputs(grads);
+  }
+  std::optional<uint64_t> outputs_digest(bool) override { return stable_ ? 42 : 42 + runs_++; }
+
+ private:
+  bool stable_;
+  uint64_t runs_ = 0;
+};
+
+template <bool Stable>
+class DigestGpuBackend : public GoldGpuBackend {
+ public:
+  std::string name() const override { return Stable ? "fake-digest-stable" : "fake-digest-unstable"; }
+  std::unique_ptr<BackendInstance> prepare(const Problem& p, const ProblemData& in) override {
+    return std::make_unique<DigestInstance>(p, in, Stable);
+  }
+};
+using DigestStable = DigestGpuBackend<true>;
+using DigestUnstable = DigestGpuBackend<false>;
+ATTNBENCH_REGISTER_BACKEND(DigestStable);
+ATTNBENCH_REGISTER_BACKEND(DigestUnstable);
+
 Scenario one_case() {
   Scenario s;
   s.name = "overlap-test";
@@ -108,5 +140,25 @@ TEST_CASE("a GPU row's check (the case's reference included) runs while the row 
     CHECK(a == b);
     CHECK(with["status"] == "pass");
     CHECK(with["timing"]["fwd"]["median_ms"] == without["timing"]["fwd"]["median_ms"]);
+  }
+}
+
+TEST_CASE("determinism by the backend's outputs digest: two runs compared without a second read-back") {
+  for (const bool stable : {true, false}) {
+    INFO("stable " << stable);
+    RunOptions o;
+    o.backends = {stable ? "fake-digest-stable" : "fake-digest-unstable"};
+    o.out_dir = (std::filesystem::temp_directory_path() / "attnbench_digest_determinism").string();
+    std::filesystem::remove_all(o.out_dir);
+    g_digest_reads = 0;
+    const RunSummary sum = run_scenario(one_case(), o);
+    REQUIRE(sum.pass == 1);
+    std::ifstream in(sum.report_path);
+    const nlohmann::json row = nlohmann::json::parse(in)["results"][0];
+    std::filesystem::remove_all(o.out_dir);
+    CHECK(row["extra"]["deterministic"] == stable);
+    CHECK(row["extra"]["determinism_by"] == "device digest of both runs' outputs (device::digest)");
+    CHECK(row["extra"]["determinism_ms"].get<double>() >= 0);
+    CHECK(g_digest_reads == 1);  // the check's read-back only
   }
 }

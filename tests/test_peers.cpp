@@ -182,7 +182,8 @@ bool have_python() {
 /// hang | garbage), result.json and out/*.npy for mode ok; the script copies what
 /// attnbench wrote into spy_* files there. With --serve (persistent mode) it
 /// appends its process id to spy_serve_pids, answers each request line with the
-/// JSON of docs/peers.md and exits after an error (restart: true) or at EOF.
+/// JSON of docs/peers.md and exits after an error (restart: true) or at EOF; a
+/// "#preload PEER" line is appended to spy_preload and not answered.
 std::string write_fake_worker(const TempDir& fixture) {
   const std::string path = fixture / "fake_worker.sh";
   std::string s = R"(#!/bin/sh
@@ -219,6 +220,7 @@ if [ "$1" = "--serve" ]; then
   exec 3>&1 1>&2  # answers on the original stdout only
   N=0
   while IFS= read -r REQ; do
+    case "$REQ" in "#preload "*) echo "$REQ" >> "$FIX/spy_preload"; continue ;; esac
     N=$((N + 1))
     echo "request $N begins" >&2
     handle "$REQ"
@@ -881,13 +883,17 @@ TEST_CASE("availability: the real worker reports unsupported when torch cannot b
 
   // The real worker's --serve loop: two requests, one process, answers on stdout
   // only (the worker's prints go to its stderr log), unsupported keeps it alive.
+  // Started ahead with "#preload torch-flex" (the fake torch has no torch._dynamo:
+  // the preload says so on stderr and the worker goes on), which gets no answer.
   stop_serve_workers();
+  REQUIRE(serve_prestart(c, "torch-flex"));
   for (int i = 1; i <= 2; ++i) {
     TempDir wd;
     write_work_dir(wd.path, "torch-flex", p, in, RunContext{});
     ServeOutcome so = serve_request(c, wd / "request.json");
     REQUIRE(so.answered);
-    CHECK(so.started == (i == 1));
+    CHECK_FALSE(so.started);
+    CHECK(so.prestarted == (i == 1));
     CHECK(so.request_index == i);
     CHECK(so.reply["status"] == "unsupported");
     CHECK(so.reply["restart"] == false);
@@ -1145,16 +1151,64 @@ TEST_CASE("persistent worker: one process serves the requests; failures restart 
   CHECK(count_entries(fix / "work", "attnbench-serve-") == 0);
 }
 
-TEST_CASE("persistent worker: ATTNBENCH_PEER_SERVE=0 or no \"serve\" in the probe means a process per request") {
+/// A fake worker whose requests answer ok with fake outputs for a small problem
+/// `p`, no persistent worker alive and no probe cached: the start of the tests of
+/// the persistent mode.
+struct ServeFixture {
   TempDir fix;
-  const std::string w = write_fake_worker(fix);
+  std::string w = write_fake_worker(fix);
   Problem p = make_problem(1, 2, 1, 12, 12, 8);
   ProblemData in = make_inputs(p);
-  fs::create_directories(fix / "out");
-  write_outputs(fix / "out", fake_outputs(p));
-  write_file(fix / "result.json", ok_result().dump());
-  stop_serve_workers();
+  ServeFixture() {
+    fs::create_directories(fix / "out");
+    write_outputs(fix / "out", fake_outputs(p));
+    write_file(fix / "result.json", ok_result().dump());
+    stop_serve_workers();
+    clear_probe_cache();
+  }
+};
+
+TEST_CASE("persistent worker: warm_up starts it ahead of the first request and sends #preload PEER") {
+  ServeFixture sf;
+  TempDir& fix = sf.fix;
+  const std::string& w = sf.w;
+  const Problem& p = sf.p;
+  const ProblemData& in = sf.in;
+  TorchPeerBackend flex(TorchPeer::flex, fake_config(fix, w)), varlen(TorchPeer::varlen, fake_config(fix, w));
+  flex.warm_up();  // the default probe offers no "serve": nothing starts
+  CHECK(serve_workers_alive() == 0);
+  write_file(fix / "probe.json", R"({"protocol": 1, "ok": true, "serve": true, "peers": {}})");
   clear_probe_cache();
+  {
+    ScopedEnv off("ATTNBENCH_PEER_SERVE", "0");
+    flex.warm_up();
+    CHECK(serve_workers_alive() == 0);
+  }
+  flex.warm_up();
+  varlen.warm_up();  // the same launch setup: the same worker, a second line
+  CHECK(serve_workers_alive() == 1);
+  const json first = flex.prepare(p, in)->extra();
+  CHECK(first["worker_mode"] == "serve");
+  CHECK(first["worker_request_index"] == 1);
+  CHECK(first["worker_prestarted"] == true);
+  CHECK(read_file(fix / "spy_preload") == "#preload torch-flex\n#preload torch-varlen\n");
+  const json second = varlen.prepare(p, in)->extra();
+  CHECK(second["worker_request_index"] == 2);
+  CHECK(second["worker_prestarted"] == false);
+  std::istringstream pids(read_file(fix / "spy_serve_pids"));
+  int n = 0;
+  for (std::string l; std::getline(pids, l);) ++n;
+  CHECK(n == 1);  // one process served the preloads and both requests
+  stop_serve_workers();
+  CHECK(serve_workers_alive() == 0);
+}
+
+TEST_CASE("persistent worker: ATTNBENCH_PEER_SERVE=0 or no \"serve\" in the probe means a process per request") {
+  ServeFixture sf;
+  TempDir& fix = sf.fix;
+  const std::string& w = sf.w;
+  const Problem& p = sf.p;
+  const ProblemData& in = sf.in;
   TorchPeerBackend b(TorchPeer::varlen, fake_config(fix, w));
   CHECK(b.prepare(p, in)->extra()["worker_mode"] == "process");  // the default probe has no "serve"
   write_file(fix / "probe.json", R"({"protocol": 1, "ok": true, "serve": true, "peers": {}})");

@@ -21,6 +21,7 @@
 #include "harness/device/check.hpp"
 #include "harness/device/stream.hpp"
 #include "harness/device/device.hpp"
+#include "harness/device/digest.hpp"
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/layout.hpp"
@@ -253,6 +254,12 @@ class Instance final : public CudnnInstanceApi {
       r.dv = from_storage(device::download_encoded(dv_, p_.dtype, stream_), TensorRole::v);
     }
     return r;
+  }
+
+  std::optional<uint64_t> outputs_digest(bool with_grads) override {
+    std::vector<const DeviceBuffer*> out{&o_, &stats_};
+    if (with_grads) out.insert(out.end(), {&dq_, &dk_, &dv_});
+    return device::digest(out, stream_);
   }
 
   int64_t executed_pairs() const override { return plan_.executed_pairs; }

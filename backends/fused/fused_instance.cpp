@@ -20,6 +20,7 @@
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
+#include "harness/device/digest.hpp"
 #include "harness/device/stream.hpp"
 #include "harness/model/block_mask.hpp"
 #include "harness/model/errors.hpp"
@@ -247,6 +248,11 @@ class FusedInstance final : public BackendInstance {
   }
   void synchronize() override { ATTNBENCH_CHECK(cudaStreamSynchronize(stream_.s)); }
   AttentionOutputs read_outputs(bool with_grads) override;
+  std::optional<uint64_t> outputs_digest(bool with_grads) override {
+    std::vector<const DeviceBuffer*> out{&o_, &lse_};
+    if (with_grads) out.insert(out.end(), {&dq_, &dk_, &dv_, flex_ ? &flex_->dbias : nullptr});
+    return device::digest(out, stream_.s);
+  }
   int64_t executed_pairs() const override { return plan_.executed_pairs; }
   double setup_ms() const override { return setup_ms_; }
   size_t allocated_bytes() const override {

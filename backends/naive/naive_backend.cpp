@@ -30,6 +30,7 @@
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
+#include "harness/device/digest.hpp"
 #include "harness/device/fill.hpp"
 #include "harness/device/stream.hpp"
 #include "harness/model/errors.hpp"
@@ -126,6 +127,11 @@ class NaiveInstance final : public NaiveInstanceApi {
   void poison_outputs() override;
   void synchronize() override { ATTNBENCH_CHECK(cudaStreamSynchronize(stream_.s)); }
   AttentionOutputs read_outputs(bool with_grads) override;
+  std::optional<uint64_t> outputs_digest(bool with_grads) override {
+    std::vector<const DeviceBuffer*> out{&o_, &lse_};
+    if (with_grads) out.insert(out.end(), {&dq_, &dk_, &dv_, &dbias_});
+    return device::digest(out, stream_.s);
+  }
   int64_t executed_pairs() const override { return B_ * Hq_ * Sq_ * Sk_; }
   double setup_ms() const override { return setup_ms_; }
   size_t allocated_bytes() const override;

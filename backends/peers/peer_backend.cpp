@@ -90,6 +90,17 @@ PeerBackend::PeerBackend(std::string name, std::string peer, std::string descrip
 
 bool PeerBackend::available(std::string* why) const { return probe(cfg_).peer_ok(peer_, why); }
 
+void PeerBackend::warm_up() {
+  const LaunchConfig c = resolve_launch_config(cfg_);
+  std::string why;
+  if (c.serve == 1 && probe(cfg_).report.value("serve", false) == true && probe(cfg_).peer_ok(peer_, &why))
+    serve_prestart(c, peer_);
+}
+
+bool PeerBackend::samples_exclude_host_latency(bool hold_stream, bool /*graph_timer*/) const {
+  return hold_stream && env_or("ATTNBENCH_PEER_HOLD_STREAM", "1") != "0";
+}
+
 int64_t PeerBackend::estimate_executed_pairs(const Problem& p) const {
   return p.batch * p.heads_q * p.seq_q * p.seq_k;
 }
@@ -164,6 +175,7 @@ std::unique_ptr<BackendInstance> PeerBackend::prepare(const Problem& p, const Pr
                 {"worker", c.worker},
                 {"worker_process_s", pr.wall_s},
                 {"worker_mode", so ? "serve" : "process"},
+                {"worker_prestarted", so && so->prestarted},
                 {"worker_request_index", so ? so->request_index : 1},
                 {"compile_ms", r.compile_ms ? json(*r.compile_ms) : json(nullptr)},
                 {"worker_setup_ms", r.setup_ms ? json(*r.setup_ms) : json(nullptr)},

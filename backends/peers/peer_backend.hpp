@@ -72,6 +72,14 @@ class PeerBackend : public Backend {
   bool deterministic() const override { return false; }
   /// The worker is a process of its own: `--isolate auto` leaves it in-process.
   bool runs_out_of_process() const override { return true; }
+  /// The worker holds its stream while Python enqueues a timed pass (StreamHold
+  /// in attnbench_torch/timing.py, sized to twice the longest enqueue seen, its
+  /// overruns counted as host gaps) unless the run or ATTNBENCH_PEER_HOLD_STREAM=0
+  /// turns it off; it has no graph timer.
+  bool samples_exclude_host_latency(bool hold_stream, bool graph_timer) const override;
+  /// With persistent workers (the probe offers them and ATTNBENCH_PEER_SERVE is
+  /// not 0), the worker starts now and imports what this peer needs (serve_prestart).
+  void warm_up() override;
 
   /// Use `ctx` instead of the process-wide default context.
   void set_context(const RunContext& ctx) { context_ = ctx; }

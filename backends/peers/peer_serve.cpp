@@ -50,16 +50,9 @@ class ServeWorker {
     const auto size = fs::file_size(log_path_, ec);
     out.stderr_offset = ec ? 0 : static_cast<size_t>(size);
     out.request_index = ++served_;
-    const std::string line = path + "\n";
-    size_t sent = 0;
-    while (sent < line.size()) {
-      const ssize_t n = send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;  // the worker is gone: reaped below
-      sent += static_cast<size_t>(n);
-    }
+    out.prestarted = prestarted_ && out.request_index == 1;
     std::string answer;
-    bool eof = sent < line.size();
+    bool eof = !send_line(path);
     while (!eof) {
       const size_t nl = buf_.find('\n');
       if (nl != std::string::npos) {
@@ -114,6 +107,17 @@ class ServeWorker {
     return out;
   }
 
+  /// Start the worker now if it is not running and send "#preload PEER": it
+  /// imports what PEER's first request needs and answers nothing (serve.py).
+  bool prestart(const std::string& peer) {
+    if (!alive()) {
+      ProcessResult ignored;
+      if (!start(ignored)) return false;
+      prestarted_ = true;
+    }
+    return send_line("#preload " + peer);
+  }
+
   /// EOF on the worker's stdin, then the group ends (SIGKILL after the grace time).
   void stop() {
     if (!alive()) return;
@@ -123,6 +127,19 @@ class ServeWorker {
   }
 
  private:
+  /// `text` and a newline to the worker; false when it is gone (reaped by the caller).
+  bool send_line(const std::string& text) {
+    const std::string line = text + "\n";
+    size_t sent = 0;
+    while (sent < line.size()) {
+      const ssize_t n = send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
   bool start(ProcessResult& r) {
     if (!dir_) dir_ = std::make_unique<WorkDir>(c_.work_root, "attnbench-serve-", c_.keep_work_dir);
     log_path_ = dir_->file("worker.stderr.txt");
@@ -146,6 +163,7 @@ class ServeWorker {
     close(sv[1]);
     fd_ = sv[0];
     served_ = 0;
+    prestarted_ = false;
     buf_.clear();
     return true;
   }
@@ -165,6 +183,7 @@ class ServeWorker {
   std::unique_ptr<ChildProcess> child_;
   int fd_ = -1;
   int served_ = 0;
+  bool prestarted_ = false;  ///< started by prestart(), not by a request
 };
 
 std::mutex& serve_mutex() {
@@ -184,6 +203,18 @@ ServeOutcome serve_request(const LaunchConfig& cfg, const std::string& request_p
   auto& w = serve_pool()[launch_key(c)];
   if (!w) w = std::make_unique<ServeWorker>(c);
   return w->request(request_path, c.timeout_s, c.kill_grace_s);
+}
+
+bool serve_prestart(const LaunchConfig& cfg, const std::string& peer) {
+  try {
+    const LaunchConfig c = resolve_launch_config(cfg);
+    std::lock_guard<std::mutex> lock(serve_mutex());
+    auto& w = serve_pool()[launch_key(c)];
+    if (!w) w = std::make_unique<ServeWorker>(c);
+    return w->prestart(peer);
+  } catch (const std::exception&) {  // best effort: the first request starts it instead
+    return false;
+  }
 }
 
 void stop_serve_workers() {

@@ -21,6 +21,7 @@ struct ServeOutcome {
   nlohmann::json reply;     ///< its answer line: {"request", "exit_code", "status", "restart", "served"}
   int request_index = 0;    ///< 1 for the first request a worker process served
   bool started = false;     ///< this request started the worker process
+  bool prestarted = false;  ///< the first request of a worker serve_prestart() started ahead of it
   std::string stderr_path;  ///< the worker's stderr log
   size_t stderr_offset = 0; ///< size of that log when the request was sent
 };
@@ -32,6 +33,14 @@ struct ServeOutcome {
 /// replaced by a fresh process on the next request. Never throws for worker
 /// failures; throws std::runtime_error when the log directory cannot be made.
 ServeOutcome serve_request(const LaunchConfig& c, const std::string& request_path);
+/// Start the persistent worker of launch setup `cfg` now if it is not running,
+/// and send it "#preload PEER" (docs/peers.md): it imports what PEER's first
+/// request needs (PyTorch; for torch-flex flex_attention and the torch.compile
+/// stack), on the CPU only (no CUDA context: nothing reaches other processes'
+/// GPU timing), answers nothing, and serves the next request once done. So the
+/// import overlaps the run's first rows instead of delaying the peer's first row.
+/// Best effort: never throws; false when the worker could not be started.
+bool serve_prestart(const LaunchConfig& cfg, const std::string& peer);
 /// Stop every persistent worker (EOF on its stdin, then its group is killed after
 /// kill_grace_s). Called at exit; tests call it to start afresh.
 void stop_serve_workers();

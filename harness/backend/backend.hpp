@@ -82,8 +82,19 @@ class BackendInstance {
     (void)pass;
     return std::nullopt;
   }
-  /// Out-of-process peers run twice themselves and report bitwise determinism.
+  /// Out-of-process peers run twice themselves and report bitwise determinism
+  /// (the runner then runs nothing again).
   virtual std::optional<bool> external_deterministic() const { return std::nullopt; }
+  /// A digest of every output's bytes as the last passes left them (O, LSE and,
+  /// with `with_grads`, dQ, dK, dV, dBias), computed where they live
+  /// (device::digest on the GPU: no copy to the host). The determinism check
+  /// compares two runs' digests; equal digests mean bitwise-equal outputs up to
+  /// a collision of the 64-bit digest. std::nullopt (the default): the check
+  /// compares two read_outputs() bitwise instead. Synchronous; throws as read_outputs().
+  virtual std::optional<uint64_t> outputs_digest(bool with_grads) {
+    (void)with_grads;
+    return std::nullopt;
+  }
   /// Extra backend-specific facts for the report row (e.g. compile time of a
   /// peer, cuDNN engine name); null when none.
   virtual nlohmann::json extra() const { return nullptr; }
@@ -124,6 +135,21 @@ class Backend {
   /// True for backends whose work already runs in a process of their own (the
   /// PyTorch peers' worker): `--isolate auto` does not wrap them in another one.
   virtual bool runs_out_of_process() const { return false; }
+  /// Whether this backend's timed samples leave host launch latency out, so
+  /// that host load (a check running on other cores) cannot reach them: with
+  /// the run's stream hold (`hold_stream`: a spin kernel holds the stream while
+  /// a pass is enqueued) or CUDA-graph replay (`graph_timer`). The runner lets
+  /// only such rows run while earlier rows' checks go on (--check-overlap rows).
+  /// Default: hold_stream || graph_timer (the runner times the passes itself).
+  virtual bool samples_exclude_host_latency(bool hold_stream, bool graph_timer) const {
+    return hold_stream || graph_timer;
+  }
+  /// Called once by the runner, on a thread of its own, when a run that lists
+  /// this backend starts (after configure()): background work that saves the
+  /// first case's time and touches no GPU (the PyTorch peers start their
+  /// persistent worker and import PyTorch, peer_serve.hpp serve_prestart).
+  /// Best effort: exceptions are ignored. Default: nothing.
+  virtual void warm_up() {}
   /// True for a stand-in whose code may run only in an isolated child (a plugin
   /// loaded through a probe process, docs/plugins.md): the runner calls none of
   /// available(), supports() and prepare() in its own process but sends every

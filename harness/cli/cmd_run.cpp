@@ -134,7 +134,7 @@ void add_run_command(CLI::App& app, Action& action) {
     bool hot = false, no_timing = false, no_backward = false, no_determinism = false, kernel_trace = false,
          no_hold = false, no_overlap = false;
     std::string check_overlap = "rows";
-    int pending_checks = 1;
+    std::string pending_checks = "auto";
     double max_seconds = 2.0, rel_stddev = 0.02, case_timeout = 0;
     std::string stopping = "rel_stddev", timer = "events";
     double min_time = kNvbenchMinTimeS, throttle_threshold = 75, throttle_recovery = 0.05;
@@ -167,7 +167,8 @@ void add_run_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--pending-checks", args->pending_checks,
                   "--check-overlap rows: rows that may wait for their check while the next row runs (each holds its "
-                  "host outputs or its finished child)")
+                  "host outputs or its finished child): N (1 to 64) or auto (per case, as many as fit in a quarter "
+                  "of the host's available memory, 1 to 4)")
       ->capture_default_str();
   cmd->add_flag("--no-overlap", args->no_overlap, "the same as --check-overlap off");
   cmd->add_flag("--kernel-trace", args->kernel_trace,
@@ -235,7 +236,7 @@ void add_run_command(CLI::App& app, Action& action) {
       o.determinism = !args->no_determinism;
       o.kernel_trace = args->kernel_trace;
       o.check_overlap = args->no_overlap ? RunOptions::CheckOverlap::off : parse_check_overlap(args->check_overlap);
-      o.pending_checks = args->pending_checks;
+      o.pending_checks = parse_pending_checks(args->pending_checks);
       o.device = args->device;
       o.command_line = command_line();
       o.resume = args->resume;

@@ -1,6 +1,8 @@
 // One float64 gold per case: see gold_cache.hpp for the model and the file layout.
 #include "harness/run/gold_cache.hpp"
 
+#include <utility>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -431,8 +433,16 @@ std::shared_ptr<void> GoldStore::lock_gold(const Problem& p, CheckMode mode, boo
 // ------------------------------------------------------------------ per process
 
 const ProblemData& CaseGold::get_inputs(const Problem& p, GoldProvenance* how) {
+  return obtain_inputs(p, how, false);
+}
+
+const ProblemData& CaseGold::obtain_inputs(const Problem& p, GoldProvenance* how, bool prefetch) {
   std::lock_guard<std::mutex> hold(inputs_mu_);
   GoldProvenance got{"shared", 0};
+  if (!prefetch && how && prefetched_inputs_) {  // the first row after the prefetch pays for them
+    got = *prefetched_inputs_;
+    prefetched_inputs_.reset();
+  }
   if (!inputs) {
     const auto t0 = std::chrono::steady_clock::now();
     if (auto loaded = store.load_inputs(p)) {
@@ -444,14 +454,41 @@ const ProblemData& CaseGold::get_inputs(const Problem& p, GoldProvenance* how) {
       got = {"computed", ms_since(t0)};
       inputs_published_ = store.save_inputs(p, *inputs);
     }
+    if (prefetch) prefetched_inputs_ = got;
   }
   if (how) *how = got;
   return *inputs;
 }
 
 const GoldCache& CaseGold::get_gold(const Problem& p, CheckMode mode, bool grads, GoldProvenance* how) {
+  return obtain_gold(p, mode, grads, how, false);
+}
+
+std::optional<GoldProvenance> CaseGold::claim_prefetched_gold() {
+  std::lock_guard<std::mutex> hold(gold_mu_);
+  return std::exchange(prefetched_, std::nullopt);
+}
+
+std::optional<GoldProvenance> CaseGold::claim_prefetched_inputs() {
+  std::lock_guard<std::mutex> hold(inputs_mu_);
+  return std::exchange(prefetched_inputs_, std::nullopt);
+}
+
+void CaseGold::prefetch_inputs(const Problem& p) { obtain_inputs(p, nullptr, true); }
+
+void CaseGold::prefetch_gold(const Problem& p, CheckMode mode, bool grads) {
+  GoldProvenance how;
+  obtain_gold(p, mode, grads, &how, true);
+}
+
+const GoldCache& CaseGold::obtain_gold(const Problem& p, CheckMode mode, bool grads, GoldProvenance* how,
+                                       bool prefetch) {
   std::lock_guard<std::mutex> hold(gold_mu_);
   GoldProvenance got{"shared", 0};
+  if (!prefetch && how && prefetched_) {  // the first row after the prefetch pays for it
+    got = *prefetched_;
+    prefetched_.reset();
+  }
   if (!gold.ready) {
     const auto t0 = std::chrono::steady_clock::now();
     // Another unit of the case (a finished child still checking) may be computing
@@ -473,6 +510,7 @@ const GoldCache& CaseGold::get_gold(const Problem& p, CheckMode mode, bool grads
       got = {"computed", gold.ms};
       store.save_gold(p, mode, grads, gold);
     }
+    if (prefetch) prefetched_ = got;
   }
   if (how) *how = got;
   return gold;

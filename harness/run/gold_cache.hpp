@@ -155,6 +155,19 @@ struct CaseGold {
   /// (plan_check, reference::gold, reference::lp) and published on first use;
   /// `how` (optional) says which, for this call. Obtains the inputs (get_inputs) only to compute it.
   const GoldCache& get_gold(const Problem& p, CheckMode mode, bool grads, GoldProvenance* how = nullptr);
+  /// get_inputs() and get_gold() ahead of the rows (the runner's prefetch, on a
+  /// thread of its own from the case's start): what each cost, computed or
+  /// loaded, is charged to the first later call that asks `how` (that row's
+  /// extra.inputs and gold_source / gold_ms), so that the report still says once
+  /// per case what they cost. Throw as get_inputs() / get_gold().
+  void prefetch_inputs(const Problem& p);
+  void prefetch_gold(const Problem& p, CheckMode mode, bool grads);
+  /// What prefetch_gold() did for the reference and for the inputs, if no row
+  /// has been charged with it yet (then it is charged to the caller's row: an
+  /// isolated row that loaded what this process prefetched); each std::nullopt
+  /// when claimed already or nothing was prefetched.
+  std::optional<GoldProvenance> claim_prefetched_gold();
+  std::optional<GoldProvenance> claim_prefetched_inputs();
   /// Free the inputs when nothing here needs them again: they are published in
   /// the store (a later get_inputs() loads them again) and the reference for
   /// (mode, grads) is held here or published (so get_gold() will not compute it),
@@ -162,8 +175,12 @@ struct CaseGold {
   bool release_inputs(const Problem& p, CheckMode mode, bool grads);
 
  private:
+  const ProblemData& obtain_inputs(const Problem& p, GoldProvenance* how, bool prefetch);
+  const GoldCache& obtain_gold(const Problem& p, CheckMode mode, bool grads, GoldProvenance* how, bool prefetch);
   std::mutex inputs_mu_, gold_mu_;
   bool inputs_published_ = false;  ///< the inputs held are in the store (loaded from it, or saved)
+  std::optional<GoldProvenance> prefetched_;         ///< what prefetch_gold() did, until a row claims it
+  std::optional<GoldProvenance> prefetched_inputs_;  ///< the same for the inputs
 };
 
 }  // namespace attnbench

@@ -1,12 +1,38 @@
 // Rows written in run order while their checks finish: see row_pipeline.hpp.
 #include "harness/run/row_pipeline.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <string>
 
 #include "harness/model/printable.hpp"
 
 namespace attnbench {
+
+uint64_t pending_row_bytes(const Problem& p, bool backward) {
+  const auto rows_q = static_cast<uint64_t>(p.batch * p.heads_q * p.seq_q);
+  const auto rows_k = static_cast<uint64_t>(p.batch * p.heads_kv * p.seq_k);
+  uint64_t elements = rows_q * static_cast<uint64_t>(p.head_dim_v + 1);  // O, LSE
+  if (backward) elements += rows_q * static_cast<uint64_t>(p.head_dim) + rows_k * static_cast<uint64_t>(p.head_dim + p.head_dim_v);
+  return 8 * elements;
+}
+
+int auto_pending_checks(const Problem& p, bool backward, uint64_t available_bytes) {
+  const uint64_t per_row = std::max<uint64_t>(1, pending_row_bytes(p, backward));
+  return static_cast<int>(std::clamp<uint64_t>(available_bytes / 4 / per_row, 1, 4));
+}
+
+uint64_t host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);)  // "MemAvailable:   123456 kB"
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      unsigned long long kib = 0;
+      return std::sscanf(line.c_str() + 13, "%llu", &kib) == 1 ? static_cast<uint64_t>(kib) * 1024 : 0;
+    }
+  return 0;
+}
 
 RowPipeline::~RowPipeline() {
   try {

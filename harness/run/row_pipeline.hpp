@@ -15,9 +15,25 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/problem.hpp"
 #include "reports/report.hpp"
 
 namespace attnbench {
+
+/// Host bytes a row holds while its check is pending: its outputs as float64
+/// (read_outputs: O [B,Hq,Sq,Dv], LSE [B,Hq,Sq] and, with `backward`, dQ
+/// [B,Hq,Sq,D], dK [B,Hkv,Sk,D], dV [B,Hkv,Sk,Dv]), 8 bytes per element.
+uint64_t pending_row_bytes(const Problem& p, bool backward);
+
+/// `--pending-checks auto` for problem p: as many pending rows as fit, at
+/// pending_row_bytes() each, in a quarter of `available_bytes` (the host's
+/// MemAvailable, host_available_bytes()), at least 1 and at most 4 (beyond that
+/// the rows only wait on the same reference). With `available_bytes` 0 (unknown): 1.
+int auto_pending_checks(const Problem& p, bool backward, uint64_t available_bytes);
+
+/// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
+uint64_t host_available_bytes();
+
 
 /// See the top of this file. Not thread-safe: one runner thread pushes, joins
 /// and writes.
@@ -35,6 +51,9 @@ class RowPipeline {
   /// `max_pending`: rows whose check may still run while the next row runs
   /// (0: every row is completed and written as soon as it is pushed).
   RowPipeline(size_t max_pending, Write write) : max_pending_(max_pending), write_(std::move(write)) {}
+  /// A new bound for the rows pushed from now on (--pending-checks auto sets it
+  /// per case); rows already pending beyond it are completed at the next push.
+  void set_max_pending(size_t max_pending) { max_pending_ = max_pending; }
   RowPipeline(const RowPipeline&) = delete;
   RowPipeline& operator=(const RowPipeline&) = delete;
   /// Drains (completes and writes what is pending).

@@ -222,20 +222,31 @@ struct CheckJob {
 /// every check (a check of known length); ATTNBENCH_TEST_CHECK_CRASH=NAME raises
 /// SIGSEGV in the check of backend NAME's rows (a check that dies after its row
 /// was timed); ATTNBENCH_TEST_EVENT_LOG=FILE appends "check-start|check-end
-/// S<seq_q>|NAME NANOSECONDS" (CLOCK_MONOTONIC), as test-fake-gpu logs its timing.
-void test_check_hook(const CheckJob& job, const char* event) {
+/// S<seq_q>|NAME NANOSECONDS" (CLOCK_MONOTONIC), as test-fake-gpu logs its timing,
+/// and the case's prefetch "prefetch-start|prefetch-end S<seq_q>|prefetch NANOSECONDS".
+bool test_hooks_on() {
   static const bool on = [] {
     const char* v = std::getenv("ATTNBENCH_TEST_BACKENDS");
     return v && std::string(v) == "1";
   }();
-  if (!on) return;
+  return on;
+}
+
+/// Appends "EVENT S<seq_q>|WHO NANOSECONDS" to ATTNBENCH_TEST_EVENT_LOG (test hooks only).
+void test_event(const char* event, const Problem& p, const std::string& who) {
+  if (!test_hooks_on()) return;
   if (const char* log = std::getenv("ATTNBENCH_TEST_EVENT_LOG"); log && *log) {
     const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
     if (std::FILE* f = std::fopen(log, "a")) {
-      std::fprintf(f, "%s S%lld|%s %lld\n", event, static_cast<long long>(job.p.seq_q), job.backend.c_str(), ns);
+      std::fprintf(f, "%s S%lld|%s %lld\n", event, static_cast<long long>(p.seq_q), who.c_str(), ns);
       std::fclose(f);
     }
   }
+}
+
+void test_check_hook(const CheckJob& job, const char* event) {
+  if (!test_hooks_on()) return;
+  test_event(event, job.p, job.backend);
   if (std::string(event) != "check-start") return;
   if (const char* d = std::getenv("ATTNBENCH_TEST_CHECK_DELAY_MS"))
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
@@ -278,12 +289,14 @@ bool overlap_check(const Backend& backend, const RunOptions& opts) {
 }
 
 /// Whether `backend`'s rows may run while earlier rows' checks go on
-/// (--check-overlap rows): in-process GPU backends whose samples leave host
-/// launch latency out (the stream hold, or --timer graph), so host load cannot
-/// reach their numbers. Before any other row every pending check is joined.
+/// (--check-overlap rows): GPU backends whose samples leave host launch latency
+/// out (samples_exclude_host_latency: the stream hold, or --timer graph; the
+/// PyTorch peers' worker holds its own stream), so host load cannot reach their
+/// numbers. Before any other row every pending check is joined.
 bool may_run_beside_checks(const Backend& backend, const RunOptions& opts) {
-  return backend.device() == Device::cuda && !backend.runs_out_of_process() &&
-         (opts.policy.hold_stream || opts.policy.timer == TimingPolicy::Timer::graph);
+  return backend.device() == Device::cuda &&
+         backend.samples_exclude_host_latency(opts.policy.hold_stream,
+                                              opts.policy.timer == TimingPolicy::Timer::graph);
 }
 
 /// The row's status, reason or message from the exception `e` of its unit:
@@ -367,20 +380,34 @@ std::pair<std::unique_ptr<BackendInstance>, AttentionOutputs> run_passes(const P
   if (opts.backward) inst->backward();
   inst->synchronize();
   row.extra["passes_ms"] = ms_since(t1);
+  const std::optional<bool> external = opts.determinism ? inst->external_deterministic() : std::nullopt;
+  const auto t_digest = Clock::now();
+  const std::optional<uint64_t> first = opts.determinism && !external ? inst->outputs_digest(opts.backward)
+                                                                      : std::nullopt;
+  const double digest_ms = ms_since(t_digest);
   const auto t2 = Clock::now();
   AttentionOutputs got = inst->read_outputs(opts.backward);
   row.extra["read_outputs_ms"] = ms_since(t2);
   if (opts.determinism) {  // before the check (read_outputs converts on the passes pool, ThreadPool::passes)
     const auto t3 = Clock::now();
-    inst->poison_outputs();
-    inst->forward();
-    if (opts.backward) inst->backward();
-    inst->synchronize();
-    AttentionOutputs again = inst->read_outputs(opts.backward);
-    auto ext = inst->external_deterministic();
-    row.extra["deterministic"] = ext ? *ext : bitwise_equal(got, again);
+    if (external) {  // the peer ran twice itself
+      row.extra["deterministic"] = *external;
+      row.extra["determinism_by"] = "the backend's own second run";
+    } else {
+      inst->poison_outputs();
+      inst->forward();
+      if (opts.backward) inst->backward();
+      inst->synchronize();
+      if (first) {
+        row.extra["deterministic"] = inst->outputs_digest(opts.backward) == first;
+        row.extra["determinism_by"] = "device digest of both runs' outputs (device::digest)";
+      } else {
+        row.extra["deterministic"] = bitwise_equal(got, inst->read_outputs(opts.backward));
+        row.extra["determinism_by"] = "both runs' outputs read back and compared bitwise";
+      }
+    }
     row.extra["expected_deterministic"] = backend.deterministic();
-    row.extra["determinism_ms"] = ms_since(t3);
+    row.extra["determinism_ms"] = ms_since(t3) + digest_ms;
   }
   return {std::move(inst), std::move(got)};
 }
@@ -588,6 +615,24 @@ bool finish_isolated(IsolatedUnit& u, const ChildStatus& st, const RunOptions& o
   return true;
 }
 
+/// An isolated row that loaded the case's inputs or reference which this process
+/// prefetched (start_gold_prefetch) carries their cost, as an in-process row
+/// would (CaseGold::get_gold): its source becomes that of the prefetch
+/// (`computed`, or `shared` when the prefetch loaded them) and the prefetch's ms
+/// are added to its own, the first such row of the case only.
+void charge_prefetch(ReportRow& row, UnitCache& cache) {
+  if (row.check && row.check->gold_source == "shared")
+    if (const auto how = cache.claim_prefetched_gold()) {
+      row.check->gold_source = how->source;
+      row.check->gold_ms = row.check->gold_ms.value_or(0.0) + how->ms;
+    }
+  if (row.extra.is_object() && row.extra.contains("inputs") && row.extra["inputs"].value("source", "") == "shared")
+    if (const auto how = cache.claim_prefetched_inputs()) {
+      row.extra["inputs"]["source"] = how->source;
+      row.extra["inputs"]["ms"] = row.extra["inputs"].value("ms", 0.0) + how->ms;
+    }
+}
+
 /// Run one unit in a child process (`attnbench __unit REQUEST RESULT`): its row,
 /// or a crashed / timeout / error row made here from how the child ended. Returns
 /// false (and no row) when this run was asked to stop while the child ran.
@@ -656,19 +701,26 @@ bool unit_row(const Case& c, Backend& backend, const RunOptions& opts, bool isol
     make_out_dir(unit_dir.string());
     if (!deferrable) {
       const ReportRow skeleton = row;
-      return run_isolated(c, skeleton, opts, unit_dir, unit_no++, cache->store, row, check_support);
+      const bool have_row = run_isolated(c, skeleton, opts, unit_dir, unit_no++, cache->store, row, check_support);
+      if (have_row) charge_prefetch(row, *cache);
+      return have_row;
     }
     const auto u = start_isolated(c, row, opts, unit_dir, unit_no++, cache->store, check_support, true);
     if (std::optional<ChildStatus> st = wait_isolated(*u, opts, true)) {  // ended before any timed row
       u->child.reset();
-      return finish_isolated(*u, *st, opts, row);
+      const bool have_row = finish_isolated(*u, *st, opts, row);
+      if (have_row) charge_prefetch(row, *cache);
+      return have_row;
     }
-    *defer = [u, opts](ReportRow& r) {
+    *defer = [u, opts, cache](ReportRow& r) {
       const auto t0 = Clock::now();
       const ChildStatus st = *wait_isolated(*u, opts, false);
       u->child.reset();
       const bool have_row = finish_isolated(*u, st, opts, r);
-      if (have_row) r.extra["check_overlap"]["runner_wait_ms"] = ms_since(t0);
+      if (have_row) {
+        r.extra["check_overlap"]["runner_wait_ms"] = ms_since(t0);
+        charge_prefetch(r, *cache);
+      }
       return have_row;
     };
     return true;
@@ -884,6 +936,20 @@ RunOptions::Isolate parse_isolate(const std::string& s) {
   throw InputError("<command line>", "--isolate", "expected on, off or auto, got \"" + s + "\"");
 }
 
+int parse_pending_checks(const std::string& s) {
+  if (s == "auto") return 0;
+  int n = -1;
+  size_t used = 0;
+  try {
+    n = std::stoi(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || n < 1 || n > 64)
+    throw InputError("<command line>", "--pending-checks", "expected auto or 1 to 64 rows, got \"" + s + "\"");
+  return n;
+}
+
 RunOptions::CheckOverlap parse_check_overlap(const std::string& s) {
   if (s == "rows") return RunOptions::CheckOverlap::rows;
   if (s == "same-row" || s == "same_row") return RunOptions::CheckOverlap::same_row;
@@ -966,9 +1032,9 @@ std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions
   } catch (const std::invalid_argument& e) {
     throw InputError("<command line>", "--max-seconds/--min-samples/--rel-stddev", e.what());
   }
-  if (opts.pending_checks < 1 || opts.pending_checks > 64)
+  if (opts.pending_checks < 0 || opts.pending_checks > 64)
     throw InputError("<command line>", "--pending-checks",
-                     "expected 1 to 64 rows, got " + std::to_string(opts.pending_checks));
+                     "expected auto or 1 to 64 rows, got " + std::to_string(opts.pending_checks));
   if (opts.case_timeout_s < 0 || !std::isfinite(opts.case_timeout_s))
     throw InputError("<command line>", "--case-timeout", "expected seconds >= 0, got " + std::to_string(opts.case_timeout_s));
   if (opts.case_timeout_s > 0 && opts.isolate == RunOptions::Isolate::off)
@@ -977,6 +1043,60 @@ std::vector<std::string> validate_run(const Scenario& scenario, const RunOptions
 }
 
 namespace {
+
+/// The case's inputs and float64 reference, obtained on a thread of their own
+/// from the case's start (CaseGold::prefetch_gold; computed, or loaded when
+/// another process published them), so that the reference runs beside the
+/// first GPU rows' inputs, prepare, passes and read-back instead of after them:
+/// with --check-overlap, on a large case the reference is most of the wall time
+/// (issue 29). Started only when the check is on and some backend of the case
+/// not yet done is a GPU backend that may run beside a check
+/// (may_run_beside_checks), is available and supports the case: otherwise no
+/// row would use it early. Returns the task (both futures invalid when not
+/// started): the caller starts no isolated child before `inputs` is ready (it
+/// would compute them again instead of loading them), and waits for `done`
+/// before any row that may not run beside a check and before the case's shared
+/// files are removed. Its exceptions stay in it: the rows' own units obtain the
+/// inputs and reference again and report what fails.
+struct GoldPrefetch {
+  std::shared_future<void> inputs, done;
+};
+GoldPrefetch start_gold_prefetch(const Case& c, const std::vector<std::unique_ptr<Backend>>& backends,
+                                 const std::unordered_set<std::string>& done, const RunOptions& opts,
+                                 const std::shared_ptr<UnitCache>& cache) {
+  if (opts.check == CheckMode::off || opts.check_overlap == RunOptions::CheckOverlap::off) return {};
+  bool useful = false;
+  for (const auto& b : backends) {
+    std::string why;
+    if (!done.count(c.id + "|" + b->variant()) && may_run_beside_checks(*b, opts) && !b->isolated_only() &&
+        b->available(&why) && b->supports(c.problem)) {
+      useful = true;
+      break;
+    }
+  }
+  if (!useful) return {};
+  const Problem p = c.problem;
+  const CheckMode mode = opts.check;
+  const bool grads = opts.backward;
+  auto inputs = std::make_shared<std::promise<void>>();
+  GoldPrefetch task;
+  task.inputs = inputs->get_future().share();
+  task.done = std::async(std::launch::async, [cache, p, mode, grads, inputs] {
+                test_event("prefetch-start", p, "prefetch");
+                try {
+                  cache->prefetch_inputs(p);
+                  inputs->set_value();
+                  cache->prefetch_gold(p, mode, grads);
+                  test_event("prefetch-end", p, "prefetch");
+                } catch (...) {  // the rows' units meet it again, each in its own row
+                  try {
+                    inputs->set_value();
+                  } catch (const std::future_error&) {  // set already: the reference threw
+                  }
+                }
+              }).share();
+  return task;
+}
 
 /// The rows of case `c` (the k-th of the run's `n_cases`) for every backend not
 /// in `done`, into `rows`: `error` / `oom` rows when its shared parts cannot be
@@ -1001,10 +1121,17 @@ void run_case(const Case& c, size_t k, const std::vector<std::unique_ptr<Backend
   const GoldStore gold_store = share_files ? GoldStore(dir / ".gold" / ("case-" + std::to_string(k))) : GoldStore();
   auto cache = std::make_shared<UnitCache>();
   cache->store = gold_store;
+  if (opts.check_overlap == RunOptions::CheckOverlap::rows && opts.pending_checks == 0)
+    rows.set_max_pending(static_cast<size_t>(auto_pending_checks(c.problem, opts.backward, host_available_bytes())));
+  const GoldPrefetch prefetch = start_gold_prefetch(c, backends, done, opts, cache);
   for (auto& backend : backends) {
     if (stop_signal()) break;
     if (done.count(c.id + "|" + backend->variant())) continue;
-    if (!may_run_beside_checks(*backend, opts)) rows.drain();
+    if (!may_run_beside_checks(*backend, opts)) {
+      rows.drain();
+      if (prefetch.done.valid()) prefetch.done.wait();  // nothing computes beside a CPU row or a peer
+    }
+    if (prefetch.inputs.valid()) prefetch.inputs.wait();  // a child loads them, never computes them again
     ReportRow row;
     RowPipeline::Finish finish;
     if (!unit_row(c, *backend, opts, isolate_backend(*backend, opts, n_cases), unit_dir, unit_no, cache,
@@ -1014,7 +1141,10 @@ void run_case(const Case& c, size_t k, const std::vector<std::unique_ptr<Backend
     if (finish) rows.push_pending(std::move(row), std::move(finish));
     else rows.push_ready(std::move(row));
   }
-  rows.push_action([gold_store] { gold_store.clear(); });  // the case is done: its shared inputs and reference go
+  rows.push_action([gold_store, prefetched = prefetch.done] {  // the case is done: its shared inputs and reference go
+    if (prefetched.valid()) prefetched.wait();
+    gold_store.clear();
+  });
 }
 
 /// Whether the journal at `path` has a complete first line (a kill while it was
@@ -1133,6 +1263,16 @@ RunSummary run_scenario(const Scenario& scenario, const RunOptions& opts) {
     backends.push_back(BackendRegistry::create_variant(n));
     backends.back()->configure(opts.policy, opts.backward, opts.timing, opts.determinism, opts.device);
   }
+  // Background work that saves the first case's time (the peers start their
+  // worker and import PyTorch); joined before the backends go (declared after them).
+  std::vector<std::future<void>> warm_ups;
+  for (const auto& b : backends)
+    warm_ups.push_back(std::async(std::launch::async, [bp = b.get()] {
+      try {
+        bp->warm_up();
+      } catch (...) {  // best effort: the backend's first row does it instead
+      }
+    }));
 #if defined(ATTNBENCH_HAVE_CUDA)
   if (device::cuda_device_available()) device::select_device(opts.device);
 #endif

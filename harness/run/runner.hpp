@@ -37,20 +37,22 @@ struct RunOptions {
   /// (`--check-overlap`; README, "Checks overlapped with GPU timing"):
   ///  - rows (default): on a worker thread (or in the finished isolated child)
   ///    from the row's timing on, and it may go on while the next rows run, as
-  ///    long as each of them is an in-process GPU backend timed without host
-  ///    launch latency (stream hold or --timer graph); at most `pending_checks`
+  ///    long as each of them is a GPU backend timed without host launch latency
+  ///    (Backend::samples_exclude_host_latency: the stream hold or --timer
+  ///    graph; the peers' worker holds its stream); at most `pending_checks`
   ///    rows wait for their check beside the row being run, and rows are written
   ///    in run order (harness/run/row_pipeline.hpp);
   ///  - same_row: on a worker thread while the row itself is timed, joined
   ///    before the next row starts;
   ///  - off: before the row is timed.
   /// CPU rows are always checked before they are timed, and every pending check
-  /// is joined before a CPU row (or a peer) runs.
+  /// is joined before a CPU row (or a peer without the stream hold) runs.
   enum class CheckOverlap { off, same_row, rows } check_overlap = CheckOverlap::rows;
   /// `--pending-checks`: with check_overlap rows, how many rows may wait for
-  /// their check while the next row runs (>= 1; each holds its host outputs, or
-  /// its finished child).
-  int pending_checks = 1;
+  /// their check while the next row runs (1 to 64; each holds its host outputs,
+  /// or its finished child), or 0 = auto (the default): chosen per case by
+  /// auto_pending_checks() from the host's available memory.
+  int pending_checks = 0;
   TimingPolicy policy;
   int shard_index = 0, shard_count = 1;  ///< run cases with index % count == shard_index
   std::string case_filter;            ///< ECMAScript regex searched in case ids; empty = all
@@ -77,6 +79,9 @@ RunOptions::Isolate parse_isolate(const std::string& s);
 /// "rows", "same-row" (or "same_row"), "off" -> RunOptions::CheckOverlap.
 /// Throws InputError (--check-overlap) for anything else.
 RunOptions::CheckOverlap parse_check_overlap(const std::string& s);
+/// --pending-checks: "auto" -> 0, "N" (1 to 64) -> N. Throws InputError
+/// (--pending-checks) for anything else.
+int parse_pending_checks(const std::string& s);
 /// "rows", "same_row", "off": the value of extra.check_overlap.mode.
 const char* to_string(RunOptions::CheckOverlap m);
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "harness/device/buffer.hpp"
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
+#include "harness/device/digest.hpp"
 #include "harness/device/hold.hpp"
 #include "harness/device/kernel_trace.hpp"
 #include "harness/measure/kernel_trace.hpp"
@@ -263,6 +265,59 @@ TEST_CASE("ATTNBENCH_CHECK turns failures into DeviceError / DeviceOutOfMemory")
     CHECK(msg.find("CUBLAS_STATUS_INVALID_VALUE") != std::string::npos);
   }
   (void)cublasDestroy(h);
+}
+
+/// The digest of digest.hpp, on the host, from the bytes: the formula it documents.
+uint64_t host_digest(const std::vector<std::vector<unsigned char>>& buffers) {
+  auto mix64 = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  uint64_t sum = 0;
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    const auto& bytes = buffers[b];
+    sum += mix64(bytes.size() + mix64(~static_cast<uint64_t>(b)));
+    for (size_t i = 0; i * 8 < bytes.size(); ++i) {
+      uint64_t w = 0;
+      for (size_t k = 0; k < 8 && i * 8 + k < bytes.size(); ++k) w |= static_cast<uint64_t>(bytes[i * 8 + k]) << (8 * k);
+      sum += mix64(w + mix64((static_cast<uint64_t>(i) << 32) + b + 1));
+    }
+  }
+  return sum;
+}
+
+TEST_CASE("digest: the documented formula, and a flipped bit, a swap or a length change changes it") {
+  TestStream st;
+  std::vector<unsigned char> a(1000003), b(77);  // many blocks, and words with short tails
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<unsigned char>(i * 7 + 1);
+  b.back() = 0;  // dropping it leaves the zero-padded words the same: only the length tells
+  auto up = [&](const std::vector<unsigned char>& h) {
+    DeviceBuffer d(h.size(), 1);
+    ATTNBENCH_CHECK(cudaMemcpy(d.data(), h.data(), h.size(), cudaMemcpyHostToDevice));
+    return d;
+  };
+  DeviceBuffer da = up(a), db = up(b), empty;
+  const uint64_t base = device::digest({&da, &db}, st.s);
+  CHECK(base == host_digest({a, b}));
+  CHECK(device::digest({&da, &db}, st.s) == base);  // repeatable
+  CHECK(device::digest({&da, nullptr, &db}, st.s) == host_digest({a, {}, b}));
+  CHECK(device::digest({&db, &da}, st.s) != base);  // buffer order
+  CHECK(device::digest({&da, &db, &empty}, st.s) != base);  // one more (empty) buffer
+  std::vector<unsigned char> flipped = a;
+  flipped[512345] ^= 0x10;
+  DeviceBuffer df = up(flipped);
+  CHECK(device::digest({&df, &db}, st.s) != base);
+  CHECK(device::digest({&df, &db}, st.s) == host_digest({flipped, b}));
+  std::vector<unsigned char> swapped = a;  // two 8-byte words exchanged: same bytes, other places
+  std::swap_ranges(swapped.begin(), swapped.begin() + 8, swapped.begin() + 8000);
+  DeviceBuffer ds = up(swapped);
+  CHECK(device::digest({&ds, &db}, st.s) != base);
+  std::vector<unsigned char> shorter(b.begin(), b.end() - 1);
+  DeviceBuffer dsh = up(shorter);
+  CHECK(device::digest({&da, &dsh}, st.s) != base);
+  CHECK(device::digest({&da, &dsh}, st.s) == host_digest({a, shorter}));
 }
 
 TEST_CASE("select_device validates the index") {

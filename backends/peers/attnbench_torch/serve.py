@@ -4,6 +4,7 @@ per stdin line, one JSON answer line per request on stdout."""
 import json
 import os
 import sys
+import time
 
 from .request import LAST_STATUS, run_request
 
@@ -24,13 +25,33 @@ def _between_requests():
 
 
 
+def preload(peer):
+    """Import what the first request of `peer` (its backend name, e.g. torch-flex)
+    needs, on the CPU only: PyTorch and, for torch-flex, flex_attention with the
+    torch.compile stack (dynamo, inductor). No CUDA context and no kernel, so
+    nothing reaches the GPU timing other processes run meanwhile. Failures are
+    left to the request, which meets them again and reports them."""
+    t0 = time.perf_counter()
+    try:
+        import torch  # noqa: F401
+        if peer == "torch-flex":
+            import torch._dynamo  # noqa: F401
+            import torch._inductor.compile_fx  # noqa: F401
+            from torch.nn.attention import flex_attention  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - the request reports it
+        print(f"attnbench_torch --serve: preload {peer}: {type(e).__name__}: {e}", file=sys.stderr)
+        return
+    print(f"attnbench_torch --serve: preloaded {peer} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
 def serve(stdin=None):
     """Persistent mode: read one request.json path per line, run it (run_request),
     answer one JSON line {"request", "exit_code", "status", "restart", "served"} on
     the original stdout, which carries nothing else (anything printed goes to
     stderr). After a request whose status is error the worker answers with
     restart: true and exits, so a CUDA error cannot poison the next request.
-    Returns 0 at EOF."""
+    A line "#preload PEER" (attnbench's serve_prestart) runs preload(PEER) and
+    gets no answer. Returns 0 at EOF."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # C-level and Python prints of libraries go to stderr from now on
     sys.stdout = sys.stderr
@@ -42,6 +63,9 @@ def serve(stdin=None):
             return 0
         path = line.strip()
         if not path:
+            continue
+        if path.startswith("#preload "):
+            preload(path[len("#preload "):].strip())
             continue
         LAST_STATUS["status"] = None
         try:
