@@ -54,7 +54,8 @@ ATTNBENCH_REGISTER_BACKEND(GoldGpuBackend);
 int g_digest_reads = 0;
 
 /// GoldInstance with outputs_digest(): the same digest on every run (`stable`),
-/// or another one per run.
+/// or another one per run; and download_outputs() whose conversion (the
+/// returned function) takes 300 ms.
 class DigestInstance : public GoldInstance {
  public:
   DigestInstance(const Problem& p, const ProblemData& in, bool stable) : GoldInstance(p, in), stable_(stable) {}
@@ -63,6 +64,13 @@ class DigestInstance : public GoldInstance {
     return GoldInstance::read_outputs(grads);
   }
   std::optional<uint64_t> outputs_digest(bool) override { return stable_ ? 42 : 42 + runs_++; }
+  std::function<AttentionOutputs()> download_outputs(bool grads) override {
+    auto out = std::make_shared<AttentionOutputs>(read_outputs(grads));
+    return [out] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return std::move(*out);
+    };
+  }
 
  private:
   bool stable_;
@@ -160,5 +168,8 @@ TEST_CASE("determinism by the backend's outputs digest: two runs compared withou
     CHECK(row["extra"]["determinism_by"] == "device digest of both runs' outputs (device::digest)");
     CHECK(row["extra"]["determinism_ms"].get<double>() >= 0);
     CHECK(g_digest_reads == 1);  // the check's read-back only
+    // The conversion ran in the check (on its thread, from the row's timing on), not before the timing.
+    CHECK(row["extra"]["read_outputs_ms"].get<double>() < 300);
+    CHECK(row["extra"]["check_overlap"]["decode_ms"].get<double>() >= 300);
   }
 }

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <variant>
@@ -80,6 +82,37 @@ const char* storage_name(Storage s) {
     case Storage::tokens: return "tokens (THD, ragged offsets)";
   }
   return "?";
+}
+
+/// fn(logical offset, stored offset) of every row of `role`'s tensor that the
+/// plan's token storage holds (THD with ragged offsets), on the pass pool.
+template <class Fn>
+void cudnn_stored_rows(const Problem& p, const CasePlan& plan, TensorRole role, Fn&& fn) {
+  const bool qs = role == TensorRole::q || role == TensorRole::o;
+  const auto& rows = qs ? plan.q_row_of : plan.k_row_of;
+  const int64_t H = qs ? p.heads_q : p.heads_kv, S = qs ? p.seq_q : p.seq_k;
+  const int64_t D = (role == TensorRole::q || role == TensorRole::k) ? p.head_dim : p.head_dim_v;
+  parallel_pass(p.batch * H, [&](int64_t bh) {
+    const int64_t b = bh / H, h = bh % H;
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t r = rows[static_cast<size_t>(b * S + s)];
+      if (r >= 0) fn(static_cast<size_t>(((b * H + h) * S + s) * D), static_cast<size_t>((r * H + h) * D));
+    }
+  });
+}
+
+/// The plan's storage of `role` (dtype bits) -> logical [B, H, S, D]; positions
+/// not stored read 0.
+HostTensor from_storage(const Problem& p, const CasePlan& plan, const EncodedBuffer& buf, TensorRole role) {
+  if (plan.storage != Storage::tokens) return decode_physical(buf, physical_layout(p, role), 0.0);
+  const bool qs = role == TensorRole::q || role == TensorRole::o;
+  const int64_t H = qs ? p.heads_q : p.heads_kv, S = qs ? p.seq_q : p.seq_k;
+  const int64_t D = (role == TensorRole::q || role == TensorRole::k) ? p.head_dim : p.head_dim_v;
+  HostTensor t({p.batch, H, S, D}, 0.0);
+  cudnn_stored_rows(p, plan, role, [&](size_t logical, size_t stored) {
+    decode_span(buf.data(), stored, static_cast<size_t>(D), buf.dtype, t.data.data() + logical);
+  });
+  return t;
 }
 
 class Instance final : public CudnnInstanceApi {
@@ -243,17 +276,40 @@ class Instance final : public CudnnInstanceApi {
 
   void synchronize() override { ATTNBENCH_CHECK(cudaStreamSynchronize(stream_)); }
 
-  AttentionOutputs read_outputs(bool with_grads) override {
+  AttentionOutputs read_outputs(bool with_grads) override { return download_outputs(with_grads)(); }
+
+  /// The bits now; the logical tensors (from_storage, lse_from_stats) when the
+  /// function is called, from a copy of the plan.
+  std::function<AttentionOutputs()> download_outputs(bool with_grads) override {
     synchronize();
-    AttentionOutputs r;
-    r.o = from_storage(device::download_encoded(o_, p_.dtype, stream_), TensorRole::o);
-    r.lse = lse_from_stats(plan_, device::download(stats_, DType::fp32, stream_), p_.batch, p_.heads_q, p_.seq_q);
+    struct Downloaded {
+      EncodedBuffer o, dq, dk, dv;
+      std::vector<double> stats;
+    };
+    auto d = std::make_shared<Downloaded>();
+    d->o = device::download_encoded(o_, p_.dtype, stream_);
+    d->stats = device::download(stats_, DType::fp32, stream_);
     if (with_grads) {
-      r.dq = from_storage(device::download_encoded(dq_, p_.dtype, stream_), TensorRole::q);
-      r.dk = from_storage(device::download_encoded(dk_, p_.dtype, stream_), TensorRole::k);
-      r.dv = from_storage(device::download_encoded(dv_, p_.dtype, stream_), TensorRole::v);
+      d->dq = device::download_encoded(dq_, p_.dtype, stream_);
+      d->dk = device::download_encoded(dk_, p_.dtype, stream_);
+      d->dv = device::download_encoded(dv_, p_.dtype, stream_);
     }
-    return r;
+    return [d, with_grads, p = p_, plan = std::make_shared<const CasePlan>(plan_)] {
+      AttentionOutputs r;
+      auto logical = [&](EncodedBuffer& bits, TensorRole role) {
+        HostTensor t = from_storage(p, *plan, bits, role);
+        bits = EncodedBuffer();
+        return t;
+      };
+      r.o = logical(d->o, TensorRole::o);
+      r.lse = lse_from_stats(*plan, d->stats, p.batch, p.heads_q, p.seq_q);
+      if (with_grads) {
+        r.dq = logical(d->dq, TensorRole::q);
+        r.dk = logical(d->dk, TensorRole::k);
+        r.dv = logical(d->dv, TensorRole::v);
+      }
+      return r;
+    };
   }
 
   std::optional<uint64_t> outputs_digest(bool with_grads) override {
@@ -572,17 +628,7 @@ class Instance final : public CudnnInstanceApi {
   /// tensor and in the storage. (b, h) pairs run on the pass pool (rows disjoint).
   template <class Fn>
   void for_each_stored_row(TensorRole role, Fn&& fn) const {
-    const bool qs = q_side(role);
-    const auto& rows = qs ? plan_.q_row_of : plan_.k_row_of;
-    const int64_t H = qs ? p_.heads_q : p_.heads_kv, S = qs ? p_.seq_q : p_.seq_k;
-    const int64_t D = (role == TensorRole::q || role == TensorRole::k) ? p_.head_dim : p_.head_dim_v;
-    parallel_pass(p_.batch * H, [&](int64_t bh) {
-      const int64_t b = bh / H, h = bh % H;
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t r = rows[static_cast<size_t>(b * S + s)];
-        if (r >= 0) fn(static_cast<size_t>(((b * H + h) * S + s) * D), static_cast<size_t>((r * H + h) * D));
-      }
-    });
+    cudnn_stored_rows(p_, plan_, role, std::forward<Fn>(fn));
   }
 
   /// Logical [B, H, S, D] -> the instance's storage as dtype bits (zeros where
@@ -598,19 +644,6 @@ class Instance final : public CudnnInstanceApi {
     return out;
   }
 
-  /// The instance's storage (dtype bits) -> logical [B, H, S, D]; positions not
-  /// stored read 0.
-  HostTensor from_storage(const EncodedBuffer& buf, TensorRole role) const {
-    if (plan_.storage != Storage::tokens) return decode_physical(buf, physical_layout(p_, role), 0.0);
-    const bool qs = q_side(role);
-    const int64_t H = qs ? p_.heads_q : p_.heads_kv, S = qs ? p_.seq_q : p_.seq_k;
-    const int64_t D = (role == TensorRole::q || role == TensorRole::k) ? p_.head_dim : p_.head_dim_v;
-    HostTensor t({p_.batch, H, S, D}, 0.0);
-    for_each_stored_row(role, [&](size_t logical, size_t stored) {
-      decode_span(buf.data(), stored, static_cast<size_t>(D), buf.dtype, t.data.data() + logical);
-    });
-    return t;
-  }
 
   Problem p_;
   CasePlan plan_;

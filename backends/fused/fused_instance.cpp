@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -247,7 +249,8 @@ class FusedInstance final : public BackendInstance {
     if (flex_ && flex_->dbias.count() > 0) device::poison_nan(flex_->dbias, DType::fp32, stream_.s);
   }
   void synchronize() override { ATTNBENCH_CHECK(cudaStreamSynchronize(stream_.s)); }
-  AttentionOutputs read_outputs(bool with_grads) override;
+  AttentionOutputs read_outputs(bool with_grads) override { return download_outputs(with_grads)(); }
+  std::function<AttentionOutputs()> download_outputs(bool with_grads) override;
   std::optional<uint64_t> outputs_digest(bool with_grads) override {
     std::vector<const DeviceBuffer*> out{&o_, &lse_};
     if (with_grads) out.insert(out.end(), {&dq_, &dk_, &dv_, flex_ ? &flex_->dbias : nullptr});
@@ -301,7 +304,6 @@ class FusedInstance final : public BackendInstance {
   }
   /// Logical tensor -> the kernels' buffer order; back again.
   EncodedBuffer to_device(const HostTensor& t, TensorRole role) const;
-  HostTensor from_device(const EncodedBuffer& phys, TensorRole role, std::vector<int64_t> shape) const;
   void set_strides();
   /// The forward and backward LaunchArgs of the plan, paths, tensor maps and stream.
   void set_launch_args();
@@ -338,10 +340,6 @@ EncodedBuffer FusedInstance::to_device(const HostTensor& t, TensorRole role) con
   return encode_physical(t, layout_of(role), p_.dtype);
 }
 
-HostTensor FusedInstance::from_device(const EncodedBuffer& phys, TensorRole role, std::vector<int64_t> shape) const {
-  if (packed_) return kernels::decode_tokens(phys, std::move(shape), seqs_, role == TensorRole::k || role == TensorRole::v, 0.0);
-  return decode_physical(phys, layout_of(role), 0.0);
-}
 
 void FusedInstance::set_strides() {
   AttnParams& a = params_;
@@ -519,35 +517,55 @@ void FusedInstance::set_launch_args() {
   b.stream = stream_.s;
 }
 
-AttentionOutputs FusedInstance::read_outputs(bool with_grads) {
+std::function<AttentionOutputs()> FusedInstance::download_outputs(bool with_grads) {
   synchronize();
+  // The bits now (the device memory may go after this); the logical float64
+  // tensors when the function is called, from copies of the layouts they need.
+  struct Downloaded {
+    EncodedBuffer o, dq, dk, dv;
+    std::vector<double> lse, dbias;
+  };
+  auto d = std::make_shared<Downloaded>();
   const DType dt = p_.dtype;
-  AttentionOutputs out;
-  out.o = from_device(device::download_encoded(o_, dt, stream_.s), TensorRole::o,
-                      {p_.batch, p_.heads_q, p_.seq_q, p_.head_dim_v});
-  const std::vector<double> lse = device::download(lse_, DType::fp32, stream_.s);
-  if (packed_) {
-    out.lse = HostTensor({p_.batch, p_.heads_q, p_.seq_q}, -INFINITY);
-    const int64_t T = seqs_.cu_q.back();
-    for (int64_t s = 0; s < seqs_.size(); ++s)
-      for (int32_t tok = seqs_.cu_q[s]; tok < seqs_.cu_q[s + 1]; ++tok)
-        for (int64_t h = 0; h < p_.heads_q; ++h)
-          out.lse.data[static_cast<size_t>((seqs_.row[s] * p_.heads_q + h) * p_.seq_q + seqs_.start_q[s] +
-                                           (tok - seqs_.cu_q[s]))] = lse[static_cast<size_t>(h * T + tok)];
-  } else {
-    out.lse = HostTensor({p_.batch, p_.heads_q, p_.seq_q});
-    out.lse.data = lse;
-  }
+  d->o = device::download_encoded(o_, dt, stream_.s);
+  d->lse = device::download(lse_, DType::fp32, stream_.s);
   if (with_grads) {
-    out.dq = from_device(device::download_encoded(dq_, dt, stream_.s), TensorRole::q,
-                         {p_.batch, p_.heads_q, p_.seq_q, p_.head_dim});
-    out.dk = from_device(device::download_encoded(dk_, dt, stream_.s), TensorRole::k,
-                         {p_.batch, p_.heads_kv, p_.seq_k, p_.head_dim});
-    out.dv = from_device(device::download_encoded(dv_, dt, stream_.s), TensorRole::v,
-                         {p_.batch, p_.heads_kv, p_.seq_k, p_.head_dim_v});
-    if (flex_ && flex_->dbias.count() > 0) out.dbias = device::download(flex_->dbias, DType::fp32, stream_.s);
+    d->dq = device::download_encoded(dq_, dt, stream_.s);
+    d->dk = device::download_encoded(dk_, dt, stream_.s);
+    d->dv = device::download_encoded(dv_, dt, stream_.s);
+    if (flex_ && flex_->dbias.count() > 0) d->dbias = device::download(flex_->dbias, DType::fp32, stream_.s);
   }
-  return out;
+  return [d, with_grads, p = p_, packed = packed_, seqs = seqs_, lq = lq_, lk = lk_, lv = lv_, lo = lo_] {
+    auto logical = [&](EncodedBuffer& phys, TensorRole role, std::vector<int64_t> shape) {
+      const PhysicalLayout& l = role == TensorRole::q ? lq : role == TensorRole::k ? lk : role == TensorRole::v ? lv : lo;
+      HostTensor t = packed ? kernels::decode_tokens(phys, std::move(shape), seqs,
+                                                     role == TensorRole::k || role == TensorRole::v, 0.0)
+                            : decode_physical(phys, l, 0.0);
+      phys = EncodedBuffer();  // the bits go as soon as their tensor exists
+      return t;
+    };
+    AttentionOutputs out;
+    out.o = logical(d->o, TensorRole::o, {p.batch, p.heads_q, p.seq_q, p.head_dim_v});
+    if (packed) {
+      out.lse = HostTensor({p.batch, p.heads_q, p.seq_q}, -INFINITY);
+      const int64_t T = seqs.cu_q.back();
+      for (int64_t s = 0; s < seqs.size(); ++s)
+        for (int32_t tok = seqs.cu_q[s]; tok < seqs.cu_q[s + 1]; ++tok)
+          for (int64_t h = 0; h < p.heads_q; ++h)
+            out.lse.data[static_cast<size_t>((seqs.row[s] * p.heads_q + h) * p.seq_q + seqs.start_q[s] +
+                                             (tok - seqs.cu_q[s]))] = d->lse[static_cast<size_t>(h * T + tok)];
+    } else {
+      out.lse = HostTensor({p.batch, p.heads_q, p.seq_q});
+      out.lse.data = std::move(d->lse);
+    }
+    if (with_grads) {
+      out.dq = logical(d->dq, TensorRole::q, {p.batch, p.heads_q, p.seq_q, p.head_dim});
+      out.dk = logical(d->dk, TensorRole::k, {p.batch, p.heads_kv, p.seq_k, p.head_dim});
+      out.dv = logical(d->dv, TensorRole::v, {p.batch, p.heads_kv, p.seq_k, p.head_dim_v});
+      out.dbias = std::move(d->dbias);
+    }
+    return out;
+  };
 }
 
 nlohmann::json FusedInstance::extra() const {

@@ -18,6 +18,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -126,7 +128,8 @@ class NaiveInstance final : public NaiveInstanceApi {
   void backward() override;
   void poison_outputs() override;
   void synchronize() override { ATTNBENCH_CHECK(cudaStreamSynchronize(stream_.s)); }
-  AttentionOutputs read_outputs(bool with_grads) override;
+  AttentionOutputs read_outputs(bool with_grads) override { return download_outputs(with_grads)(); }
+  std::function<AttentionOutputs()> download_outputs(bool with_grads) override;
   std::optional<uint64_t> outputs_digest(bool with_grads) override {
     std::vector<const DeviceBuffer*> out{&o_, &lse_};
     if (with_grads) out.insert(out.end(), {&dq_, &dk_, &dv_, &dbias_});
@@ -432,19 +435,35 @@ void NaiveInstance::poison_outputs() {
   device::poison_nan(dbias_, DType::fp32, stream_.s);
 }
 
-AttentionOutputs NaiveInstance::read_outputs(bool with_grads) {
+std::function<AttentionOutputs()> NaiveInstance::download_outputs(bool with_grads) {
   synchronize();
-  AttentionOutputs out;
-  out.o = decode_physical(device::download_encoded(o_, dt_, stream_.s), lo_);
-  out.lse = HostTensor({B_, Hq_, Sq_});
-  out.lse.data = device::download(lse_, DType::fp32, stream_.s);
+  struct Downloaded {
+    EncodedBuffer o, dq, dk, dv;
+    std::vector<double> lse, dbias;
+  };
+  auto d = std::make_shared<Downloaded>();
+  d->o = device::download_encoded(o_, dt_, stream_.s);
+  d->lse = device::download(lse_, DType::fp32, stream_.s);
   if (with_grads) {
-    out.dq = decode_physical(device::download_encoded(dq_, dt_, stream_.s), lq_);
-    out.dk = decode_physical(device::download_encoded(dk_, dt_, stream_.s), lk_);
-    out.dv = decode_physical(device::download_encoded(dv_, dt_, stream_.s), lv_);
-    out.dbias = device::download(dbias_, DType::fp32, stream_.s);
+    d->dq = device::download_encoded(dq_, dt_, stream_.s);
+    d->dk = device::download_encoded(dk_, dt_, stream_.s);
+    d->dv = device::download_encoded(dv_, dt_, stream_.s);
+    d->dbias = device::download(dbias_, DType::fp32, stream_.s);
   }
-  return out;
+  // The float64 tensors when called, from copies of the physical layouts.
+  return [d, with_grads, shape_lse = std::vector<int64_t>{B_, Hq_, Sq_}, lq = lq_, lk = lk_, lv = lv_, lo = lo_] {
+    AttentionOutputs out;
+    out.o = decode_physical(d->o, lo);
+    out.lse = HostTensor(shape_lse);
+    out.lse.data = std::move(d->lse);
+    if (with_grads) {
+      out.dq = decode_physical(d->dq, lq);
+      out.dk = decode_physical(d->dk, lk);
+      out.dv = decode_physical(d->dv, lv);
+      out.dbias = std::move(d->dbias);
+    }
+    return out;
+  };
 }
 
 std::vector<const DeviceBuffer*> NaiveInstance::buffers() const {

@@ -63,6 +63,16 @@ class BackendInstance {
   virtual void synchronize() {}
   /// Copy results back in the logical float64 layout; gradients only if `with_grads`.
   virtual AttentionOutputs read_outputs(bool with_grads) = 0;
+  /// read_outputs() in two steps: copy the outputs to the host now (after which
+  /// the instance, and its device memory, may go), and return a function that
+  /// turns them into read_outputs()'s form later, on any thread, once (the
+  /// runner calls it in the row's check, which may run while the next rows are
+  /// timed: the float64 conversion of a 32k-token pack's outputs takes seconds).
+  /// Default: read_outputs() now. Throws as read_outputs(); the function too.
+  virtual std::function<AttentionOutputs()> download_outputs(bool with_grads) {
+    auto out = std::make_shared<AttentionOutputs>(read_outputs(with_grads));
+    return [out] { return std::move(*out); };
+  }
 
   /// (i, j) pairs inside the tiles the forward pass computes, summed over batch
   /// and query heads (docs/semantics.md section 8 "executed" pairs).

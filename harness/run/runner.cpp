@@ -14,6 +14,7 @@
 #include <new>
 #include <thread>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <unordered_map>
 #include <unordered_set>
@@ -203,6 +204,7 @@ struct CheckOutcome {
   RowStatus status = RowStatus::unchecked;
   std::string message;
   double ms = 0;  ///< host time of the whole check, obtaining the reference included
+  double decode_ms = 0;  ///< of which turning the downloaded outputs into float64 (download_outputs)
 };
 
 /// Everything a row's check needs, owned, so that it can outlive the unit that
@@ -214,7 +216,8 @@ struct CheckJob {
   bool grads = true;
   std::string backend;                     ///< the backend's name (test hooks)
   std::shared_ptr<UnitCache> cache;        ///< the case's inputs and reference
-  std::shared_ptr<const AttentionOutputs> got;
+  /// The row's outputs, downloaded; called once, by the check (BackendInstance::download_outputs).
+  std::function<AttentionOutputs()> outputs;
 };
 
 /// Test hooks of the check, only with ATTNBENCH_TEST_BACKENDS=1 (as the test
@@ -257,10 +260,12 @@ CheckOutcome check_unit(const CheckJob& job) {
   const auto t0 = Clock::now();
   test_check_hook(job, "check-start");
   CheckOutcome out;
+  const AttentionOutputs got = job.outputs();
+  out.decode_ms = ms_since(t0);
   if (job.mode != CheckMode::off) {
     GoldProvenance gold_how;
     const GoldCache& gold = job.cache->get_gold(job.p, job.mode, job.grads, &gold_how);
-    CheckResult cr = check_outputs(job.p, *job.got, gold.gold, gold.lp, job.rule, gold.plan.slices);
+    CheckResult cr = check_outputs(job.p, got, gold.gold, gold.lp, job.rule, gold.plan.slices);
     out.figures = cr.to_json().get<CheckFigures>();
     out.figures.plan = gold.plan.description;
     out.figures.reference_ms = gold.ms;
@@ -271,7 +276,7 @@ CheckOutcome check_unit(const CheckJob& job) {
   } else {
     out.figures.mode = "off";
     out.figures.scope = "nothing checked (--check off)";
-    out.figures.nonfinite = count_nonfinite(*job.got).get<std::map<std::string, int64_t>>();
+    out.figures.nonfinite = count_nonfinite(got).get<std::map<std::string, int64_t>>();
     out.status = RowStatus::unchecked;  // never an unearned pass
   }
   out.ms = ms_since(t0);
@@ -344,6 +349,7 @@ void join_check(ReportRow& row, PendingCheck& pending, RunOptions::CheckOverlap 
   try {
     CheckOutcome checked = pending.result.get();
     co["check_ms"] = checked.ms;
+    co["decode_ms"] = checked.decode_ms;
     row.check = std::move(checked.figures);
     row.status = checked.status;
     row.message = std::move(checked.message);
@@ -358,12 +364,12 @@ void join_check(ReportRow& row, PendingCheck& pending, RunOptions::CheckOverlap 
 }
 
 /// The outputs, determinism and preparation figures of one unit: prepare,
-/// forward (+ backward), read_outputs, and with opts.determinism the second run
-/// compared bitwise. Returns the instance and the first outputs.
-std::pair<std::unique_ptr<BackendInstance>, AttentionOutputs> run_passes(const Problem& p, Backend& backend,
-                                                                         const RunOptions& opts,
-                                                                         UnitCache& cache, int64_t useful_pairs,
-                                                                         ReportRow& row) {
+/// forward (+ backward), download_outputs, and with opts.determinism the second
+/// run compared bitwise. Returns the instance and the first outputs, downloaded
+/// (their float64 form comes when the returned function is called: in the check).
+std::pair<std::unique_ptr<BackendInstance>, std::function<AttentionOutputs()>> run_passes(
+    const Problem& p, Backend& backend, const RunOptions& opts, UnitCache& cache, int64_t useful_pairs,
+    ReportRow& row) {
   GoldProvenance inputs_how;
   const ProblemData& inputs = cache.get_inputs(p, &inputs_how);
   row.extra["inputs"] = {{"source", inputs_how.source}, {"ms", inputs_how.ms}};
@@ -386,7 +392,7 @@ std::pair<std::unique_ptr<BackendInstance>, AttentionOutputs> run_passes(const P
                                                                       : std::nullopt;
   const double digest_ms = ms_since(t_digest);
   const auto t2 = Clock::now();
-  AttentionOutputs got = inst->read_outputs(opts.backward);
+  std::function<AttentionOutputs()> got = inst->download_outputs(opts.backward);
   row.extra["read_outputs_ms"] = ms_since(t2);
   if (opts.determinism) {  // before the check (read_outputs converts on the passes pool, ThreadPool::passes)
     const auto t3 = Clock::now();
@@ -402,8 +408,10 @@ std::pair<std::unique_ptr<BackendInstance>, AttentionOutputs> run_passes(const P
         row.extra["deterministic"] = inst->outputs_digest(opts.backward) == first;
         row.extra["determinism_by"] = "device digest of both runs' outputs (device::digest)";
       } else {
-        row.extra["deterministic"] = bitwise_equal(got, inst->read_outputs(opts.backward));
+        auto first_outputs = std::make_shared<AttentionOutputs>(got());
+        row.extra["deterministic"] = bitwise_equal(*first_outputs, inst->read_outputs(opts.backward));
         row.extra["determinism_by"] = "both runs' outputs read back and compared bitwise";
+        got = [first_outputs] { return std::move(*first_outputs); };
       }
     }
     row.extra["expected_deterministic"] = backend.deterministic();
@@ -424,8 +432,7 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, const 
               int64_t useful_pairs, ReportRow& row, PendingCheck* defer = nullptr) {
   try {
     auto [inst, got] = run_passes(p, backend, opts, *cache, useful_pairs, row);
-    CheckJob job{p, backend.rule(), opts.check, opts.backward, backend.name(), cache,
-                 std::make_shared<const AttentionOutputs>(std::move(got))};
+    CheckJob job{p, backend.rule(), opts.check, opts.backward, backend.name(), cache, std::move(got)};
     const bool overlap = overlap_check(backend, opts);
     PendingCheck pending;  // its future is joined by its destructor if the timing throws
     if (overlap) {
@@ -435,9 +442,10 @@ void run_unit(const Problem& p, Backend& backend, const RunOptions& opts, const 
       row.check = std::move(checked.figures);
       row.status = checked.status;
       row.message = std::move(checked.message);
-      if (opts.check != CheckMode::off) row.extra["check_overlap"] = {{"mode", "off"}, {"check_ms", checked.ms}};
+      if (opts.check != CheckMode::off)
+        row.extra["check_overlap"] = {{"mode", "off"}, {"check_ms", checked.ms}, {"decode_ms", checked.decode_ms}};
     }
-    job.got.reset();  // the outputs live as long as the check needs them
+    job.outputs = nullptr;  // the outputs live as long as the check needs them
     if (opts.timing) {
       const auto t0 = Clock::now();
       time_unit(backend, *inst, opts, row);
