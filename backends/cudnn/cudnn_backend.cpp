@@ -24,6 +24,7 @@
 #include "harness/device/stream.hpp"
 #include "harness/device/device.hpp"
 #include "harness/device/digest.hpp"
+#include "harness/device/output_bits.hpp"
 #include "harness/device/environment.hpp"
 #include "harness/model/errors.hpp"
 #include "harness/model/layout.hpp"
@@ -282,18 +283,9 @@ class Instance final : public CudnnInstanceApi {
   /// function is called, from a copy of the plan.
   std::function<AttentionOutputs()> download_outputs(bool with_grads) override {
     synchronize();
-    struct Downloaded {
-      EncodedBuffer o, dq, dk, dv;
-      std::vector<double> stats;
-    };
-    auto d = std::make_shared<Downloaded>();
-    d->o = device::download_encoded(o_, p_.dtype, stream_);
-    d->stats = device::download(stats_, DType::fp32, stream_);
-    if (with_grads) {
-      d->dq = device::download_encoded(dq_, p_.dtype, stream_);
-      d->dk = device::download_encoded(dk_, p_.dtype, stream_);
-      d->dv = device::download_encoded(dv_, p_.dtype, stream_);
-    }
+    // lse holds cuDNN's softmax statistics (lse_from_stats maps them).
+    auto d = std::make_shared<device::OutputBits>(
+        device::download_output_bits(o_, stats_, dq_, dk_, dv_, nullptr, p_.dtype, with_grads, stream_));
     return [d, with_grads, p = p_, plan = std::make_shared<const CasePlan>(plan_)] {
       AttentionOutputs r;
       auto logical = [&](EncodedBuffer& bits, TensorRole role) {
@@ -302,7 +294,7 @@ class Instance final : public CudnnInstanceApi {
         return t;
       };
       r.o = logical(d->o, TensorRole::o);
-      r.lse = lse_from_stats(*plan, d->stats, p.batch, p.heads_q, p.seq_q);
+      r.lse = lse_from_stats(*plan, d->lse, p.batch, p.heads_q, p.seq_q);
       if (with_grads) {
         r.dq = logical(d->dq, TensorRole::q);
         r.dk = logical(d->dk, TensorRole::k);

@@ -23,6 +23,7 @@
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
 #include "harness/device/digest.hpp"
+#include "harness/device/output_bits.hpp"
 #include "harness/device/stream.hpp"
 #include "harness/model/block_mask.hpp"
 #include "harness/model/errors.hpp"
@@ -521,20 +522,8 @@ std::function<AttentionOutputs()> FusedInstance::download_outputs(bool with_grad
   synchronize();
   // The bits now (the device memory may go after this); the logical float64
   // tensors when the function is called, from copies of the layouts they need.
-  struct Downloaded {
-    EncodedBuffer o, dq, dk, dv;
-    std::vector<double> lse, dbias;
-  };
-  auto d = std::make_shared<Downloaded>();
-  const DType dt = p_.dtype;
-  d->o = device::download_encoded(o_, dt, stream_.s);
-  d->lse = device::download(lse_, DType::fp32, stream_.s);
-  if (with_grads) {
-    d->dq = device::download_encoded(dq_, dt, stream_.s);
-    d->dk = device::download_encoded(dk_, dt, stream_.s);
-    d->dv = device::download_encoded(dv_, dt, stream_.s);
-    if (flex_ && flex_->dbias.count() > 0) d->dbias = device::download(flex_->dbias, DType::fp32, stream_.s);
-  }
+  auto d = std::make_shared<device::OutputBits>(device::download_output_bits(
+      o_, lse_, dq_, dk_, dv_, flex_ ? &flex_->dbias : nullptr, p_.dtype, with_grads, stream_.s));
   return [d, with_grads, p = p_, packed = packed_, seqs = seqs_, lq = lq_, lk = lk_, lv = lv_, lo = lo_] {
     auto logical = [&](EncodedBuffer& phys, TensorRole role, std::vector<int64_t> shape) {
       const PhysicalLayout& l = role == TensorRole::q ? lq : role == TensorRole::k ? lk : role == TensorRole::v ? lv : lo;

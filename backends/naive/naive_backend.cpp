@@ -33,6 +33,7 @@
 #include "harness/device/check.hpp"
 #include "harness/device/device.hpp"
 #include "harness/device/digest.hpp"
+#include "harness/device/output_bits.hpp"
 #include "harness/device/fill.hpp"
 #include "harness/device/stream.hpp"
 #include "harness/model/errors.hpp"
@@ -437,19 +438,8 @@ void NaiveInstance::poison_outputs() {
 
 std::function<AttentionOutputs()> NaiveInstance::download_outputs(bool with_grads) {
   synchronize();
-  struct Downloaded {
-    EncodedBuffer o, dq, dk, dv;
-    std::vector<double> lse, dbias;
-  };
-  auto d = std::make_shared<Downloaded>();
-  d->o = device::download_encoded(o_, dt_, stream_.s);
-  d->lse = device::download(lse_, DType::fp32, stream_.s);
-  if (with_grads) {
-    d->dq = device::download_encoded(dq_, dt_, stream_.s);
-    d->dk = device::download_encoded(dk_, dt_, stream_.s);
-    d->dv = device::download_encoded(dv_, dt_, stream_.s);
-    d->dbias = device::download(dbias_, DType::fp32, stream_.s);
-  }
+  auto d = std::make_shared<device::OutputBits>(
+      device::download_output_bits(o_, lse_, dq_, dk_, dv_, &dbias_, dt_, with_grads, stream_.s));
   // The float64 tensors when called, from copies of the physical layouts.
   return [d, with_grads, shape_lse = std::vector<int64_t>{B_, Hq_, Sq_}, lq = lq_, lk = lk_, lv = lv_, lo = lo_] {
     AttentionOutputs out;

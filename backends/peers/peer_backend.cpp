@@ -92,9 +92,10 @@ bool PeerBackend::available(std::string* why) const { return probe(cfg_).peer_ok
 
 void PeerBackend::warm_up() {
   const LaunchConfig c = resolve_launch_config(cfg_);
+  if (c.serve != 1) return;
+  const ProbeResult pr = probe(cfg_);
   std::string why;
-  if (c.serve == 1 && probe(cfg_).report.value("serve", false) == true && probe(cfg_).peer_ok(peer_, &why))
-    serve_prestart(c, peer_);
+  if (pr.report.value("serve", false) == true && pr.peer_ok(peer_, &why)) serve_prestart(c, peer_);
 }
 
 bool PeerBackend::samples_exclude_host_latency(bool hold_stream, bool /*graph_timer*/) const {
@@ -109,7 +110,7 @@ std::unique_ptr<BackendInstance> PeerBackend::prepare(const Problem& p, const Pr
   const LaunchConfig c = resolve_launch_config(cfg_);
   RunContext ctx = context();
   ctx.options = options_json();  // the variant, in the request (never in the environment)
-  if (!ctx.policy.hold_stream || env_or("ATTNBENCH_PEER_HOLD_STREAM", "1") == "0") ctx.hold_stream = false;
+  if (!samples_exclude_host_latency(ctx.policy.hold_stream, false)) ctx.hold_stream = false;
   // The request's files: the inputs and the outputs (O, dQ, dK, dV of their sizes,
   // at most float32) and LSE.
   const uint64_t elements = static_cast<uint64_t>(inputs.q.data.size() + inputs.k.data.size() + inputs.v.data.size() +

@@ -476,10 +476,7 @@ std::optional<GoldProvenance> CaseGold::claim_prefetched_inputs() {
 
 void CaseGold::prefetch_inputs(const Problem& p) { obtain_inputs(p, nullptr, true); }
 
-void CaseGold::prefetch_gold(const Problem& p, CheckMode mode, bool grads) {
-  GoldProvenance how;
-  obtain_gold(p, mode, grads, &how, true);
-}
+void CaseGold::prefetch_gold(const Problem& p, CheckMode mode, bool grads) { obtain_gold(p, mode, grads, nullptr, true); }
 
 const GoldCache& CaseGold::obtain_gold(const Problem& p, CheckMode mode, bool grads, GoldProvenance* how,
                                        bool prefetch) {

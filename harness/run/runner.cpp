@@ -394,7 +394,7 @@ std::pair<std::unique_ptr<BackendInstance>, std::function<AttentionOutputs()>> r
   const auto t2 = Clock::now();
   std::function<AttentionOutputs()> got = inst->download_outputs(opts.backward);
   row.extra["read_outputs_ms"] = ms_since(t2);
-  if (opts.determinism) {  // before the check (read_outputs converts on the passes pool, ThreadPool::passes)
+  if (opts.determinism) {  // before the check, which converts the downloaded outputs on the passes pool
     const auto t3 = Clock::now();
     if (external) {  // the peer ran twice itself
       row.extra["deterministic"] = *external;
