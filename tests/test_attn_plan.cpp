@@ -15,6 +15,7 @@
 
 #include "backends/kernels/attn_plan.hpp"
 #include "backends/kernels/attn_tiles.hpp"
+#include "backends/kernels/tile_scheduler.cuh"
 #include "harness/model/block_mask.hpp"
 #include "harness/model/mask.hpp"
 #include "harness/model/mask_desc.hpp"
@@ -525,4 +526,93 @@ TEST_CASE("flex mask form: BlockMask lists + row intervals + remaining pair term
   CHECK(spans > 20);  // every branch ran
   CHECK(pairs_left > 5);
   CHECK(sparse_dropped > 10);
+}
+
+TEST_CASE("TileScheduler::decode: L2 head groups are a bijection, group-major, items in list order inside a group") {
+  for (int64_t n_items : {1, 5, 37})
+    for (int64_t chunks : {1, 3, 8, 32})
+      for (int64_t group : {0, 1, 3, 4, 8, 32, 40}) {
+        CAPTURE(n_items);
+        CAPTURE(chunks);
+        CAPTURE(group);
+        std::set<std::pair<int64_t, int64_t>> seen;
+        int64_t prev_chunk_group = -1;
+        for (int64_t t = 0; t < n_items * chunks; ++t) {
+          int64_t item = -1, chunk = -1;
+          TileScheduler::decode<int64_t>(t, n_items, chunks, group, &item, &chunk);
+          REQUIRE(item >= 0);
+          REQUIRE(item < n_items);
+          REQUIRE(chunk >= 0);
+          REQUIRE(chunk < chunks);
+          seen.insert({item, chunk});
+          if (group <= 0 || group >= chunks) {  // no grouping: the plain item-major order
+            CHECK(item == t / chunks);
+            CHECK(chunk == t % chunks);
+          } else {
+            CHECK(chunk / group >= prev_chunk_group);  // groups never come back
+            prev_chunk_group = chunk / group;
+          }
+        }
+        CHECK(static_cast<int64_t>(seen.size()) == n_items * chunks);
+        // unsigned 32-bit arithmetic (own_tile) agrees with 64-bit (at)
+        for (int64_t t = 0; t < n_items * chunks; ++t) {
+          int64_t i64, c64;
+          unsigned i32, c32;
+          TileScheduler::decode<int64_t>(t, n_items, chunks, group, &i64, &c64);
+          TileScheduler::decode<unsigned>(static_cast<unsigned>(t), static_cast<unsigned>(n_items),
+                                          static_cast<unsigned>(chunks), static_cast<unsigned>(group), &i32, &c32);
+          CHECK(i64 == i32);
+          CHECK(c64 == c32);
+        }
+      }
+  // 3 items x 8 chunks in groups of 3: chunks 0-2 of every item, then 3-5, then the partial group 6-7.
+  std::vector<std::pair<int64_t, int64_t>> order;
+  for (int64_t t = 0; t < 24; ++t) {
+    int64_t item, chunk;
+    TileScheduler::decode<int64_t>(t, 3, 8, 3, &item, &chunk);
+    order.push_back({item, chunk});
+  }
+  const std::vector<std::pair<int64_t, int64_t>> want = {
+      {0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}, {2, 0}, {2, 1}, {2, 2}, {0, 3}, {0, 4}, {0, 5},
+      {1, 3}, {1, 4}, {1, 5}, {2, 3}, {2, 4}, {2, 5}, {0, 6}, {0, 7}, {1, 6}, {1, 7}, {2, 6}, {2, 7}};
+  CHECK(order == want);
+}
+
+TEST_CASE("group_by_sequence: sequences in the order of their longest item, each one's items in list order") {
+  std::vector<WorkItem> items = {{2, 0}, {0, 128}, {2, 128}, {1, 0}, {0, 0}, {2, 256}, {1, 128}};
+  group_by_sequence(items);
+  const std::vector<std::pair<int, int>> want = {{2, 0}, {2, 128}, {2, 256}, {0, 128}, {0, 0}, {1, 0}, {1, 128}};
+  REQUIRE(items.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CHECK(items[i].seq == want[i].first);
+    CHECK(items[i].start == want[i].second);
+  }
+  // A causal padded batch's longest-first list (every sequence's longest tiles first) becomes sequence-major.
+  Problem p = with_causal(make_problem(2, 4, 4, 512, 512, 128, DType::bf16));
+  MaskArrays arrays;
+  const MaskDesc m = make_mask_desc(p, arrays);
+  const TilePlan t =
+      plan_tiles(m, SeqLengths{{512, 512}, {512, 512}, {512, 512}, {512, 512}}, 4, 1, 1, 128, FwdPath::sm90,
+                 BwdPath::sm90, 0);
+  std::vector<WorkItem> q = t.q_items;
+  REQUIRE(q[0].seq != q[1].seq);  // longest first interleaves the sequences
+  group_by_sequence(q);
+  for (size_t i = 1; i < q.size(); ++i) {
+    CHECK(q[i].seq >= q[i - 1].seq);
+    if (q[i].seq == q[i - 1].seq) CHECK(q[i].start < q[i - 1].start);  // causal: later tiles are longer
+  }
+}
+
+TEST_CASE("l2_head_group: whole KV heads that fit the budget in even groups, 0 when all heads fit") {
+  const int64_t mib = int64_t{1} << 20;
+  // K / V of one KV head at S8192, D128, bf16: 4 MiB. A 12.5 MiB budget holds 3 heads.
+  CHECK(l2_head_group(50 * mib / 4, 4 * mib, 1, 16) == 3);
+  CHECK(l2_head_group(50 * mib / 4, 4 * mib, 4, 32) == 12);  // GQA 4:1: four query-head chunks per KV head
+  CHECK(l2_head_group(50 * mib / 4, 4 * mib, 1, 3) == 0);    // every head fits: one group
+  CHECK(l2_head_group(mib, 4 * mib, 2, 16) == 2);            // at least one KV head
+  CHECK(l2_head_group(60 * mib, 4 * mib, 1, 16) == 8);       // 15 fit: two even groups of 8
+  CHECK(l2_head_group(60 * mib, 4 * mib, 1, 15) == 0);
+  CHECK(l2_head_group(10 * mib, 4 * mib, 2, 14) == 4);       // 7 KV heads, 2 fit: 4 groups of 2 (or fewer)
+  CHECK_THROWS_AS(l2_head_group(mib, 0, 1, 16), std::invalid_argument);
+  CHECK_THROWS_AS(l2_head_group(mib, mib, 1, 0), std::invalid_argument);
 }

@@ -94,7 +94,7 @@ TEST_CASE("options: the variant syntax splits at top-level commas and checks bra
 TEST_CASE("options: resolution fills defaults; the label lists non-defaults sorted; explicit defaults are the plain name") {
   const OptionSpecs specs = fused::flex_option_specs();
   const OptionValues d = resolve_options("flex", specs, {}, "f", "/p");
-  CHECK(d.all().size() == 6);
+  CHECK(d.all().size() == 8);
   CHECK(d.text("block") == "128");
   CHECK(d.text("dbias") == "deterministic");
   CHECK(variant_label("flex", specs, d) == "flex");
@@ -109,7 +109,8 @@ TEST_CASE("options: resolution fills defaults; the label lists non-defaults sort
   const nlohmann::json j = options_json(specs, v);
   CHECK(j == nlohmann::json(
                  {{"fwd_path", "auto"}, {"bwd_path", "sm80"}, {"block", "128"}, {"dbias", "atomic"}, {"schedule", "auto"},
-                  {"persistent", "auto"}}));
+                  {"persistent", "auto"}, {"pingpong", "off"},
+                  {"tile_order", "l2_groups"}}));
   // the typed JSON reads back to the same resolved set
   CHECK(resolve_options("flex", specs, option_pairs_from_json(j), "f", "/p") == v);
 
@@ -135,12 +136,21 @@ TEST_CASE("options: the fused backends' declarations (flash, varlen, flex)") {
     return out;
   };
   CHECK(names(fused::flash_option_specs()) ==
-        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "persistent"});
+        std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "persistent",
+                                 "pingpong", "tile_order"});
   CHECK(names(fused::varlen_option_specs()) ==
         std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "persistent",
-                                 "pack"});
+                                 "pingpong", "tile_order", "pack"});
   CHECK(names(fused::flex_option_specs()) ==
-        std::vector<std::string>{"fwd_path", "bwd_path", "block", "dbias", "schedule", "persistent"});
+        std::vector<std::string>{"fwd_path", "bwd_path", "block", "dbias", "schedule", "persistent", "pingpong",
+                                 "tile_order"});
+  CHECK(resolve_options("flash", fused::flash_option_specs(), {}, "f", "/p").text("pingpong") == "off");
+  CHECK(fused::parse_tile_order("l2_groups") == fused::TileOrder::l2_groups);
+  CHECK(fused::parse_tile_order("sequences") == fused::TileOrder::sequences);
+  CHECK(fused::parse_tile_order("longest_first") == fused::TileOrder::longest_first);
+  CHECK_THROWS_AS(fused::parse_tile_order("l2"), std::invalid_argument);
+  CHECK(has(error_of([] { resolve_options("flash", fused::flash_option_specs(), {{"pingpong", "yes"}}, "f", "/p"); }),
+            "option pingpong=\"yes\""));
   CHECK(resolve_options("flex", fused::flex_option_specs(), {}, "f", "/p").text("persistent") == "auto");
   CHECK(has(error_of([] { resolve_options("varlen", fused::varlen_option_specs(), {{"persistent", "1"}}, "f", "/p"); }),
             "option persistent=\"1\""));

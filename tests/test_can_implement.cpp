@@ -200,6 +200,30 @@ TEST_CASE("direct dQ rows: the Hopper backward with atomic dQ off the flex path,
   CHECK(can_implement(dense(), det, built).empty());
 }
 
+TEST_CASE("ping-pong: the Hopper forward's 128-row CTAs (two consumer warpgroups), and nothing else") {
+  const auto built = hopper_build();
+  LaunchShape wide = fwd(1, 0, FwdPath::sm90);  // dense D128: 128-row CTAs by default
+  REQUIRE(fwd_rows_resolved(dense(), wide) == 128);
+  CHECK(pingpong_reason(dense(), wide).empty());
+  wide.pingpong = true;
+  CHECK(can_implement(dense(), wide, built).empty());
+  LaunchShape narrow = fwd(1, 64, FwdPath::sm90);  // one consumer warpgroup
+  narrow.pingpong = true;
+  LaunchShape packed = fwd(2, 0, FwdPath::sm90);  // GQA-packed: 64-row CTAs
+  packed.pingpong = true;
+  REQUIRE(fwd_rows_resolved(dense(), packed) == 64);
+  LaunchShape portable = fwd(1, 0, FwdPath::sm80);
+  portable.pingpong = true;
+  LaunchShape backward = bwd(BwdPath::sm90);
+  backward.pingpong = true;
+  for (const LaunchShape& no : {narrow, packed, portable, backward}) {
+    CHECK(pingpong_reason(dense(), no).find("128-row CTAs") != std::string::npos);
+    CHECK(can_implement(dense(), no, built) == pingpong_reason(dense(), no));
+  }
+  narrow.pingpong = false;  // the shape without it stays launchable
+  CHECK(can_implement(dense(), narrow, built).empty());
+}
+
 TEST_CASE("persistent launches: the Hopper forward and the Hopper deterministic dQ kernel, and nothing else") {
   const auto built = hopper_build();
   LaunchShape s = fwd(1, 0, FwdPath::sm90);

@@ -38,16 +38,20 @@ class FlashBackend : public Backend {
     opt.fwd_rows = fwd_rows_;
     opt.dq_direct = dq_direct_;
     opt.persistent = persistent_;
+    opt.pingpong = pingpong_;
+    opt.tile_order = tile_order_;
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
-  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent (fused_options.hpp).
+  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong, tile_order (fused_options.hpp).
   OptionSpecs option_specs() const override { return flash_option_specs(); }
 
  protected:
   void apply_options(const OptionValues& v) override {
     paths_ = kernel_paths(v);
     persistent_ = parse_auto_on_off(v.text("persistent"));
+    pingpong_ = v.text("pingpong") == "on";
+    tile_order_ = parse_tile_order(v.text("tile_order"));
     deterministic_ = v.flag("deterministic");
     fwd_rows_ = parse_fwd_rows(v.text("fwd_rows"));
     dq_direct_ = parse_auto_on_off(v.text("dq_direct"));
@@ -59,6 +63,8 @@ class FlashBackend : public Backend {
   std::optional<bool> dq_direct_;  ///< nullopt = auto (FusedOptions::dq_direct)
   KernelPaths paths_;
   std::optional<bool> persistent_;  ///< nullopt = auto (FusedOptions::persistent)
+  bool pingpong_ = false;           ///< FusedOptions::pingpong
+  TileOrder tile_order_ = TileOrder::l2_groups;  ///< FusedOptions::tile_order
 };
 
 ATTNBENCH_REGISTER_BACKEND(FlashBackend);

@@ -66,12 +66,14 @@ class FlexBackend : public Backend {
     opt.bwd_path = paths_.bwd;
     opt.schedule = schedule_;
     opt.persistent = persistent_;
+    opt.pingpong = pingpong_;
+    opt.tile_order = tile_order_;
     return make_instance(p, in, opt);
   }
   /// dQ, dK, dV come without atomics on both paths (unless bwd_path=sm90: dQ by
   /// atomics); dBias too unless dbias=atomic.
   bool deterministic() const override { return dbias_ != kernels::DbiasMode::atomic && !bwd_sm90_; }
-  /// fwd_path, bwd_path, block, dbias, schedule, persistent (fused_options.hpp).
+  /// fwd_path, bwd_path, block, dbias, schedule, persistent, pingpong, tile_order (fused_options.hpp).
   OptionSpecs option_specs() const override { return flex_option_specs(); }
 
  protected:
@@ -82,6 +84,8 @@ class FlexBackend : public Backend {
   void apply_options(const OptionValues& v) override {
     paths_ = kernel_paths(v);
     persistent_ = parse_auto_on_off(v.text("persistent"));
+    pingpong_ = v.text("pingpong") == "on";
+    tile_order_ = parse_tile_order(v.text("tile_order"));
     bwd_sm90_ = paths_.bwd == KernelPath::sm90;
     block_ = static_cast<int>(v.integer("block"));
     const std::string& d = v.text("dbias");
@@ -102,6 +106,8 @@ class FlexBackend : public Backend {
   KernelPaths paths_;
   FlexSchedule schedule_ = FlexSchedule::automatic;
   std::optional<bool> persistent_;  ///< nullopt = auto (FusedOptions::persistent)
+  bool pingpong_ = false;           ///< FusedOptions::pingpong
+  TileOrder tile_order_ = TileOrder::l2_groups;  ///< FusedOptions::tile_order
 };
 
 ATTNBENCH_REGISTER_BACKEND(FlexBackend);

@@ -291,9 +291,12 @@ class FusedInstance final : public BackendInstance {
   /// How the forward's CTAs take their query tiles, for the report
   /// (extra.backend.fwd_schedule).
   std::string fwd_schedule() const {
-    return fwd_args_.shape.persistent
-               ? "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)"
-               : "one CTA per query tile, longest first";
+    const std::string turns =
+        fwd_args_.shape.pingpong ? "; its two consumer warpgroups issue their GEMMs in turn (ping-pong)" : "";
+    return (fwd_args_.shape.persistent
+                ? "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)"
+                : "one CTA per query tile, longest first") +
+           turns;
   }
   /// How the Hopper dQ kernel's CTAs take their query tiles, for the report
   /// (extra.backend.dq_schedule); empty where that kernel does not run.
@@ -308,6 +311,12 @@ class FusedInstance final : public BackendInstance {
   void set_strides();
   /// The forward and backward LaunchArgs of the plan, paths, tensor maps and stream.
   void set_launch_args();
+  /// tile_order_ and, for TileOrder::l2_groups, params_.q_head_group /
+  /// kv_head_group (TileScheduler::decode) from the device's L2 size and the
+  /// longest sequence's streamed operands (kernels::l2_head_group: K and V per KV
+  /// head for forward and dQ tiles; the group's Q, dO, LSE and Dsum for dK/dV
+  /// tiles). Needs params_' heads, lengths and dtype.
+  void set_tile_order();
   /// The padded placement's physical layout of `role`.
   const PhysicalLayout& layout_of(TensorRole role) const {
     return role == TensorRole::q ? lq_ : role == TensorRole::k ? lk_ : role == TensorRole::v ? lv_ : lo_;
@@ -318,6 +327,8 @@ class FusedInstance final : public BackendInstance {
   bool packed_ = false;  // tokens packed per sequence (cu_seqlens)
   Sequences seqs_;
   std::string schedule_note_;  // flex: which schedule ran and why (extra.backend.schedule)
+  /// The TileScheduler's order, for the report (extra.backend.tile_order; set_tile_order).
+  std::string tile_order_;
   PhysicalLayout lq_, lk_, lv_, lo_;
   kernels::TilePlan plan_;
   kernels::FwdPath fwd_path_ = kernels::FwdPath::sm80;
@@ -432,6 +443,11 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     lens_q_ = device::upload_i32(lens.lq, st);
     lens_k_ = device::upload_i32(lens.lk, st);
   }
+  if (opt.tile_order != TileOrder::longest_first) {  // set_tile_order
+    kernels::group_by_sequence(plan_.q_items);
+    kernels::group_by_sequence(plan_.dq_items);
+    kernels::group_by_sequence(plan_.k_items);
+  }
   q_items_ = upload_items(plan_.q_items, st);
   dq_items_ = upload_items(plan_.dq_items, st);
   k_items_ = upload_items(plan_.k_items, st);
@@ -461,6 +477,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   a.seqlens_q = lens_q_.as<const int32_t>();
   a.seqlens_k = lens_k_.as<const int32_t>();
   a.mask = md;
+  set_tile_order();
   if (flex_) flex::setup_flex(p, in, opt.dbias, flex_.get(), &a, st);
   // TMA descriptors of the Hopper kernels. A problem without tokens (every document id -1: no
   // sequence) launches no tile, and the driver refuses a tensor map of zero rows
@@ -474,6 +491,34 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     bwd_maps_ = kernels::make_bwd_tensor_maps(a, q_rows, k_rows, packed_ ? 1 : p.batch, bwd_args_.shape.pack);
   ATTNBENCH_CHECK(cudaStreamSynchronize(st));
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void FusedInstance::set_tile_order() {
+  if (opt_.tile_order == TileOrder::longest_first) {
+    tile_order_ = "longest first over all sequences, every head of an item together (tile_order=longest_first)";
+    return;
+  }
+  if (opt_.tile_order == TileOrder::sequences) {
+    tile_order_ = "sequence by sequence, longest first in each, every head of an item together (tile_order=sequences)";
+    return;
+  }
+  AttnParams& a = params_;
+  int l2_bytes = 0;
+  ATTNBENCH_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device::selected_device()));
+  const int64_t budget = l2_bytes / kernels::kL2GroupDivisor;
+  const int64_t es = dtype_bytes(p_.dtype), row = (p_.head_dim + p_.head_dim_v) * es;
+  const int pack = plan_.pack;
+  if (a.seq_k > 0)
+    a.q_head_group = kernels::l2_head_group(budget, int64_t{a.seq_k} * row, a.group / pack, a.heads_q / pack);
+  if (a.seq_q > 0)  // Q and dO rows, and the LSE and Dsum floats, of the group's query heads
+    a.kv_head_group = kernels::l2_head_group(budget, int64_t{a.seq_q} * a.group * (row + 8), 1, a.heads_kv);
+  auto groups = [](int g, const char* what) {
+    return g > 0 ? std::to_string(g) + " " + what + " per group" : std::string("all ") + what + " in one group";
+  };
+  tile_order_ = "sequence by sequence, heads in L2 groups (tile_order=l2_groups; budget " +
+                std::to_string(budget >> 20) + " MiB of the " + std::to_string(l2_bytes >> 20) +
+                " MiB L2): forward and dQ tiles " + groups(a.q_head_group, "query-head chunks") + ", dK/dV tiles " +
+                groups(a.kv_head_group, "KV heads");
 }
 
 void FusedInstance::set_launch_args() {
@@ -493,12 +538,18 @@ void FusedInstance::set_launch_args() {
   } else {
     f.shape.persistent = opt_.persistent.value_or(true);
   }
+  if (opt_.pingpong) {
+    if (const std::string why = kernels::pingpong_reason(params_, f.shape); !why.empty())
+      throw std::invalid_argument(opt_.name + ": pingpong=on: " + why);
+    f.shape.pingpong = true;
+  }
   kernels::LaunchArgs& b = bwd_args_;
   b.shape = f.shape;
   b.shape.direction = kernels::Direction::backward;
   b.shape.bwd_path = bwd_path_;
   b.shape.rows = 0;
   b.shape.persistent = false;
+  b.shape.pingpong = false;
   b.shape.deterministic = opt_.deterministic;
   if (kernels::persistent_reason(b.shape, params_.head_dim).empty())  // the Hopper dQ kernel
     b.shape.persistent = opt_.persistent.value_or(true);
@@ -560,6 +611,7 @@ std::function<AttentionOutputs()> FusedInstance::download_outputs(bool with_grad
 nlohmann::json FusedInstance::extra() const {
   nlohmann::json j;
   if (!schedule_note_.empty()) j["schedule"] = schedule_note_;
+  j["tile_order"] = tile_order_;
   if (flex_) {
     const BlockMask& bm = flex_->host;
     const bool f90 = fwd_path_ == kernels::FwdPath::sm90, b90 = bwd_path_ == kernels::BwdPath::sm90;

@@ -93,12 +93,20 @@ struct FusedOptions {
   /// dK/dV kernel (kernels::LaunchShape::dq_direct): nullopt = where
   /// kernels::dq_direct_rows_pay(), true = always (std::invalid_argument where
   /// that backward does not run), false = never (the backends' option dq_direct).
-  std::optional<bool> dq_direct;
+  std::optional<bool> dq_direct{};
   /// Hopper forward launched persistent (kernels::LaunchShape::persistent):
   /// nullopt = wherever the Hopper forward runs, true = always
   /// (std::invalid_argument where it does not), false = never (the backends'
   /// option persistent).
-  std::optional<bool> persistent;
+  std::optional<bool> persistent{};
+  /// Ping-pong of the Hopper forward's two consumer warpgroups
+  /// (kernels::LaunchShape::pingpong; the backends' option pingpong): true =
+  /// always (std::invalid_argument where the forward runs no 128-row Hopper
+  /// CTAs), false = never.
+  bool pingpong = false;
+  /// The order of the Hopper kernels' tiles (TileOrder; the backends' option
+  /// tile_order; FusedInstance::set_tile_order).
+  TileOrder tile_order = TileOrder::l2_groups;
 };
 
 /// The pointer-free part of the kernels' AttnParams for problem `p`: heads, GQA

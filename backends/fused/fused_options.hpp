@@ -15,6 +15,9 @@
 //                                                                one key block get dQ stored by the dK/dV kernel
 //   persistent     flash, varlen, flex  auto|on|off              Hopper forward and deterministic dQ kernel: one
 //                                                                CTA per resident slot walking the query tiles
+//   pingpong       flash, varlen, flex  off|on                   Hopper forward with 128-row CTAs: the two consumer
+//                                                                warpgroups issue their GEMMs in turn
+//   tile_order     flash, varlen, flex  l2_groups|sequences|longest_first  the TileScheduler's order (TileOrder)
 //   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
 //   block          flex                 128|64                   Q_BLOCK = KV_BLOCK of the BlockMask
 //   dbias          flex                 deterministic|atomic|none  how dBias of a learnable bias is made
@@ -112,6 +115,46 @@ inline OptionSpec persistent_option() {
       "one), off = never");
 }
 
+/// pingpong: whether the two consumer warpgroups of the Hopper forward's 128-row
+/// CTAs issue their GEMMs in turn (kernels::LaunchShape::pingpong).
+inline OptionSpec pingpong_option() {
+  return OptionSpec::choice(
+      "pingpong", "off", {"off", "on"},
+      "Hopper forward with 128-row CTAs: on = the two consumer warpgroups take turns to issue a key step's GEMMs, "
+      "so that one's softmax runs while the other's GEMMs hold the tensor cores (FlashAttention-3 section 3.1; an "
+      "error row where the forward does not run 128-row Hopper CTAs). Off by default: measured no faster on an "
+      "H200 (dense D128 forward -1.3% to +0.5%, docs/results/2026-11-29-h200-session25.md)");
+}
+
+/// The order in which the Hopper kernels' CTAs take their tiles (the backends'
+/// option tile_order; FusedInstance::set_tile_order): `longest_first` = the
+/// plan's list, longest work first over all sequences, every head of an item
+/// together; `sequences` = that list regrouped sequence by sequence
+/// (kernels::group_by_sequence), so that the tiles running at once share a
+/// sequence's K / V (dK/dV: Q / dO) in L2; `l2_groups` = sequences, and the
+/// heads taken as many at a time as the L2 holds the operands of
+/// (kernels::l2_head_group, TileScheduler::decode).
+enum class TileOrder { l2_groups, sequences, longest_first };
+
+/// "l2_groups" | "sequences" | "longest_first" -> TileOrder. Throws
+/// std::invalid_argument for anything else.
+inline TileOrder parse_tile_order(const std::string& s) {
+  if (s == "l2_groups") return TileOrder::l2_groups;
+  if (s == "sequences") return TileOrder::sequences;
+  if (s == "longest_first") return TileOrder::longest_first;
+  throw std::invalid_argument("tile_order \"" + s + "\": expected l2_groups, sequences or longest_first");
+}
+
+/// tile_order: the TileScheduler's order (TileOrder).
+inline OptionSpec tile_order_option() {
+  return OptionSpec::choice(
+      "tile_order", "l2_groups", {"l2_groups", "sequences", "longest_first"},
+      "the order of the Hopper kernels' tiles: longest_first = longest work first over all sequences; sequences = "
+      "that list sequence by sequence, so that the tiles running at once share a sequence's K / V in L2; l2_groups "
+      "= sequences, with the heads taken as many at a time as the L2 holds their K / V (dK/dV: Q / dO) of "
+      "(FlashAttention-3's L2-aware order)");
+}
+
 /// An auto|on|off option's value (dq_direct, persistent) as an optional<bool>
 /// (nullopt = auto).
 inline std::optional<bool> parse_auto_on_off(const std::string& s) {
@@ -120,13 +163,15 @@ inline std::optional<bool> parse_auto_on_off(const std::string& s) {
   return std::nullopt;
 }
 
-/// The options of `flash`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent.
+/// The options of `flash`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong,
+/// tile_order.
 inline OptionSpecs flash_option_specs() {
-  return {fwd_path_option(),     bwd_path_option(false), fwd_rows_option(),
-          deterministic_option(), dq_direct_option(),     persistent_option()};
+  return {fwd_path_option(),      bwd_path_option(false), fwd_rows_option(),  deterministic_option(),
+          dq_direct_option(),     persistent_option(),    pingpong_option(),  tile_order_option()};
 }
 
-/// The options of `varlen`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pack.
+/// The options of `varlen`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong,
+/// tile_order, pack.
 inline OptionSpecs varlen_option_specs() {
   return {fwd_path_option(),
           bwd_path_option(false),
@@ -134,12 +179,14 @@ inline OptionSpecs varlen_option_specs() {
           deterministic_option(),
           dq_direct_option(),
           persistent_option(),
+          pingpong_option(),
+          tile_order_option(),
           OptionSpec::choice("pack", "0", {"0", "1", "2", "4"},
                              "GQA query heads folded into one query tile; 0 = the plan's choice by document length "
                              "(a value that does not divide the group is an unsupported row)")};
 }
 
-/// The options of `flex`: fwd_path, bwd_path, block, dbias, schedule, persistent.
+/// The options of `flex`: fwd_path, bwd_path, block, dbias, schedule, persistent, pingpong, tile_order.
 inline OptionSpecs flex_option_specs() {
   return {fwd_path_option(), bwd_path_option(true),
           OptionSpec::choice("block", "128", {"128", "64"},
@@ -152,7 +199,7 @@ inline OptionSpecs flex_option_specs() {
                              "(contiguous document masks, the varlen tiles); intervals = the flash tiles, each row's "
                              "keys an interval (causal, sliding_window, padding, prefix_lm); auto = whichever "
                              "executes the fewest pairs"),
-          persistent_option()};
+          persistent_option(), pingpong_option(), tile_order_option()};
 }
 
 }  // namespace attnbench::fused

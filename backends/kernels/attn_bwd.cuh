@@ -743,7 +743,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_bwd_dkdv_kernel(const AttnPa
   float* sWarp = sT + kBlockN * (kBlockM + 1);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const KeyTile kt = KeyTile::of(p, items);
+  const KeyTile kt = KeyTile::of(p, items, 0);  // longest first: the L2 head groups are the Hopper kernels'
   const int kvh = kt.kvh, b = kt.b, n0 = kt.n0;
   const SeqInfo si = kt.si;
   load_kv_tile<kBlockN, D, kThreads>(sK, sV, static_cast<const uint16_t*>(p.k) + k_off(p, si, b, 0, kvh),
@@ -959,7 +959,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint16_t* sV = sK + 2 * kBlockN * D;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
+  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM, 0);  // (as the dK/dV kernel)
   const int h0 = qt.h0, kvh = qt.kvh, b = qt.b, m0 = qt.m0, Mq = qt.Mq;
   const SeqInfo si = qt.si;
 

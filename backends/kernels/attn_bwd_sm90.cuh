@@ -594,7 +594,7 @@ __global__ void __launch_bounds__(kBwdSm90Threads, 1)
   int2* sRb = sm.rb[0];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
-  const KeyTile kt = KeyTile::of(p, items);
+  const KeyTile kt = KeyTile::of(p, items, p.kv_head_group);
   const int kvh = kt.kvh, b = kt.b, n0 = kt.n0;
   const SeqInfo si = kt.si;
   const QuerySteps<kFlex> q_steps(p, si, b, n0, kBlockN, kBlockM);

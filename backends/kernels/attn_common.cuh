@@ -64,9 +64,12 @@ struct QueryTile {
     t.si = seq_info(p, t.b);
     return t;
   }
-  /// The tile of a kernel launched with one tile per CTA.
-  __device__ __forceinline__ static QueryTile of(const AttnParams& p, const WorkItem* items, int pack, int rows) {
-    return at(p, TileScheduler::own_tile(items, p.heads_q / pack), pack, rows);
+  /// The tile of a kernel launched with one tile per CTA; head_group: the L2
+  /// head groups of its order (p.q_head_group, or 0: the portable kernels,
+  /// whose registers spilled more with the grouped decode).
+  __device__ __forceinline__ static QueryTile of(const AttnParams& p, const WorkItem* items, int pack, int rows,
+                                                 int head_group) {
+    return at(p, TileScheduler::own_tile(items, p.heads_q / pack, head_group), pack, rows);
   }
 };
 
@@ -76,8 +79,10 @@ struct KeyTile {
   int kvh = 0, b = 0, n0 = 0;
   SeqInfo si;
 
-  __device__ __forceinline__ static KeyTile of(const AttnParams& p, const WorkItem* items) {
-    const WorkTile w = TileScheduler::own_tile(items, p.heads_kv);
+  /// head_group: p.kv_head_group, or 0 (the portable dK/dV kernel: spilled more
+  /// with the grouped decode, ptxas).
+  __device__ __forceinline__ static KeyTile of(const AttnParams& p, const WorkItem* items, int head_group) {
+    const WorkTile w = TileScheduler::own_tile(items, p.heads_kv, head_group);
     KeyTile t;
     t.kvh = w.head_chunk;
     t.b = w.item.seq;

@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint16_t* sV = sK + 2 * kBlockN * D;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM);
+  const QueryTile qt = QueryTile::of(p, items, pack, kBlockM, 0);  // (L2 head groups: the Hopper kernels')
   const int h0 = qt.h0, kvh = qt.kvh, b = qt.b, m0 = qt.m0, Mq = qt.Mq;
   const SeqInfo si = qt.si;
 

@@ -129,6 +129,36 @@ __device__ __forceinline__ void skip_step(Storage& sm, int stage, bool last, int
 
 }  // namespace sm90
 
+namespace sm90 {
+
+/// Ping-pong of the two consumer warpgroups of a 128-row CTA (FlashAttention-3,
+/// Shah et al. 2024, section 3.1; hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp's
+/// warp_scheduler_barrier_sync / _arrive): the warpgroups issue a key step's
+/// GEMMs (S_t and P_{t-1} V_{t-1}) in turn, so that one warpgroup's softmax runs
+/// while the other's GEMMs hold the tensor cores. Warpgroup w waits for its turn
+/// on named barrier kFirstId + w and passes it by arriving on the other's;
+/// warpgroup 1 gives warpgroup 0 the first turn (start). Both warpgroups walk
+/// the same key steps of the same tiles and take one turn per step, skipped
+/// steps included, so the turns stay paired; the CTA ends with one unmatched
+/// arrival, as FlashAttention-3's. `on` false: every call is a no-op (one
+/// warpgroup per CTA, or the option pingpong=off).
+struct GemmTurns {
+  static constexpr int kFirstId = 3;  // named barriers 1 and 2: the warpgroups' KeySpan barriers
+  bool on;
+  int wg;
+  __device__ __forceinline__ void start() const {
+    if (on && wg == 1) named_arrive(kFirstId, 256);
+  }
+  __device__ __forceinline__ void wait() const {
+    if (on) named_barrier(kFirstId + wg, 256);
+  }
+  __device__ __forceinline__ void pass() const {
+    if (on) named_arrive(kFirstId + 1 - wg, 256);
+  }
+};
+
+}  // namespace sm90
+
 /// Threads of attn_fwd_sm90_kernel: kWG consumer warpgroups and one producer
 /// warpgroup (registers are allocated per warpgroup: a lone producer warp would
 /// cost as much; setmaxnreg moves its registers to the consumers).
@@ -160,10 +190,12 @@ namespace sm90 {
 /// attn_fwd_sm90_kernel), release Q (rows_empty) once the last step's S has
 /// retired (every thread arrives once per tile) and every K / V stage once its
 /// P V has, and store O and LSE.
+/// `turns`: the warpgroups' GEMM turns (GemmTurns), one per key step.
 /// Returns the tile's key steps.
 template <int DH, bool Bf16, int kWG, int kBlockN, bool kFlex, class Storage>
 __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const QueryTile& qt, Storage& sm,
-                                                const float* s_bias, bool stage_bias, int first_step, int j) {
+                                                const float* s_bias, bool stage_bias, int first_step, int j,
+                                                const GemmTurns& turns) {
   constexpr int D = tile_dim(DH), kBlockM = 64 * kWG, kStages = fwd_sm90_stages<D>();
   constexpr int kNt = kBlockN / 8, kDt = D / 8;
   constexpr uint32_t kStageBytes = Storage::kTileBytes;
@@ -196,15 +228,20 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
     bool full_tile;
     const int stage = wait_step<kStages>(p, si, steps, sm, first_step, tile, &n0, &full_tile);
     if (!full_tile && !span.meets(n0, kBlockN)) {  // no row of this warpgroup sees these keys
+      turns.wait();
+      turns.pass();
       skip_step<D, Bf16, kBlockN>(sm, stage, tile == n_tiles - 1, p_stage, pa, v_addr, o);  // (Q release: below)
       continue;
     }
     Acc s[kNt];
+    turns.wait();
     scores<D, Bf16, kBlockM, kBlockN>(q_addr, k_addr + stage * kStageBytes, wg, s);
     if (p_stage >= 0) {
       pv<D, Bf16, kBlockN>(pa, v_addr + p_stage * kStageBytes, o);
+      turns.pass();
       wgmma_wait<1>();  // S_t retired; P_{t-1} V_{t-1} may still run
     } else {
+      turns.pass();
       wgmma_wait<0>();
     }
     fence_acc(s);
@@ -247,7 +284,8 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 /// blockIdx.x and (head dims up to 128) the tiles it claims from `counters`
 /// (two ints, zero before the launch and after it: TileScheduler::claim /
 /// retire) until none is left, so a launch of `tiles` CTAs runs one tile each
-/// and a launch of fewer is persistent.
+/// and a launch of fewer is persistent. `pingpong` (kWG = 2): the consumer
+/// warpgroups issue their GEMMs in turn (sm90::GemmTurns).
 ///
 /// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
 /// the producer (its registers handed to the consumers with setmaxnreg); a thread
@@ -258,10 +296,12 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 /// swizzled boxes that land in the Sw128Tile layout), each stage completing its
 /// `full` barrier by transaction bytes; the pipeline's steps run on across the
 /// CTA's tiles, so the next tile's Q, K and V load while this tile's last
-/// products, softmax and stores run. The consumer warpgroups never wait for each
-/// other: per key tile t they wait for `full`, issue S_t = Q K_t^T and then O +=
+/// products, softmax and stores run. Without `pingpong` the consumer warpgroups
+/// never wait for each other. Per key tile t they wait for `full`, issue S_t = Q K_t^T and then O +=
 /// P_{t-1} V_{t-1}, wait for S_t only, run the softmax of S_t while the tensor
-/// cores finish P_{t-1} V_{t-1} (section 3.2), then wait, release stage t - 1 on
+/// cores finish P_{t-1} V_{t-1} (section 3.2); with `pingpong` they take turns
+/// to issue a step's GEMMs, so that one's softmax also runs beside the other's
+/// GEMMs (section 3.1), then wait, release stage t - 1 on
 /// its `empty` barrier, rescale O and turn P_t into the A operands of the next
 /// step (sm90::fwd_consume_tile). A partial tile outside the KeySpan of a
 /// warpgroup's rows is skipped by that warpgroup (it only releases the stage,
@@ -271,7 +311,7 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 template <int DH, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int64_t tiles, int pack,
-                         int* counters, const __grid_constant__ FwdTensorMaps maps) {
+                         int* counters, bool pingpong, const __grid_constant__ FwdTensorMaps maps) {
 #if ATTNBENCH_SM90A
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kConsumers = kWG * 128, kBlockM = 64 * kWG, kStages = fwd_sm90_stages<D>();
@@ -293,7 +333,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   // consumer warps through sm.queue; each role walks the same tiles j = 0, 1, ...
   // (A thread of its own, sm90::schedule_tiles as in the dQ kernel, measured
   // slower here: dense D128 forward 2.7-6.6% on the H200, session 21, calls B / D.)
-  const TileScheduler sched{items, p.heads_q / pack, tiles};
+  const TileScheduler sched{items, p.heads_q / pack, tiles, p.q_head_group};
   int step = 0, j = 0;  // the pipeline step of the tile's first key step; the CTA's tile count
   if (wg == kWG) {      // producer warpgroup: warp 0 copies K / V, warp 1 stages bias terms, warp 2 copies Q
     sm90::regs_dec<fwd_sm90_producer_regs<kWG, D>()>();
@@ -328,11 +368,13 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     if (kv && persistent_head_dim(DH)) TileScheduler::retire(counters);
   } else {  // consumer warpgroups
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG, D>()>();
+    const sm90::GemmTurns turns{kWG == 2 && pingpong, wg};
+    turns.start();
 #pragma unroll 1
     for (;; ++j) {  // only j and step live across tiles: the consumers sit at their register limit
       QueryTile qt;
       if (!sm.queue.take(j, true, qt)) break;
-      step += sm90::fwd_consume_tile<DH, Bf16, kWG, kBlockN, kFlex>(p, qt, sm, s_bias, stage_bias, step, j);
+      step += sm90::fwd_consume_tile<DH, Bf16, kWG, kBlockN, kFlex>(p, qt, sm, s_bias, stage_bias, step, j, turns);
       if constexpr (!persistent_head_dim(DH)) break;  // one tile per CTA: no state across tiles
     }
   }
@@ -342,6 +384,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   (void)tiles;
   (void)pack;
   (void)counters;
+  (void)pingpong;
   __trap();  // built without sm_90a: the host never launches this (fwd_sm90_usable)
 #endif
 }

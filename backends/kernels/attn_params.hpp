@@ -111,6 +111,11 @@ struct AttnParams {
   int32_t group = 1;      ///< heads_q / heads_kv
   int32_t head_dim = 0;   ///< Dqk
   int32_t head_dim_v = 0; ///< Dv (the kernels run Dv = Dqk only: can_implement)
+  /// The TileScheduler's L2 head groups (TileScheduler::decode) of the Hopper
+  /// kernels: query-head chunks per group of the forward and dQ tiles, KV heads
+  /// per group of the dK/dV tiles; 0 = every head in one group (tile t = item
+  /// t / chunks, chunk t % chunks), as the portable kernels always run.
+  int32_t q_head_group = 0, kv_head_group = 0;
 
   // ---- softmax, mask, score mod
   float scale = 1.f;        ///< softmax scale

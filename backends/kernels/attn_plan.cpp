@@ -5,6 +5,8 @@
 #include <set>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 
 #include "backends/kernels/attn_tiles.hpp"
 #include "backends/kernels/can_implement.hpp"
@@ -90,6 +92,26 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
   t.dq_items = longest_first(std::move(dq), dqc);
   t.k_items = longest_first(std::move(k), kc);
   return t;
+}
+
+void group_by_sequence(std::vector<WorkItem>& items) {
+  std::unordered_map<int32_t, size_t> rank;  // sequence -> index of its first item
+  for (size_t i = 0; i < items.size(); ++i) rank.emplace(items[i].seq, i);
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const WorkItem& a, const WorkItem& b) { return rank.at(a.seq) < rank.at(b.seq); });
+}
+
+int l2_head_group(int64_t budget_bytes, int64_t kv_head_bytes, int chunks_per_kv_head, int head_chunks) {
+  if (kv_head_bytes <= 0 || chunks_per_kv_head <= 0 || head_chunks <= 0)
+    throw std::invalid_argument("l2_head_group: kv_head_bytes " + std::to_string(kv_head_bytes) +
+                                ", chunks_per_kv_head " + std::to_string(chunks_per_kv_head) + " and head_chunks " +
+                                std::to_string(head_chunks) + " must be positive");
+  const int64_t fit = std::max<int64_t>(1, budget_bytes / kv_head_bytes);
+  const int64_t kv_heads = (head_chunks + chunks_per_kv_head - 1) / chunks_per_kv_head;
+  if (fit >= kv_heads) return 0;
+  const int64_t groups = (kv_heads + fit - 1) / fit;  // as few groups as fit, of even sizes
+  const int64_t chunks = (kv_heads + groups - 1) / groups * chunks_per_kv_head;
+  return chunks >= head_chunks ? 0 : static_cast<int>(chunks);
 }
 
 int flex_fwd_rows(const BlockMask& bm, FwdPath path, int head_dim) {

@@ -115,6 +115,29 @@ int fwd_cta_rows(const MaskDesc& m, const SeqLengths& s, int pack, FwdPath path,
 TilePlan plan_block_tiles(const BlockMask& bm, int64_t batch, int heads_q, BwdPath bwd = BwdPath::sm80,
                           int fwd_rows = 0, int head_dim = 128);
 
+/// Regroup a longest-first work list sequence by sequence (stable): the
+/// sequences in the order of their first (longest) item, each one's items in
+/// list order. With L2 head groups (TileScheduler::decode) the CTAs running at
+/// once then work on the heads of one or a few sequences, whose K / V (dK/dV:
+/// Q / dO) stay in L2; a list that ends with short items still does (the last
+/// sequence's).
+void group_by_sequence(std::vector<WorkItem>& items);
+
+/// The share of the device's L2 that the tiles running at once should stream:
+/// 1 / kL2GroupDivisor (the budget of l2_head_group). A quarter measured slower
+/// than no head groups at S8192 (H200, dense D128 causal forward +5%, backward
+/// +4%, docs/results/2026-11-29-h200-session25.md): the whole L2.
+constexpr int kL2GroupDivisor = 1;
+
+/// Head chunks per L2 group (AttnParams::q_head_group / kv_head_group): whole
+/// KV heads, at most as many as `budget_bytes` holds at `kv_head_bytes` each
+/// (at least one), in as few groups as that allows and of even sizes (16 heads
+/// of which 15 fit: two groups of 8, not 15 and 1), times `chunks_per_kv_head`
+/// (the chunks that read one KV head's operands: group / pack for forward and
+/// dQ tiles, 1 for dK/dV tiles); 0 (one group) when every head fits. Throws std::invalid_argument for
+/// a non-positive kv_head_bytes, chunks_per_kv_head or head_chunks.
+int l2_head_group(int64_t budget_bytes, int64_t kv_head_bytes, int chunks_per_kv_head, int head_chunks);
+
 /// Key steps (of kFwdBlockN keys) per query block above which the Hopper flex
 /// forward keeps one 128-row CTA per block: below, each block's two 64-row halves
 /// run as CTAs of their own (two per SM, as varlen's packed tiles), since a short

@@ -60,6 +60,10 @@ struct LaunchShape {
   /// launch, one CTA per resident slot walking the tile list (TileScheduler,
   /// attn_fwd_sm90.cuh, attn_dq_sm90.cuh) instead of one CTA per tile.
   bool persistent = false;
+  /// The Hopper forward with two consumer warpgroups (128-row CTAs): the
+  /// warpgroups issue their GEMMs in turn (ping-pong, FlashAttention-3 section
+  /// 3.1; sm90::GemmTurns in attn_fwd_sm90.cuh).
+  bool pingpong = false;
 };
 
 /// The instance a launch of `shape` on problem `p` runs: its direction, the path
@@ -99,6 +103,12 @@ std::string dq_direct_reason(const LaunchShape& shape);
 /// persistent.
 std::string persistent_reason(const LaunchShape& shape, int head_dim);
 
+/// Why launch shape `shape` of problem `p` cannot ping-pong
+/// (LaunchShape::pingpong; empty when it can): only the Hopper forward with
+/// 128-row CTAs (two consumer warpgroups, fwd_rows_resolved) does. Looks at
+/// direction, fwd_path and the rows, not at pingpong.
+std::string pingpong_reason(const AttnParams& p, const LaunchShape& shape);
+
 /// Why the kernel family cannot run problem `p` with launch shape `shape`
 /// (empty when it can). Decides on: element type (fp16 / bf16), Dqk = Dv, an
 /// instance of (direction, path, head_dim, dtype) in `built`, heads (heads_q a
@@ -108,7 +118,7 @@ std::string persistent_reason(const LaunchShape& shape, int head_dim);
 /// flex BlockMask's block sizes (64 or 128 each) and the flex Hopper backward's
 /// limits (KV blocks of bwd_block_n(BwdPath::sm90)), and
 /// dq_direct where dq_direct_reason() allows it, persistent where
-/// persistent_reason() allows it.
+/// persistent_reason() allows it, pingpong where pingpong_reason() allows it.
 /// Pointers are not looked at (the launch checks its arguments separately).
 std::string can_implement(const AttnParams& p, const LaunchShape& shape,
                           std::span<const InstanceKey> built = compiled_instances());

@@ -9,7 +9,11 @@
 //   host:   static int64_t ctas(n_items, head_chunks)   tiles of a launch (0: none)
 //   device: WorkTile at(int64_t t) const                tile t; invalid past the last
 // Tile t is (item t / head_chunks, head chunk t % head_chunks), so the longest
-// items come first. A launch of ctas() CTAs runs one tile per CTA (own_tile(),
+// items come first; with L2 head groups (head_group > 0, FlashAttention-3's
+// L2-aware tile order) the chunks are taken head_group at a time: every item of
+// chunks 0 .. head_group - 1 first, then the next group (decode()), so the CTAs
+// running at once stream the K / V (dK/dV: Q / dO) of few heads, which stay in
+// L2 (the plan then lists the items sequence by sequence, group_by_sequence). A launch of ctas() CTAs runs one tile per CTA (own_tile(),
 // tile blockIdx.x; the hardware's block scheduler hands a freed SM the next
 // tile). A launch of fewer CTAs is persistent and dynamic (FlashAttention-3's
 // DynamicPersistentTileScheduler): CTA c starts with tile c and then claims
@@ -44,13 +48,36 @@ struct WorkTile {
   bool valid = false;
 };
 
-/// The family's scheduler: tile t = (item t / head_chunks, chunk t % head_chunks)
-/// of `tiles` = items x head_chunks; a CTA runs own_tile(), or (persistent)
-/// tile blockIdx.x and then the tiles it claim()s.
+/// The family's scheduler: tile t of `tiles` = items x head_chunks, decode()d
+/// into (item, chunk); a CTA runs own_tile(), or (persistent) tile blockIdx.x
+/// and then the tiles it claim()s.
 struct TileScheduler {
   const WorkItem* items = nullptr;
   int head_chunks = 1;
   int64_t tiles = 0;
+  int head_group = 0;  ///< chunks per L2 group (AttnParams::q_head_group / kv_head_group); 0 = all
+
+  /// Tile t of n_items x head_chunks tiles as (item index, head chunk): with
+  /// head_group g in [1, head_chunks) the chunks go g at a time, group-major
+  /// (group k holds chunks k g .. min(k g + g, head_chunks) - 1, all items of
+  /// it in list order, chunks fastest); otherwise item t / head_chunks, chunk
+  /// t % head_chunks. A bijection onto [0, n_items) x [0, head_chunks) either
+  /// way (tests/test_attn_plan.cpp). I: the integer type of the arithmetic
+  /// (unsigned 32 bits in own_tile()).
+  template <class I>
+  ATTNBENCH_HD static void decode(I t, I n_items, I head_chunks, I head_group, I* item, I* chunk) {
+    if (head_group <= 0 || head_group >= head_chunks) {
+      *item = t / head_chunks;
+      *chunk = t % head_chunks;
+      return;
+    }
+    const I span = n_items * head_group;  // tiles of a whole group
+    const I g = t / span, r = t - g * span;
+    const I first = g * head_group;
+    const I width = head_chunks - first < head_group ? head_chunks - first : head_group;
+    *item = r / width;
+    *chunk = first + r % width;
+  }
 
   /// Tiles of a launch over n_items items of head_chunks chunks each: the CTAs of
   /// a launch with one tile per CTA, the bound of a persistent one.
@@ -60,11 +87,13 @@ struct TileScheduler {
   /// blockIdx.x, valid, decoded in 32-bit arithmetic without a bounds test (the
   /// dK/dV kernel's prologue as it was before the tile loop: its backward ran
   /// 4-5% slower with at()'s 64-bit decode in front of it on the H200).
-  __device__ __forceinline__ static WorkTile own_tile(const WorkItem* items, int head_chunks) {
+  __device__ __forceinline__ static WorkTile own_tile(const WorkItem* items, int head_chunks, int head_group) {
     WorkTile w;
     const unsigned chunks = static_cast<unsigned>(head_chunks);
-    w.item = items[blockIdx.x / chunks];
-    w.head_chunk = static_cast<int>(blockIdx.x % chunks);
+    unsigned item, chunk;
+    decode<unsigned>(blockIdx.x, gridDim.x / chunks, chunks, static_cast<unsigned>(head_group), &item, &chunk);
+    w.item = items[item];
+    w.head_chunk = static_cast<int>(chunk);
     w.valid = true;
     return w;
   }
@@ -73,8 +102,10 @@ struct TileScheduler {
     WorkTile w;
     w.valid = t < tiles;
     if (w.valid) {
-      w.item = items[t / head_chunks];
-      w.head_chunk = static_cast<int>(t % head_chunks);
+      int64_t item, chunk;
+      decode<int64_t>(t, tiles / head_chunks, head_chunks, head_group, &item, &chunk);
+      w.item = items[item];
+      w.head_chunk = static_cast<int>(chunk);
     }
     return w;
   }

@@ -266,6 +266,11 @@ __device__ __forceinline__ void bulk_wait() {
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+/// Arrive on named barrier `id` (1..15) of `threads` threads without waiting
+/// (the other threads of the count wait in named_barrier).
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 /// Keep the compiler from moving accesses of accumulator registers across an
 /// asynchronous wgmma (they are written when wgmma_wait returns, not at issue).

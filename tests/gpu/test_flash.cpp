@@ -153,6 +153,96 @@ TEST_CASE("flash: sanitizer-sized persistent forward with more tiles than reside
   for (const char* rows : {"64", "128"}) check_gpu_case(*flash(false, "auto", rows, "auto", "on"), p, false);
 }
 
+TEST_CASE("flash: ping-pong only reorders the GEMMs' issue: O and LSE bitwise equal with it and without") {
+  // The two consumer warpgroups of a 128-row Hopper CTA issue their GEMMs in turn (pingpong, the default
+  // there) or freely (off): the same products and sums in the same order per row, so the same bits. Causal
+  // GQA rows of ragged lengths (warpgroups skipping partial steps: their turns must stay paired, or the CTA
+  // hangs), more tiles than resident CTAs (turns across tiles), and a dense full problem; both also against
+  // the reference. 64-row CTAs (one warpgroup) have nothing to take turns with: pingpong=on is refused.
+  if (!kernels::fwd_sm90_usable()) {
+    MESSAGE("skipped: ping-pong is the Hopper forward's, which does not run here");
+    return;
+  }
+  auto variant = [](const std::string& opts) {
+    std::unique_ptr<Backend> be = BackendRegistry::create_variant("flash[" + opts + "]");
+    REQUIRE(be);
+    return be;
+  };
+  const Problem causal = with_causal(make_problem(2, 12, 4, 1024, 1024, 128, DType::bf16, Layout::bshd, 74));
+  for (const Problem& p : {with_padding(causal, {1024, 517}, {1024, 389}),
+                           make_problem(2, 8, 8, 2048, 2048, 64, DType::fp16, Layout::bhsd, 75)}) {
+    CAPTURE(case_label(p));
+    const ProblemData in = make_inputs(p);
+    std::unique_ptr<BackendInstance> on = variant("pingpong=on")->prepare(p, in);
+    std::unique_ptr<BackendInstance> off = variant("pingpong=off")->prepare(p, in);
+    CHECK(on->extra()["fwd_schedule"].get<std::string>().find("ping-pong") != std::string::npos);
+    CHECK(off->extra()["fwd_schedule"].get<std::string>().find("ping-pong") == std::string::npos);
+    on->forward();
+    off->forward();
+    on->synchronize();
+    off->synchronize();
+    const AttentionOutputs a = on->read_outputs(false), b = off->read_outputs(false);
+    CHECK(same_bits(a.o.data, b.o.data));
+    CHECK(same_bits(a.lse.data, b.lse.data));
+    check_gpu_case(*variant("pingpong=on,deterministic=false"), p, false);
+  }
+  const Problem p = make_problem(1, 2, 2, 256, 256, 128, DType::bf16, Layout::bshd, 76);
+  std::string e;
+  try {
+    variant("pingpong=on,fwd_rows=64")->prepare(p, make_inputs(p));
+  } catch (const std::exception& x) {
+    e = x.what();
+  }
+  CHECK(e.find("pingpong=on: ping-pong needs the Hopper forward") != std::string::npos);
+}
+
+TEST_CASE("flash: the tile orders only reorder the tiles: deterministic outputs bitwise equal in each") {
+  // 64 heads of 8192 causal positions at head_dim 64: 2 MiB of K / V per head (128 MiB in all), so any L2
+  // under 128 MiB holds fewer than the 64 heads and tile_order=l2_groups takes the forward, dQ and dK/dV
+  // tiles in head groups (TileScheduler::decode); sequences and longest_first reorder the items. Every tile
+  // computes the same values in any order, and with deterministic dQ (no atomics) every output is the same
+  // bits. Then each order against the reference on a ragged GQA problem.
+  if (!kernels::fwd_sm90_usable()) {
+    MESSAGE("skipped: the tile orders are the Hopper kernels', which do not run here");
+    return;
+  }
+  auto variant = [](const std::string& order, bool deterministic) {
+    std::unique_ptr<Backend> be = BackendRegistry::create_variant(
+        "flash[tile_order=" + order + ",deterministic=" + (deterministic ? "true" : "false") + "]");
+    REQUIRE(be);
+    return be;
+  };
+  const Problem p = with_causal(make_problem(1, 64, 64, 8192, 8192, 64, DType::bf16, Layout::bshd, 77));
+  const ProblemData in = make_inputs(p);
+  std::unique_ptr<BackendInstance> grouped = variant("l2_groups", true)->prepare(p, in);
+  const std::string order = grouped->extra()["tile_order"].get<std::string>();
+  CAPTURE(order);
+  CHECK(order.find("query-head chunks per group") != std::string::npos);
+  CHECK(order.find("KV heads per group") != std::string::npos);
+  grouped->forward();
+  grouped->backward();
+  grouped->synchronize();
+  const AttentionOutputs want = grouped->read_outputs(true);
+  grouped.reset();
+  for (const char* other : {"sequences", "longest_first"}) {
+    CAPTURE(other);
+    std::unique_ptr<BackendInstance> i = variant(other, true)->prepare(p, in);
+    CHECK(i->extra()["tile_order"].get<std::string>().find(std::string("tile_order=") + other) != std::string::npos);
+    i->forward();
+    i->backward();
+    i->synchronize();
+    const AttentionOutputs got = i->read_outputs(true);
+    CHECK(same_bits(got.o.data, want.o.data));
+    CHECK(same_bits(got.lse.data, want.lse.data));
+    CHECK(same_bits(got.dq.data, want.dq.data));
+    CHECK(same_bits(got.dk.data, want.dk.data));
+    CHECK(same_bits(got.dv.data, want.dv.data));
+  }
+  const Problem ragged = with_padding(with_causal(make_problem(3, 8, 2, 700, 700, 128, DType::bf16, Layout::bshd, 78)),
+                                      {700, 129, 431}, {700, 129, 431});
+  for (const char* o : {"l2_groups", "sequences", "longest_first"}) check_gpu_case(*variant(o, false), ragged, false);
+}
+
 TEST_CASE("flash: Sq != Sk in both directions, both causal alignments") {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{100, 300}, {300, 100}, {1, 129}, {129, 1}, {17, 1000}};
   for (auto [sq, sk] : shapes)
