@@ -222,6 +222,7 @@ TEST_CASE("ping-pong: the Hopper forward's 128-row CTAs (two consumer warpgroups
   }
   narrow.pingpong = false;  // the shape without it stays launchable
   CHECK(can_implement(dense(), narrow, built).empty());
+  CHECK(pingpong_reason(dense(8, 2, 256), wide).find("up to head_dim 128 (at 256") != std::string::npos);
 }
 
 TEST_CASE("persistent launches: the Hopper forward and the Hopper deterministic dQ kernel, and nothing else") {

@@ -284,8 +284,8 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 /// blockIdx.x and (head dims up to 128) the tiles it claims from `counters`
 /// (two ints, zero before the launch and after it: TileScheduler::claim /
 /// retire) until none is left, so a launch of `tiles` CTAs runs one tile each
-/// and a launch of fewer is persistent. `pingpong` (kWG = 2): the consumer
-/// warpgroups issue their GEMMs in turn (sm90::GemmTurns).
+/// and a launch of fewer is persistent. `pingpong` (kWG = 2, head dims up to
+/// 128): the consumer warpgroups issue their GEMMs in turn (sm90::GemmTurns).
 ///
 /// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
 /// the producer (its registers handed to the consumers with setmaxnreg); a thread
@@ -368,7 +368,8 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     if (kv && persistent_head_dim(DH)) TileScheduler::retire(counters);
   } else {  // consumer warpgroups
     sm90::regs_inc<fwd_sm90_consumer_regs<kWG, D>()>();
-    const sm90::GemmTurns turns{kWG == 2 && pingpong, wg};
+    // (up to head_dim 128: at 256 the flex consumers spilled 36 bytes with the turns compiled in, ptxas)
+    const sm90::GemmTurns turns{kWG == 2 && persistent_head_dim(DH) && pingpong, wg};
     turns.start();
 #pragma unroll 1
     for (;; ++j) {  // only j and step live across tiles: the consumers sit at their register limit

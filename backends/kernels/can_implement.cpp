@@ -126,10 +126,13 @@ std::string persistent_reason(const LaunchShape& s, int head_dim) {
 }
 
 std::string pingpong_reason(const AttnParams& p, const LaunchShape& s) {
-  if (s.direction == Direction::forward && s.fwd_path == FwdPath::sm90 && fwd_rows_resolved(p, s) == kFwdBlockMWide)
-    return {};
-  return "ping-pong needs the Hopper forward (fwd_path auto or sm90 on an sm_90a build with a device of compute "
-         "capability 9.0) with 128-row CTAs, whose two consumer warpgroups take turns";
+  if (s.direction != Direction::forward || s.fwd_path != FwdPath::sm90 || fwd_rows_resolved(p, s) != kFwdBlockMWide)
+    return "ping-pong needs the Hopper forward (fwd_path auto or sm90 on an sm_90a build with a device of compute "
+           "capability 9.0) with 128-row CTAs, whose two consumer warpgroups take turns";
+  if (!persistent_head_dim(p.head_dim))
+    return "ping-pong runs up to head_dim 128 (at " + std::to_string(p.head_dim) +
+           " it is not compiled in: the consumers spilled with it)";
+  return {};
 }
 
 std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<const InstanceKey> built) {

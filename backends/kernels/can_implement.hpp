@@ -105,8 +105,9 @@ std::string persistent_reason(const LaunchShape& shape, int head_dim);
 
 /// Why launch shape `shape` of problem `p` cannot ping-pong
 /// (LaunchShape::pingpong; empty when it can): only the Hopper forward with
-/// 128-row CTAs (two consumer warpgroups, fwd_rows_resolved) does. Looks at
-/// direction, fwd_path and the rows, not at pingpong.
+/// 128-row CTAs (two consumer warpgroups, fwd_rows_resolved) up to head_dim 128
+/// (persistent_head_dim) does. Looks at direction, fwd_path, the rows and the
+/// head dim, not at pingpong.
 std::string pingpong_reason(const AttnParams& p, const LaunchShape& shape);
 
 /// Why the kernel family cannot run problem `p` with launch shape `shape`
