@@ -293,30 +293,35 @@ class FusedInstance final : public BackendInstance {
   std::string fwd_schedule() const {
     const std::string turns =
         fwd_args_.shape.pingpong ? "; its two consumer warpgroups issue their GEMMs in turn (ping-pong)" : "";
-    return (fwd_args_.shape.persistent
-                ? "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)"
-                : "one CTA per query tile, longest first") +
-           turns;
+    return (fwd_args_.shape.persistent ? kPersistentSchedule : kOneCtaSchedule) + turns;
   }
   /// How the Hopper dQ kernel's CTAs take their query tiles, for the report
   /// (extra.backend.dq_schedule); empty where that kernel does not run.
   std::string dq_schedule() const {
     if (!opt_.deterministic || bwd_path_ != kernels::BwdPath::sm90) return "";
-    return bwd_args_.shape.persistent
-               ? "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)"
-               : "one CTA per query tile, longest first";
+    return bwd_args_.shape.persistent ? kPersistentSchedule : kOneCtaSchedule;
   }
+  /// fwd_schedule / dq_schedule texts (the order itself: extra.backend.tile_order).
+  static constexpr const char* kPersistentSchedule =
+      "persistent: one CTA per resident slot claiming the query tiles in the TileScheduler's order in turn";
+  static constexpr const char* kOneCtaSchedule = "one CTA per query tile, in the TileScheduler's order";
   /// Logical tensor -> the kernels' buffer order; back again.
   EncodedBuffer to_device(const HostTensor& t, TensorRole role) const;
   void set_strides();
   /// The forward and backward LaunchArgs of the plan, paths, tensor maps and stream.
   void set_launch_args();
+  /// The work lists a Hopper kernel reads (q_items: the Hopper forward; k_items:
+  /// the Hopper dK/dV kernel; dq_items: the Hopper dQ kernel), regrouped sequence
+  /// by sequence (kernels::group_by_sequence) unless opt_.tile_order is
+  /// longest_first; the portable kernels' lists stay longest first. Before the
+  /// lists are uploaded.
+  void order_items();
   /// tile_order_ and, for TileOrder::l2_groups, params_.q_head_group /
   /// kv_head_group (TileScheduler::decode) from the device's L2 size and the
   /// longest sequence's streamed operands (kernels::l2_head_group: K and V per KV
   /// head for forward and dQ tiles; the group's Q, dO, LSE and Dsum for dK/dV
-  /// tiles). Needs params_' heads, lengths and dtype.
-  void set_tile_order();
+  /// tiles), the lengths the valid ones of `lens`. Needs params_' heads and dtype.
+  void set_tile_order(const kernels::SeqLengths& lens);
   /// The padded placement's physical layout of `role`.
   const PhysicalLayout& layout_of(TensorRole role) const {
     return role == TensorRole::q ? lq_ : role == TensorRole::k ? lk_ : role == TensorRole::v ? lv_ : lo_;
@@ -443,11 +448,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
     lens_q_ = device::upload_i32(lens.lq, st);
     lens_k_ = device::upload_i32(lens.lk, st);
   }
-  if (opt.tile_order != TileOrder::longest_first) {  // set_tile_order
-    kernels::group_by_sequence(plan_.q_items);
-    kernels::group_by_sequence(plan_.dq_items);
-    kernels::group_by_sequence(plan_.k_items);
-  }
+  order_items();
   q_items_ = upload_items(plan_.q_items, st);
   dq_items_ = upload_items(plan_.dq_items, st);
   k_items_ = upload_items(plan_.k_items, st);
@@ -477,7 +478,7 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   a.seqlens_q = lens_q_.as<const int32_t>();
   a.seqlens_k = lens_k_.as<const int32_t>();
   a.mask = md;
-  set_tile_order();
+  set_tile_order(lens);
   if (flex_) flex::setup_flex(p, in, opt.dbias, flex_.get(), &a, st);
   // TMA descriptors of the Hopper kernels. A problem without tokens (every document id -1: no
   // sequence) launches no tile, and the driver refuses a tensor map of zero rows
@@ -493,13 +494,27 @@ FusedInstance::FusedInstance(const Problem& p, const ProblemData& in, const Fuse
   setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void FusedInstance::set_tile_order() {
-  if (opt_.tile_order == TileOrder::longest_first) {
-    tile_order_ = "longest first over all sequences, every head of an item together (tile_order=longest_first)";
+void FusedInstance::order_items() {
+  if (opt_.tile_order == TileOrder::longest_first) return;
+  const bool f90 = fwd_path_ == kernels::FwdPath::sm90, b90 = bwd_path_ == kernels::BwdPath::sm90;
+  if (f90) kernels::group_by_sequence(plan_.q_items);
+  if (b90) kernels::group_by_sequence(plan_.k_items);
+  if (b90 && opt_.deterministic) kernels::group_by_sequence(plan_.dq_items);
+}
+
+void FusedInstance::set_tile_order(const kernels::SeqLengths& lens) {
+  const bool f90 = fwd_path_ == kernels::FwdPath::sm90, b90 = bwd_path_ == kernels::BwdPath::sm90;
+  if (opt_.tile_order == TileOrder::longest_first || (!f90 && !b90)) {
+    tile_order_ = std::string("longest first over all sequences, every head of an item together (") +
+                  (f90 || b90 ? "tile_order=longest_first" : "the portable kernels' order") + ")";
     return;
   }
+  const std::string which = f90 == b90 ? std::string()
+                            : f90      ? std::string(" (the Hopper forward; the portable backward longest first)")
+                                       : std::string(" (the Hopper backward; the portable forward longest first)");
   if (opt_.tile_order == TileOrder::sequences) {
-    tile_order_ = "sequence by sequence, longest first in each, every head of an item together (tile_order=sequences)";
+    tile_order_ =
+        "sequence by sequence, longest first in each, every head of an item together (tile_order=sequences)" + which;
     return;
   }
   AttnParams& a = params_;
@@ -508,17 +523,18 @@ void FusedInstance::set_tile_order() {
   const int64_t budget = l2_bytes / kernels::kL2GroupDivisor;
   const int64_t es = dtype_bytes(p_.dtype), row = (p_.head_dim + p_.head_dim_v) * es;
   const int pack = plan_.pack;
-  if (a.seq_k > 0)
-    a.q_head_group = kernels::l2_head_group(budget, int64_t{a.seq_k} * row, a.group / pack, a.heads_q / pack);
-  if (a.seq_q > 0)  // Q and dO rows, and the LSE and Dsum floats, of the group's query heads
-    a.kv_head_group = kernels::l2_head_group(budget, int64_t{a.seq_q} * a.group * (row + 8), 1, a.heads_kv);
+  const int64_t max_q = lens.lq.empty() ? 0 : *std::max_element(lens.lq.begin(), lens.lq.end());
+  const int64_t max_k = lens.lk.empty() ? 0 : *std::max_element(lens.lk.begin(), lens.lk.end());
+  if (max_k > 0) a.q_head_group = kernels::l2_head_group(budget, max_k * row, a.group / pack, a.heads_q / pack);
+  if (max_q > 0)  // Q and dO rows, and the LSE and Dsum floats, of the group's query heads
+    a.kv_head_group = kernels::l2_head_group(budget, max_q * a.group * (row + 8), 1, a.heads_kv);
   auto groups = [](int g, const char* what) {
     return g > 0 ? std::to_string(g) + " " + what + " per group" : std::string("all ") + what + " in one group";
   };
   tile_order_ = "sequence by sequence, heads in L2 groups (tile_order=l2_groups; budget " +
                 std::to_string(budget >> 20) + " MiB of the " + std::to_string(l2_bytes >> 20) +
                 " MiB L2): forward and dQ tiles " + groups(a.q_head_group, "query-head chunks") + ", dK/dV tiles " +
-                groups(a.kv_head_group, "KV heads");
+                groups(a.kv_head_group, "KV heads") + which;
 }
 
 void FusedInstance::set_launch_args() {

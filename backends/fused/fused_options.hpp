@@ -110,7 +110,8 @@ inline OptionSpec persistent_option() {
   return auto_on_off_option(
       "persistent",
       "Hopper forward and Hopper deterministic dQ kernel: one CTA per resident slot (SMs x CTAs per SM) walking the "
-      "longest-first query tiles, the next tile's loads running while a tile finishes, instead of one CTA per tile. "
+      "query tiles (in the order of tile_order), the next tile's loads running while a tile finishes, instead of one "
+      "CTA per tile. "
       "auto = on where it runs (up to head_dim 128), on = always (an error row where the forward is not the Hopper "
       "one), off = never");
 }
@@ -123,11 +124,12 @@ inline OptionSpec pingpong_option() {
       "Hopper forward with 128-row CTAs: on = the two consumer warpgroups take turns to issue a key step's GEMMs, "
       "so that one's softmax runs while the other's GEMMs hold the tensor cores (FlashAttention-3 section 3.1; an "
       "error row where the forward does not run 128-row Hopper CTAs). Off by default: measured no faster on an "
-      "H200 (dense D128 forward -1.3% to +0.5%, docs/results/2026-11-29-h200-session25.md)");
+      "H200 (dense D128 forward -0.5% to +1.9% slower, docs/results/2026-11-29-h200-session25.md)");
 }
 
 /// The order in which the Hopper kernels' CTAs take their tiles (the backends'
-/// option tile_order; FusedInstance::set_tile_order): `longest_first` = the
+/// option tile_order; FusedInstance::order_items / set_tile_order; the portable
+/// kernels always take the plan's list): `longest_first` = the
 /// plan's list, longest work first over all sequences, every head of an item
 /// together; `sequences` = that list regrouped sequence by sequence
 /// (kernels::group_by_sequence), so that the tiles running at once share a

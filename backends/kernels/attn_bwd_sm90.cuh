@@ -526,7 +526,8 @@ __device__ __forceinline__ void bwd_sm90_produce(const AttnParams& p, const SeqI
 }
 
 /// Item-lists, arguments and results of attn_bwd_dkdv_kernel<..., kAtomicDq =
-/// true>: blockIdx.x = item * heads_kv + KV head, items of kBwdSm90BlockN keys.
+/// true>: blockIdx.x = tile (item, KV head) of the TileScheduler (KeyTile::of,
+/// p.kv_head_group), items of kBwdSm90BlockN keys.
 /// kFlex: the query steps come from the BlockMask's query lists of the CTA's key
 /// block (kv_block must be kBwdSm90BlockN), partial steps evaluate the pair mask
 /// in dkdv_probs, and an offset_bias dBias (p.dbias_mode) leaves the CTA as in

@@ -186,7 +186,8 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
     const int role = lane == 0 ? warp - 4 : -1;  // one thread per role
     const bool kv = role == 0, biases = stage_bias && warp == 5, rows = role == 2;
     if (role == 3) {  // claims and decodes the CTA's tiles (TileScheduler, TileQueue)
-      sm90::schedule_tiles<true>(p, TileScheduler{items, p.heads_q / pack, tiles, p.q_head_group}, counters, pack, kBlockM, sm.queue);
+      sm90::schedule_tiles<true>(p, TileScheduler{items, p.heads_q / pack, tiles, p.q_head_group}, counters, pack,
+                                 kBlockM, sm.queue);
       return;
     }
     if (!kv && !biases && !rows) return;

@@ -135,7 +135,8 @@ namespace sm90 {
 /// Shah et al. 2024, section 3.1; hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp's
 /// warp_scheduler_barrier_sync / _arrive): the warpgroups issue a key step's
 /// GEMMs (S_t and P_{t-1} V_{t-1}) in turn, so that one warpgroup's softmax runs
-/// while the other's GEMMs hold the tensor cores. Warpgroup w waits for its turn
+/// while the other's GEMMs hold the tensor cores. (The P V that skip_step flushes
+/// and a tile's last one, pv_retire, are issued outside the turns.) Warpgroup w waits for its turn
 /// on named barrier kFirstId + w and passes it by arriving on the other's;
 /// warpgroup 1 gives warpgroup 0 the first turn (start). Both warpgroups walk
 /// the same key steps of the same tiles and take one turn per step, skipped

@@ -230,8 +230,9 @@ constexpr int kDqBlockN = 64;    ///< deterministic dQ: keys per step
 
 /// One tile of work: sequence `seq` and the first position `start` of its query
 /// tile (forward, dQ) or key tile (dK/dV). The kernels read a list of these,
-/// ordered longest work first by the host plan (attn_plan.hpp); blockIdx.x =
-/// item * head_chunks + head_chunk.
+/// ordered longest work first by the host plan (attn_plan.hpp; for the Hopper
+/// kernels then sequence by sequence), and TileScheduler::decode maps a tile
+/// index (blockIdx.x of the one-tile-per-CTA launches) to (item, head chunk).
 struct WorkItem {
   int32_t seq = 0;
   int32_t start = 0;

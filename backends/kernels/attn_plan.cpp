@@ -6,7 +6,6 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 
 #include "backends/kernels/attn_tiles.hpp"
 #include "backends/kernels/can_implement.hpp"
@@ -95,10 +94,12 @@ TilePlan plan_tiles(const MaskDesc& m, const SeqLengths& s, int heads_q, int gro
 }
 
 void group_by_sequence(std::vector<WorkItem>& items) {
-  std::unordered_map<int32_t, size_t> rank;  // sequence -> index of its first item
-  for (size_t i = 0; i < items.size(); ++i) rank.emplace(items[i].seq, i);
+  int32_t last = -1;
+  for (const WorkItem& w : items) last = std::max(last, w.seq);
+  std::vector<size_t> rank(static_cast<size_t>(last + 1), items.size());  // sequence -> index of its first item
+  for (size_t i = 0; i < items.size(); ++i) rank[items[i].seq] = std::min(rank[items[i].seq], i);
   std::stable_sort(items.begin(), items.end(),
-                   [&](const WorkItem& a, const WorkItem& b) { return rank.at(a.seq) < rank.at(b.seq); });
+                   [&](const WorkItem& a, const WorkItem& b) { return rank[a.seq] < rank[b.seq]; });
 }
 
 int l2_head_group(int64_t budget_bytes, int64_t kv_head_bytes, int chunks_per_kv_head, int head_chunks) {

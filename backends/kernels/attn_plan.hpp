@@ -35,9 +35,11 @@ struct TilePlan {
   int tile_keys = 0;   ///< keys per forward mainloop step (fwd_block_n)
   int dq_tile_rows = 0;  ///< query positions per deterministic-dQ tile (kDqBlockM / pack)
   int bwd_tile_keys = kBwdBlockN;  ///< keys per dK/dV tile (bwd_block_n of the backward path)
-  std::vector<WorkItem> q_items;   ///< forward tiles, longest first
-  std::vector<WorkItem> dq_items;  ///< deterministic-dQ tiles, longest first
-  std::vector<WorkItem> k_items;  ///< dK/dV tiles, longest first
+  /// Forward, deterministic-dQ and dK/dV tiles, longest first (a Hopper kernel's
+  /// list is then regrouped sequence by sequence by its instance, group_by_sequence).
+  std::vector<WorkItem> q_items;
+  std::vector<WorkItem> dq_items;
+  std::vector<WorkItem> k_items;
   int64_t fwd_tiles = 0;          ///< forward (query tile, key tile) steps of one head chunk
   int64_t executed_pairs = 0;     ///< forward: tile rows x keys of every visited tile, summed over Hq
   /// Hopper backward (bwd sm90): valid query rows whose keys lie in one key

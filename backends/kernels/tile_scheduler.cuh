@@ -3,21 +3,22 @@
 // hopper/tile_scheduler.hpp there).
 //
 // The concept. A scheduler is built from the plan's work list (`items`, ordered
-// longest work first by attn_plan.cpp), the head chunks per item (query
+// longest work first by attn_plan.cpp; for the Hopper kernels then sequence by
+// sequence, group_by_sequence, option tile_order), the head chunks per item (query
 // heads / pack for the forward and dQ kernels, KV heads for dK/dV) and the
 // number of tiles (items x head chunks), and offers
 //   host:   static int64_t ctas(n_items, head_chunks)   tiles of a launch (0: none)
 //   device: WorkTile at(int64_t t) const                tile t; invalid past the last
-// Tile t is (item t / head_chunks, head chunk t % head_chunks), so the longest
-// items come first; with L2 head groups (head_group > 0, FlashAttention-3's
+// Tile t is (item t / head_chunks, head chunk t % head_chunks), so the items
+// come in list order; with L2 head groups (head_group > 0, FlashAttention-3's
 // L2-aware tile order) the chunks are taken head_group at a time: every item of
 // chunks 0 .. head_group - 1 first, then the next group (decode()), so the CTAs
 // running at once stream the K / V (dK/dV: Q / dO) of few heads, which stay in
-// L2 (the plan then lists the items sequence by sequence, group_by_sequence). A launch of ctas() CTAs runs one tile per CTA (own_tile(),
+// L2. A launch of ctas() CTAs runs one tile per CTA (own_tile(),
 // tile blockIdx.x; the hardware's block scheduler hands a freed SM the next
 // tile). A launch of fewer CTAs is persistent and dynamic (FlashAttention-3's
 // DynamicPersistentTileScheduler): CTA c starts with tile c and then claims
-// the next unclaimed tile of the longest-first list from a counter in global
+// the next unclaimed tile of the list from a counter in global
 // memory (claim()), so a CTA that drew short tiles takes more of them and
 // the CTAs finish together; the CTA that retires last resets the counter for
 // the next launch (retire()). One thread of the CTA claims and hands the tile
@@ -80,7 +81,8 @@ struct TileScheduler {
   }
 
   /// Tiles of a launch over n_items items of head_chunks chunks each: the CTAs of
-  /// a launch with one tile per CTA, the bound of a persistent one.
+  /// a launch with one tile per CTA (exactly this many: own_tile() derives the
+  /// item count from gridDim.x), the bound of a persistent one.
   static int64_t ctas(int64_t n_items, int head_chunks) { return n_items * head_chunks; }
 #if defined(__CUDACC__)
   /// The tile of a kernel launched with one tile per CTA (ctas() CTAs): tile

@@ -48,7 +48,8 @@ class VarlenBackend : public Backend {
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
-  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong, tile_order, pack (fused_options.hpp).
+  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong, tile_order, pack
+  /// (fused_options.hpp).
   OptionSpecs option_specs() const override { return varlen_option_specs(); }
 
  protected:

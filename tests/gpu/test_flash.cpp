@@ -92,10 +92,10 @@ TEST_CASE("flash: backward path choice (option bwd_path)") {
   CHECK(det.contains("dq_schedule") == hopper);
   if (hopper) {
     CHECK(det["dq_schedule"] ==
-          "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)");
+          "persistent: one CTA per resident slot claiming the query tiles in the TileScheduler's order in turn");
     CHECK(BackendRegistry::create_variant("flash[deterministic=true,persistent=off]")
               ->prepare(p, in)
-              ->extra()["dq_schedule"] == "one CTA per query tile, longest first");
+              ->extra()["dq_schedule"] == "one CTA per query tile, in the TileScheduler's order");
   }
   CHECK_FALSE(atomic.contains("dq_schedule"));
   CHECK(BackendRegistry::create_variant("flash[deterministic=true,bwd_path=sm80]")->prepare(p, in)->extra()["bwd_path"] ==
@@ -154,8 +154,8 @@ TEST_CASE("flash: sanitizer-sized persistent forward with more tiles than reside
 }
 
 TEST_CASE("flash: ping-pong only reorders the GEMMs' issue: O and LSE bitwise equal with it and without") {
-  // The two consumer warpgroups of a 128-row Hopper CTA issue their GEMMs in turn (pingpong, the default
-  // there) or freely (off): the same products and sums in the same order per row, so the same bits. Causal
+  // The two consumer warpgroups of a 128-row Hopper CTA issue their GEMMs in turn (pingpong=on) or freely
+  // (off, the default): the same products and sums in the same order per row, so the same bits. Causal
   // GQA rows of ragged lengths (warpgroups skipping partial steps: their turns must stay paired, or the CTA
   // hangs), more tiles than resident CTAs (turns across tiles), and a dense full problem; both also against
   // the reference. 64-row CTAs (one warpgroup) have nothing to take turns with: pingpong=on is refused.
@@ -197,11 +197,12 @@ TEST_CASE("flash: ping-pong only reorders the GEMMs' issue: O and LSE bitwise eq
 }
 
 TEST_CASE("flash: the tile orders only reorder the tiles: deterministic outputs bitwise equal in each") {
-  // 64 heads of 8192 causal positions at head_dim 64: 2 MiB of K / V per head (128 MiB in all), so any L2
-  // under 128 MiB holds fewer than the 64 heads and tile_order=l2_groups takes the forward, dQ and dK/dV
-  // tiles in head groups (TileScheduler::decode); sequences and longest_first reorder the items. Every tile
-  // computes the same values in any order, and with deterministic dQ (no atomics) every output is the same
-  // bits. Then each order against the reference on a ragged GQA problem.
+  // 2 sequences x 64 heads of 8192 causal positions at head_dim 64: 2 MiB of K / V per head and sequence,
+  // so any L2 under 128 MiB holds fewer than the 64 heads and tile_order=l2_groups takes the forward, dQ and
+  // dK/dV tiles in head groups (TileScheduler::decode); sequences lists the items sequence by sequence,
+  // longest_first interleaves the two sequences' longest tiles. Every tile computes the same values in any
+  // order, and with deterministic dQ (no atomics) every output is the same bits. Then each order against
+  // the reference on a ragged GQA problem.
   if (!kernels::fwd_sm90_usable()) {
     MESSAGE("skipped: the tile orders are the Hopper kernels', which do not run here");
     return;
@@ -212,7 +213,7 @@ TEST_CASE("flash: the tile orders only reorder the tiles: deterministic outputs 
     REQUIRE(be);
     return be;
   };
-  const Problem p = with_causal(make_problem(1, 64, 64, 8192, 8192, 64, DType::bf16, Layout::bshd, 77));
+  const Problem p = with_causal(make_problem(2, 64, 64, 8192, 8192, 64, DType::bf16, Layout::bshd, 77));
   const ProblemData in = make_inputs(p);
   std::unique_ptr<BackendInstance> grouped = variant("l2_groups", true)->prepare(p, in);
   const std::string order = grouped->extra()["tile_order"].get<std::string>();

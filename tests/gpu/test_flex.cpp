@@ -102,7 +102,7 @@ TEST_CASE("flex: the Hopper backward (bwd_path=sm90) and what it refuses") {
   CHECK(def["bwd_path"] == "sm90");
   CHECK(def["dq_mode"] == "deterministic (Hopper dQ kernel, no atomics)");
   CHECK(def["dq_schedule"] ==
-        "persistent: one CTA per resident slot claiming the longest-first query tiles in turn (TileScheduler)");
+        "persistent: one CTA per resident slot claiming the query tiles in the TileScheduler's order in turn");
   const nlohmann::json b64 = flex(64, "deterministic", "auto", "auto", "block_mask")->prepare(p, in)->extra();
   CHECK(b64["bwd_path"] == "sm80");
   CHECK(b64["bwd_path_reason"].get<std::string>().find("128") != std::string::npos);
