@@ -123,8 +123,8 @@ inline OptionSpec pingpong_option() {
       "pingpong", "off", {"off", "on"},
       "Hopper forward with 128-row CTAs: on = the two consumer warpgroups take turns to issue a key step's GEMMs, "
       "so that one's softmax runs while the other's GEMMs hold the tensor cores (FlashAttention-3 section 3.1; an "
-      "error row where the forward does not run 128-row Hopper CTAs). Off by default: measured no faster on an "
-      "H200 (dense D128 forward -0.5% to +1.9% slower, docs/results/2026-11-29-h200-session25.md)");
+      "error row where the forward does not run 128-row Hopper CTAs up to head_dim 128). Off by default: measured "
+      "no faster on an H200 (dense D128 forward -0.5% to +1.9% slower, docs/results/2026-11-29-h200-session25.md)");
 }
 
 /// The order in which the Hopper kernels' CTAs take their tiles (the backends'
