@@ -198,15 +198,16 @@ __global__ void __launch_bounds__(kDqSm90Threads, 2)
       if (rows) {  // its own warp: waiting for the consumers to release Q and dO never holds up K / V
         if (j > 0) sm90::mbar_wait(&sm.rows_empty, (j - 1) & 1);
         const CUtensorMap* const row_maps[2] = {&maps.q, &maps.dout};
-        sm90::produce_row_tiles<kBlockM, D, 2>(p, qt, row_maps, sm);
+        uint16_t* const row_tiles[2] = {sm.rows[0], sm.rows[1]};
+        sm90::produce_row_tiles<kBlockM, D, 2>(p, qt, row_maps, row_tiles, &sm.rows_full);
         continue;
       }
       const KeySteps<kFlex> steps(p, qt.si, qt.b, qt.m0, qt.Mq, kBlockN);
       if (kv) {
         sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step);
       } else {  // (flex: pack 1, the tile's rows are one head)
-        sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm, s_bias, lane,
-                                                            step);
+        sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm.full, sm.empty,
+                                                            s_bias, lane, step);
       }
       step += steps.count;
     }

@@ -1,10 +1,12 @@
 // Pipeline vocabulary of the Hopper kernels of the fused family (CUTLASS's and
 // FlashAttention-3's terms): the position in a circular pipeline of stages
 // (PipelineState), the shared memory of a kernel as one struct whose size is the
-// launch's dynamic shared memory (SharedStorage), and the producer roles that
-// stream K / V tiles by TMA into the stages (produce_kv_tiles) and stage a flex
-// key step's learnable-bias terms (produce_bias_terms), shared by the forward
-// (attn_fwd_sm90.cuh) and the deterministic dQ kernel (attn_dq_sm90.cuh).
+// launch's dynamic shared memory (StageStorageBase; KvStageStorage, the dQ
+// kernel's), and the producer roles that stream K / V tiles by TMA into the
+// stages (produce_kv_tiles), load a tile's row tiles (produce_row_tiles) and stage
+// a flex key step's learnable-bias terms (produce_bias_terms), shared by the
+// forward (attn_fwd_sm90.cuh, whose storage FwdStageStorage is its own) and the
+// deterministic dQ kernel (attn_dq_sm90.cuh).
 #pragma once
 
 #include <cstddef>
@@ -114,34 +116,45 @@ __device__ __forceinline__ void schedule_tiles(const AttnParams& p, const TileSc
   if constexpr (kPersistent) TileScheduler::retire(counters);
 }
 
+/// What a kernel's shared-memory struct `Self` (KvStageStorage, FwdStageStorage:
+/// row tiles of kBlockM x D, K / V tiles of kBlockN x D, 16-bit elements) shares, as
+/// an empty base: the bytes of one K (or V) tile, the check that every tile starts
+/// at a multiple of 1024 bytes, and the struct at the kernel's dynamic shared memory
+/// (traps unless 1024-byte aligned, as the swizzle needs).
+template <class Self, int kBlockM, int kBlockN, int D>
+struct StageStorageBase {
+  static constexpr uint32_t kTileBytes = 2u * kBlockN * D;  ///< one K (or V) tile
+  static_assert((2u * kBlockM * D) % 1024 == 0 && kTileBytes % 1024 == 0, "tiles at 1024-byte offsets");
+  __device__ __forceinline__ static Self& at(uint8_t* smem) {
+    if (smem_u32(smem) % 1024 != 0) __trap();
+    return *reinterpret_cast<Self*>(smem);
+  }
+};
+
 /// Shared memory of a kernel that holds kRowTiles row tiles of kBlockM x D (Q; Q
 /// and dO) and streams K / V tiles of kBlockN x D through kStages stages, all in
 /// the 128-byte swizzled Sw128Tile layout (16-bit elements), then each stage's
-/// full / empty barrier, the row tile's (a persistent forward's Q by TMA) and
+/// full / empty barrier, the row tiles' (the persistent dQ kernel's Q and dO by TMA) and
 /// each of kSpanWarps consumer warps' KeySpan, twice (a tile loop alternates
 /// them, so one barrier per tile orders writes and reads). Every tile
 /// starts at a multiple of 1024 bytes from the (1024-byte aligned) start, as the
-/// swizzle needs; sizeof is the launch's dynamic shared memory.
+/// swizzle needs; sizeof is the launch's dynamic shared memory. The dQ kernel's
+/// storage (the forward's, with K and V on barriers of their own and two Q
+/// buffers: FwdStageStorage of attn_fwd_sm90.cuh).
 template <int kRowTiles, int kBlockM, int kBlockN, int D, int kStages, int kSpanWarps>
-struct KvStageStorage {
+struct KvStageStorage
+    : StageStorageBase<KvStageStorage<kRowTiles, kBlockM, kBlockN, D, kStages, kSpanWarps>, kBlockM, kBlockN, D> {
+  static constexpr bool kSplitKv = false;  ///< a stage's K and V share its barriers (produce_kv_tiles)
   uint16_t rows[kRowTiles][kBlockM * D];
   uint16_t k[kStages][kBlockN * D];
   uint16_t v[kStages][kBlockN * D];
   uint64_t full[kStages];   ///< stage loaded (completed by TMA transaction bytes)
   uint64_t empty[kStages];  ///< stage read by every consumer thread
-  uint64_t rows_full;        ///< row tile 0 loaded by TMA (the persistent forward's Q)
-  uint64_t rows_empty;       ///< row tile 0 read by every consumer thread
+  uint64_t rows_full;        ///< the row tiles loaded by TMA (the persistent dQ kernel's Q and dO)
+  uint64_t rows_empty;       ///< the row tiles read by every consumer thread
   int span[2][2 * kSpanWarps];  ///< consumer warp w's KeySpan: [.][2 w] = lo, [.][2 w + 1] = hi
   TileQueue<QueryTile> queue;   ///< a persistent kernel's tiles, from the claiming thread to the other roles
 
-  static constexpr uint32_t kTileBytes = 2u * kBlockN * D;  ///< one K (or V) tile
-  static_assert((2u * kBlockM * D) % 1024 == 0 && kTileBytes % 1024 == 0, "tiles at 1024-byte offsets");
-
-  /// The storage at the kernel's dynamic shared memory (traps unless 1024-byte aligned).
-  __device__ __forceinline__ static KvStageStorage& at(uint8_t* smem) {
-    if (smem_u32(smem) % 1024 != 0) __trap();  // the swizzle needs 1024-byte aligned tiles
-    return *reinterpret_cast<KvStageStorage*>(smem);
-  }
   /// Thread 0 initialises the barriers (full: `producers` arrivals, the copy
   /// thread's with the bytes; empty: `consumers` arrivals; the queue's:
   /// `queue_readers`) and fences them for the TMA unit; the caller's CTA-wide
@@ -161,9 +174,11 @@ struct KvStageStorage {
 /// Producer role (one thread): for each key step of `steps` (KeySteps of the
 /// tile's rows), wait until its stage is free, then load the K and V tiles of
 /// kBlockN keys at the step's first key by TMA (`maps`, boxes of kBlockN rows)
-/// into the stage, completing its full barrier by transaction bytes. b: the
-/// sequence; kvh: the KV head; first_step: the pipeline step of the first key
-/// step (a persistent kernel's steps continue over its tiles).
+/// into the stage, completing its full barrier by transaction bytes. With K and V
+/// on barriers of their own (Storage::kSplitKv, the forward's FwdStageStorage): K
+/// once its buffer is free (empty_k), completing full_k, then V likewise (empty_v,
+/// full_v). b: the sequence; kvh: the KV head; first_step: the pipeline step of the
+/// first key step (a persistent kernel's steps continue over its tiles).
 template <int kBlockN, int D, int kStages, class Steps, class Storage>
 __device__ __forceinline__ void produce_kv_tiles(const AttnParams& p, const SeqInfo& si, int b, int kvh,
                                                  const Steps& steps, const KvTensorMaps& maps, Storage& s,
@@ -173,15 +188,31 @@ __device__ __forceinline__ void produce_kv_tiles(const AttnParams& p, const SeqI
   for (int tile = 0; tile < steps.count; ++tile) {
     const PipelineState<kStages> ps{first_step + tile};
     const int stage = ps.stage();
-    if (ps.refill()) mbar_wait(&s.empty[stage], ps.refill_phase());
-    int n0;
-    bool full_unused;
-    steps.at(p, si, tile, &n0, &full_unused);
-    mbar_arrive_expect_tx(&s.full[stage], 2 * Storage::kTileBytes);  // K and V
+    if constexpr (Storage::kSplitKv) {
+      int n0;
+      bool full_unused;
+      steps.at(p, si, tile, &n0, &full_unused);
+      if (ps.refill()) mbar_wait(&s.empty_k[stage], ps.refill_phase());
+      mbar_arrive_expect_tx(&s.full_k[stage], Storage::kTileBytes);
 #pragma unroll 1
-    for (int c = 0; c < D / 64; ++c) {  // rolled: the producer thread has 40-56 registers
-      tma_load_4d(s.k[stage] + c * kBlockN * 64, &maps.k, c * 64, row_base + n0, kvh, kb, &s.full[stage]);
-      tma_load_4d(s.v[stage] + c * kBlockN * 64, &maps.v, c * 64, row_base + n0, kvh, vb, &s.full[stage]);
+      for (int c = 0; c < D / 64; ++c)  // rolled: the producer thread has 40-56 registers
+        tma_load_4d(s.k[stage] + c * kBlockN * 64, &maps.k, c * 64, row_base + n0, kvh, kb, &s.full_k[stage]);
+      if (ps.refill()) mbar_wait(&s.empty_v[stage], ps.refill_phase());
+      mbar_arrive_expect_tx(&s.full_v[stage], Storage::kTileBytes);
+#pragma unroll 1
+      for (int c = 0; c < D / 64; ++c)
+        tma_load_4d(s.v[stage] + c * kBlockN * 64, &maps.v, c * 64, row_base + n0, kvh, vb, &s.full_v[stage]);
+    } else {
+      if (ps.refill()) mbar_wait(&s.empty[stage], ps.refill_phase());
+      int n0;
+      bool full_unused;
+      steps.at(p, si, tile, &n0, &full_unused);
+      mbar_arrive_expect_tx(&s.full[stage], 2 * Storage::kTileBytes);  // K and V
+#pragma unroll 1
+      for (int c = 0; c < D / 64; ++c) {  // rolled: the producer thread has 40-56 registers
+        tma_load_4d(s.k[stage] + c * kBlockN * 64, &maps.k, c * 64, row_base + n0, kvh, kb, &s.full[stage]);
+        tma_load_4d(s.v[stage] + c * kBlockN * 64, &maps.v, c * 64, row_base + n0, kvh, vb, &s.full[stage]);
+      }
     }
   }
 }
@@ -189,21 +220,21 @@ __device__ __forceinline__ void produce_kv_tiles(const AttnParams& p, const SeqI
 /// Producer role (one thread) of a persistent kernel: load the row tiles of
 /// query tile `qt` (kBlockM rows: qt.Mq positions from qt.m0 of each of the
 /// kBlockM / qt.Mq heads from qt.h0, head-major as the maps' boxes land) by TMA,
-/// tile i from maps[i] into rows[i] (the forward's Q; the dQ kernel's Q and dO),
-/// completing rows_full by transaction bytes. Rows past the sequence read the
+/// tile i from maps[i] into dst[i] (the forward's Q; the dQ kernel's Q and dO),
+/// completing `full` by transaction bytes. Rows past the sequence read the
 /// next sequence's tokens (THD), padding rows or zeros past the tensor; the
 /// kernels never store them. The caller has waited for rows_empty.
-template <int kBlockM, int D, int kTiles, class Storage>
+template <int kBlockM, int D, int kTiles>
 __device__ __forceinline__ void produce_row_tiles(const AttnParams& p, const QueryTile& qt,
-                                                  const CUtensorMap* const (&maps)[kTiles], Storage& s) {
+                                                  const CUtensorMap* const (&maps)[kTiles],
+                                                  uint16_t* const (&dst)[kTiles], uint64_t* full) {
   const int qb = p.q_batch_stride == 0 ? 0 : qt.b;  // (O's batch stride is 0 exactly when Q's is: THD)
-  mbar_arrive_expect_tx(&s.rows_full, 2u * kBlockM * D * kTiles);
+  mbar_arrive_expect_tx(full, 2u * kBlockM * D * kTiles);
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int c = 0; c < D / 64; ++c)
-      tma_load_4d(s.rows[i] + c * kBlockM * 64, maps[i], c * 64, static_cast<int>(qt.si.tok0_q) + qt.m0, qt.h0, qb,
-                  &s.rows_full);
+      tma_load_4d(dst[i] + c * kBlockM * 64, maps[i], c * 64, static_cast<int>(qt.si.tok0_q) + qt.m0, qt.h0, qb, full);
 }
 
 /// A consumer's wait for key step `tile` of a query tile whose steps are
@@ -271,13 +302,16 @@ struct BiasTerms {
 
 /// Producer role (one warp, flex with a learnable bias): for each key step of
 /// `steps` (rows m0 .. of query head h), the step's BiasTerms, loaded before the
-/// wait for the stage and written into its kBiasStageFloats floats at `bias`
-/// once it is free; each lane then arrives on the stage's full barrier (whose
-/// count includes the 32). first_step as produce_kv_tiles.
-template <int kBlockM, int kBlockN, int kStages, class Steps, class Storage>
+/// wait for the stage (its barrier in `empty`, kStages of them) and written into
+/// its kBiasStageFloats floats at `bias` once it is free; each lane then arrives
+/// on the stage's barrier in `full` (whose count includes the 32). The dQ kernel
+/// passes its stages' full / empty barriers, the forward its K tiles' full and its
+/// V tiles' empty ones (the terms are read by the softmax, after the step's S and
+/// before its P V retires). first_step as produce_kv_tiles.
+template <int kBlockM, int kBlockN, int kStages, class Steps>
 __device__ __forceinline__ void produce_bias_terms(const AttnParams& p, const SeqInfo& si, int b, int h, int m0,
-                                                   const Steps& steps, Storage& s, float* bias, int lane,
-                                                   int first_step = 0) {
+                                                   const Steps& steps, uint64_t* full, uint64_t* empty, float* bias,
+                                                   int lane, int first_step = 0) {
   const ScoreMod2 mod = ScoreMod2::of(p, h);
   const bool by_key = p.mod == ModKind::offset_bias;
   for (int tile = 0; tile < steps.count; ++tile) {
@@ -288,9 +322,9 @@ __device__ __forceinline__ void produce_bias_terms(const AttnParams& p, const Se
     steps.at(p, si, tile, &n0, &full_unused);
     BiasTerms<kBlockM, kBlockN> terms;
     terms.load(mod, by_key, m0, n0, lane);  // before the wait for the stage: the loads' latency hides in it
-    if (ps.refill()) mbar_wait(&s.empty[stage], ps.refill_phase());
+    if (ps.refill()) mbar_wait(&empty[stage], ps.refill_phase());
     terms.store(bias + stage * kBiasStageFloats, lane);
-    mbar_arrive(&s.full[stage]);
+    mbar_arrive(&full[stage]);
   }
 }
 

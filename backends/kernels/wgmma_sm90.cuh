@@ -90,6 +90,11 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t tile, int chunk_bytes
   return desc_of(desc_lo(tile, chunk_bytes) + ks * (2048 >> 4));
 }
 
+/// `v` of lane 0 of the warp (every lane active): a value that ptxas knows is the
+/// same in every lane, so that what derives from it (wgmma descriptors) can live
+/// in uniform registers (CUTLASS's canonical_warp_idx_sync does the same).
+__device__ __forceinline__ uint32_t warp_uniform(uint32_t v) { return __shfl_sync(0xffffffffu, v, 0); }
+
 /// stmatrix.sync.aligned.m8n8.x4.shared.b16: four 8 x 8 matrices of 16-bit
 /// elements, matrix i from register r[i] of every lane in the accumulator
 /// fragment layout (lane l: row l / 4, elements 2 (l % 4) ..+1); lane l gives the
