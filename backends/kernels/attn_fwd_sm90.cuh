@@ -116,6 +116,11 @@ struct FwdStageStorage
 template <int D, int kWG, int kBlockN>
 using FwdSm90Storage =
     sm90::FwdStageStorage<fwd_sm90_q_bufs<D, kWG>(), 64 * kWG, kBlockN, D, fwd_sm90_stages<D, kWG, kBlockN>(), 4 * kWG>;
+/// Shared memory of sm_90: 227 KB of dynamic shared memory at most per CTA, and
+/// what each of two CTAs on one SM may take (228 KB per SM, 1 KB of it reserved per
+/// CTA; CUDA C++ Programming Guide, compute capability 9.0).
+constexpr size_t kSm90SmemPerCta = 227 * 1024;
+constexpr size_t kSm90SmemTwoCtas = 228 * 1024 / 2 - 1024;
 /// Dynamic shared memory of attn_fwd_sm90_kernel: the FwdSm90Storage, and on the
 /// flex path after it each stage's staged bias terms (sm90::kBiasStageFloats).
 template <int D, int kWG, int kBlockN, bool kFlex = false>

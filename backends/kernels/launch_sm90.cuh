@@ -25,6 +25,9 @@ void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int p
                         int* counters, const FwdTensorMaps& maps, cudaStream_t st) {
   constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN, kFlex>;
   constexpr size_t smem = fwd_sm90_smem_bytes<sm90::tile_dim(D), kWG, kBlockN, kFlex>();
+  static_assert(smem <= kSm90SmemPerCta, "the forward's stages and Q buffers exceed a CTA's shared memory");
+  static_assert(kWG == 2 || kFlex || sm90::tile_dim(D) > 128 || smem <= kSm90SmemTwoCtas,
+                "the 64-row forward (GQA-packed short documents) must keep two CTAs per SM (fwd_sm90_stages)");
   constexpr int threads = fwd_sm90_threads<kWG>();
   allow_smem<kernel>(smem);
   const int64_t tiles = TileScheduler::ctas(n, p.heads_q / pack);
