@@ -15,6 +15,10 @@
 #                         wall-clock caps in seconds for the three run steps
 #                         (default 240, 180, 120) so that a hang cannot eat the budget
 #   SANITIZE=0            skip the compute-sanitizer step (its result says "skipped")
+#   BUILD_ONLY=1          configure and build build-gpu, report the build (warnings,
+#                         spills, serialised wgmmas) and stop: for machines that cap one
+#                         command's time, where a second `ci/gpu.sh` then finds the
+#                         build done and runs everything else
 #
 # cuDNN choice: ci/find_cudnn.sh (the PyTorch wheel's cuDNN when present, else the
 # newest one found; the system cuDNN 9.14 with known SDPA bugs is the last resort).
@@ -90,6 +94,10 @@ if [[ -n "$SERIALISED_LIST" ]]; then
   BUILD_FAILED=1
 fi
 log "build done ($WARNINGS warning lines, $SPILLS kernels reporting spills, $SERIALISED with serialised wgmmas)"
+if [[ "${BUILD_ONLY:-0}" == 1 ]]; then
+  log "BUILD_ONLY=1: stopping after the build (result: $([[ $BUILD_FAILED -eq 0 ]] && echo PASS || echo FAIL))"
+  exit "$BUILD_FAILED"
+fi
 
 # ---------------------------------------------------------------- versions loaded
 {
