@@ -94,7 +94,7 @@ TEST_CASE("options: the variant syntax splits at top-level commas and checks bra
 TEST_CASE("options: resolution fills defaults; the label lists non-defaults sorted; explicit defaults are the plain name") {
   const OptionSpecs specs = fused::flex_option_specs();
   const OptionValues d = resolve_options("flex", specs, {}, "f", "/p");
-  CHECK(d.all().size() == 8);
+  CHECK(d.all().size() == 9);
   CHECK(d.text("block") == "128");
   CHECK(d.text("dbias") == "deterministic");
   CHECK(variant_label("flex", specs, d) == "flex");
@@ -110,7 +110,7 @@ TEST_CASE("options: resolution fills defaults; the label lists non-defaults sort
   CHECK(j == nlohmann::json(
                  {{"fwd_path", "auto"}, {"bwd_path", "sm80"}, {"block", "128"}, {"dbias", "atomic"}, {"schedule", "auto"},
                   {"persistent", "auto"}, {"pingpong", "off"},
-                  {"tile_order", "l2_groups"}}));
+                  {"tile_order", "l2_groups"}, {"next_tile", "late"}}));
   // the typed JSON reads back to the same resolved set
   CHECK(resolve_options("flex", specs, option_pairs_from_json(j), "f", "/p") == v);
 
@@ -137,14 +137,19 @@ TEST_CASE("options: the fused backends' declarations (flash, varlen, flex)") {
   };
   CHECK(names(fused::flash_option_specs()) ==
         std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "persistent",
-                                 "pingpong", "tile_order"});
+                                 "pingpong", "tile_order", "next_tile"});
   CHECK(names(fused::varlen_option_specs()) ==
         std::vector<std::string>{"fwd_path", "bwd_path", "fwd_rows", "deterministic", "dq_direct", "persistent",
-                                 "pingpong", "tile_order", "pack"});
+                                 "pingpong", "tile_order", "next_tile", "pack"});
   CHECK(names(fused::flex_option_specs()) ==
         std::vector<std::string>{"fwd_path", "bwd_path", "block", "dbias", "schedule", "persistent", "pingpong",
-                                 "tile_order"});
+                                 "tile_order", "next_tile"});
   CHECK(resolve_options("flash", fused::flash_option_specs(), {}, "f", "/p").text("pingpong") == "off");
+  CHECK(resolve_options("varlen", fused::varlen_option_specs(), {}, "f", "/p").text("next_tile") == "late");
+  CHECK(resolve_options("flex", fused::flex_option_specs(), {{"next_tile", "early"}}, "f", "/p").text("next_tile") ==
+        "early");
+  CHECK(has(error_of([] { resolve_options("flash", fused::flash_option_specs(), {{"next_tile", "soon"}}, "f", "/p"); }),
+            "option next_tile=\"soon\""));
   CHECK(fused::parse_tile_order("l2_groups") == fused::TileOrder::l2_groups);
   CHECK(fused::parse_tile_order("sequences") == fused::TileOrder::sequences);
   CHECK(fused::parse_tile_order("longest_first") == fused::TileOrder::longest_first);

@@ -225,6 +225,31 @@ TEST_CASE("ping-pong: the Hopper forward's 128-row CTAs (two consumer warpgroups
   CHECK(pingpong_reason(dense(8, 2, 256), wide).find("up to head_dim 128 (at 256") != std::string::npos);
 }
 
+TEST_CASE("next_tile=early: the persistent Hopper forward, and nothing else") {
+  const auto built = hopper_build();
+  LaunchShape wide = fwd(1, 0, FwdPath::sm90);
+  wide.persistent = true;
+  CHECK(next_tile_reason(wide).empty());
+  wide.next_tile_early = true;
+  CHECK(can_implement(dense(), wide, built).empty());
+  LaunchShape narrow = fwd(1, 64, FwdPath::sm90);  // 64-row CTAs publish tiles the same way
+  narrow.persistent = true;
+  narrow.next_tile_early = true;
+  CHECK(can_implement(dense(), narrow, built).empty());
+  LaunchShape one_cta = wide;  // one CTA per tile: no next tile
+  one_cta.persistent = false;
+  LaunchShape portable = fwd(1, 0, FwdPath::sm80);
+  portable.next_tile_early = true;
+  LaunchShape backward = bwd(BwdPath::sm90);
+  backward.next_tile_early = true;
+  for (const LaunchShape& no : {one_cta, portable, backward}) {
+    CHECK(next_tile_reason(no).find("needs the persistent Hopper forward") != std::string::npos);
+    CHECK(can_implement(dense(), no, built) == next_tile_reason(no));
+  }
+  one_cta.next_tile_early = false;  // the shape without it stays launchable
+  CHECK(can_implement(dense(), one_cta, built).empty());
+}
+
 TEST_CASE("persistent launches: the Hopper forward and the Hopper deterministic dQ kernel, and nothing else") {
   const auto built = hopper_build();
   LaunchShape s = fwd(1, 0, FwdPath::sm90);

@@ -67,13 +67,14 @@ class FlexBackend : public Backend {
     opt.schedule = schedule_;
     opt.persistent = persistent_;
     opt.pingpong = pingpong_;
+    opt.next_tile_early = next_tile_early_;
     opt.tile_order = tile_order_;
     return make_instance(p, in, opt);
   }
   /// dQ, dK, dV come without atomics on both paths (unless bwd_path=sm90: dQ by
   /// atomics); dBias too unless dbias=atomic.
   bool deterministic() const override { return dbias_ != kernels::DbiasMode::atomic && !bwd_sm90_; }
-  /// fwd_path, bwd_path, block, dbias, schedule, persistent, pingpong, tile_order (fused_options.hpp).
+  /// fwd_path, bwd_path, block, dbias, schedule, persistent, pingpong, tile_order, next_tile (fused_options.hpp).
   OptionSpecs option_specs() const override { return flex_option_specs(); }
 
  protected:
@@ -85,6 +86,7 @@ class FlexBackend : public Backend {
     paths_ = kernel_paths(v);
     persistent_ = parse_auto_on_off(v.text("persistent"));
     pingpong_ = v.text("pingpong") == "on";
+    next_tile_early_ = v.text("next_tile") == "early";
     tile_order_ = parse_tile_order(v.text("tile_order"));
     bwd_sm90_ = paths_.bwd == KernelPath::sm90;
     block_ = static_cast<int>(v.integer("block"));
@@ -107,6 +109,7 @@ class FlexBackend : public Backend {
   FlexSchedule schedule_ = FlexSchedule::automatic;
   std::optional<bool> persistent_;  ///< nullopt = auto (FusedOptions::persistent)
   bool pingpong_ = false;           ///< FusedOptions::pingpong
+  bool next_tile_early_ = false;    ///< FusedOptions::next_tile_early
   TileOrder tile_order_ = TileOrder::l2_groups;  ///< FusedOptions::tile_order
 };
 

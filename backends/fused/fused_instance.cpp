@@ -293,7 +293,9 @@ class FusedInstance final : public BackendInstance {
   std::string fwd_schedule() const {
     const std::string turns =
         fwd_args_.shape.pingpong ? "; its two consumer warpgroups issue their GEMMs in turn (ping-pong)" : "";
-    return (fwd_args_.shape.persistent ? kPersistentSchedule : kOneCtaSchedule) + turns;
+    const std::string early =
+        fwd_args_.shape.next_tile_early ? "; the next tile published after this tile's first K / V loads" : "";
+    return (fwd_args_.shape.persistent ? kPersistentSchedule : kOneCtaSchedule) + turns + early;
   }
   /// How the Hopper dQ kernel's CTAs take their query tiles, for the report
   /// (extra.backend.dq_schedule); empty where that kernel does not run.
@@ -559,6 +561,11 @@ void FusedInstance::set_launch_args() {
       throw std::invalid_argument(opt_.name + ": pingpong=on: " + why);
     f.shape.pingpong = true;
   }
+  if (opt_.next_tile_early) {
+    if (const std::string why = kernels::next_tile_reason(f.shape); !why.empty())
+      throw std::invalid_argument(opt_.name + ": next_tile=early: " + why);
+    f.shape.next_tile_early = true;
+  }
   kernels::LaunchArgs& b = bwd_args_;
   b.shape = f.shape;
   b.shape.direction = kernels::Direction::backward;
@@ -566,6 +573,7 @@ void FusedInstance::set_launch_args() {
   b.shape.rows = 0;
   b.shape.persistent = false;
   b.shape.pingpong = false;
+  b.shape.next_tile_early = false;
   b.shape.deterministic = opt_.deterministic;
   if (kernels::persistent_reason(b.shape, params_.head_dim).empty())  // the Hopper dQ kernel
     b.shape.persistent = opt_.persistent.value_or(true);

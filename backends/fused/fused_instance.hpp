@@ -104,6 +104,11 @@ struct FusedOptions {
   /// always (std::invalid_argument where the forward runs no 128-row Hopper
   /// CTAs), false = never.
   bool pingpong = false;
+  /// The persistent Hopper forward publishes each CTA's next tile early
+  /// (kernels::LaunchShape::next_tile_early; the backends' option next_tile):
+  /// true = early (std::invalid_argument where the forward is not the
+  /// persistent Hopper one), false = late.
+  bool next_tile_early = false;
   /// The order of the Hopper kernels' tiles (TileOrder; the backends' option
   /// tile_order; FusedInstance::set_tile_order).
   TileOrder tile_order = TileOrder::l2_groups;

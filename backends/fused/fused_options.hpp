@@ -18,6 +18,8 @@
 //   pingpong       flash, varlen, flex  off|on                   Hopper forward with 128-row CTAs: the two consumer
 //                                                                warpgroups issue their GEMMs in turn
 //   tile_order     flash, varlen, flex  l2_groups|sequences|longest_first  the TileScheduler's order (TileOrder)
+//   next_tile      flash, varlen, flex  late|early               persistent Hopper forward: when its K / V thread
+//                                                                publishes the CTA's next tile
 //   pack           varlen               0|1|2|4                  GQA query heads per CTA (0 = the plan's)
 //   block          flex                 128|64                   Q_BLOCK = KV_BLOCK of the BlockMask
 //   dbias          flex                 deterministic|atomic|none  how dBias of a learnable bias is made
@@ -127,6 +129,18 @@ inline OptionSpec pingpong_option() {
       "no faster on an H200 (dense D128 forward -0.5% to +1.9% slower, docs/results/2026-11-29-h200-session25.md)");
 }
 
+/// next_tile: when the persistent Hopper forward's K / V producer thread claims,
+/// decodes and publishes its CTA's next query tile (kernels::LaunchShape::next_tile_early).
+inline OptionSpec next_tile_option() {
+  return OptionSpec::choice(
+      "next_tile", "late", {"late", "early"},
+      "persistent Hopper forward: when the K / V producer thread claims, decodes and publishes the CTA's next query "
+      "tile: late = after issuing this tile's last K / V loads, early = after its first, so that the next tile's Q "
+      "loads sooner and the consumers do not wait for their next tile at the boundary (they spent 1.3% of the "
+      "packed long-document forward's samples so, docs/results/2026-11-29-h200-session26.md; early is not measured "
+      "yet). An error row where the forward is not the persistent Hopper one");
+}
+
 /// The order in which the Hopper kernels' CTAs take their tiles (the backends'
 /// option tile_order; FusedInstance::order_items / set_tile_order; the portable
 /// kernels always take the plan's list): `longest_first` = the
@@ -166,14 +180,15 @@ inline std::optional<bool> parse_auto_on_off(const std::string& s) {
 }
 
 /// The options of `flash`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong,
-/// tile_order.
+/// tile_order, next_tile.
 inline OptionSpecs flash_option_specs() {
-  return {fwd_path_option(),      bwd_path_option(false), fwd_rows_option(),  deterministic_option(),
-          dq_direct_option(),     persistent_option(),    pingpong_option(),  tile_order_option()};
+  return {fwd_path_option(),  bwd_path_option(false), fwd_rows_option(), deterministic_option(),
+          dq_direct_option(), persistent_option(),    pingpong_option(), tile_order_option(),
+          next_tile_option()};
 }
 
 /// The options of `varlen`: fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong,
-/// tile_order, pack.
+/// tile_order, next_tile, pack.
 inline OptionSpecs varlen_option_specs() {
   return {fwd_path_option(),
           bwd_path_option(false),
@@ -183,12 +198,14 @@ inline OptionSpecs varlen_option_specs() {
           persistent_option(),
           pingpong_option(),
           tile_order_option(),
+          next_tile_option(),
           OptionSpec::choice("pack", "0", {"0", "1", "2", "4"},
                              "GQA query heads folded into one query tile; 0 = the plan's choice by document length "
                              "(a value that does not divide the group is an unsupported row)")};
 }
 
-/// The options of `flex`: fwd_path, bwd_path, block, dbias, schedule, persistent, pingpong, tile_order.
+/// The options of `flex`: fwd_path, bwd_path, block, dbias, schedule, persistent, pingpong, tile_order,
+/// next_tile.
 inline OptionSpecs flex_option_specs() {
   return {fwd_path_option(), bwd_path_option(true),
           OptionSpec::choice("block", "128", {"128", "64"},
@@ -201,7 +218,7 @@ inline OptionSpecs flex_option_specs() {
                              "(contiguous document masks, the varlen tiles); intervals = the flash tiles, each row's "
                              "keys an interval (causal, sliding_window, padding, prefix_lm); auto = whichever "
                              "executes the fewest pairs"),
-          persistent_option(), pingpong_option(), tile_order_option()};
+          persistent_option(), pingpong_option(), tile_order_option(), next_tile_option()};
 }
 
 }  // namespace attnbench::fused

@@ -426,6 +426,11 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 /// retire) until none is left, so a launch of `tiles` CTAs runs one tile each
 /// and a launch of fewer is persistent. `pingpong` (kWG = 2, head dims up to
 /// 128): the consumer warpgroups issue their GEMMs in turn (sm90::GemmTurns).
+/// `next_tile_early` (persistent launches, LaunchShape::next_tile_early): the
+/// K / V thread claims, decodes and publishes the CTA's next tile right after
+/// issuing this tile's first K / V loads instead of after its last, so that the
+/// next tile's Q (second Q buffer) loads sooner and the consumers find the tile
+/// published at the boundary.
 ///
 /// Warp specialization (FlashAttention-3, section 3.1): the last warpgroup is
 /// the producer (its registers handed to the consumers with setmaxnreg); a thread
@@ -454,7 +459,8 @@ __device__ __forceinline__ int fwd_consume_tile(const AttnParams& p, const Query
 template <int DH, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     attn_fwd_sm90_kernel(const AttnParams p, const WorkItem* __restrict__ items, int64_t tiles, int pack,
-                         int* counters, bool pingpong, const __grid_constant__ FwdTensorMaps maps) {
+                         int* counters, bool pingpong, bool next_tile_early,
+                         const __grid_constant__ FwdTensorMaps maps) {
 #if ATTNBENCH_SM90A
   constexpr int D = sm90::tile_dim(DH);  // tiles of whole swizzle chunks; DH columns exist in memory
   constexpr int kConsumers = kWG * 128, kBlockM = 64 * kWG, kStages = fwd_sm90_stages<D, kWG, kBlockN>();
@@ -484,11 +490,13 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
     const bool kv = role == 0, biases = stage_bias && tid / 32 == kConsumers / 32 + 1, q = role == 2;
     if (!kv && !biases && !q) return;
     int64_t next = blockIdx.x;  // the K / V thread's claim of tile j
+    bool ahead = false;         // the K / V thread published tile j in the iteration before (next_tile_early)
 #pragma unroll 1
-    for (;; ++j) {  // (as the consumers' loop: only j, step and next live across tiles)
+    for (;; ++j) {  // (as the consumers' loop: only j, step, next and ahead live across tiles)
       QueryTile qt;
-      const bool more = kv ? sm90::publish_tile(p, sched, next, pack, kBlockM, j, sm.queue, qt)
-                           : sm.queue.take(j, biases, qt);
+      const bool more = !kv     ? sm.queue.take(j, biases, qt)
+                        : ahead ? sm.queue.published(j, qt)
+                                : sm90::publish_tile(p, sched, next, pack, kBlockM, j, sm.queue, qt);
       if (!more) break;
       if (q) {  // its own warp: waiting for the consumers to release Q never holds up the K / V stages
         const int buf = j % Storage::kQBufs;
@@ -502,7 +510,15 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
       const KeySteps<kFlex> steps(p, qt.si, qt.b, qt.m0, qt.Mq, kBlockN);
       if (kv) {
         if constexpr (persistent_head_dim(DH)) next = TileScheduler::claim(counters);  // its latency hides in the loads
-        sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step);
+        if (persistent_head_dim(DH) && next_tile_early) {  // the next tile published after this one's first loads
+          sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step, 0, 1);
+          QueryTile nt;
+          sm90::publish_tile(p, sched, next, pack, kBlockM, j + 1, sm.queue, nt);
+          ahead = true;
+          sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step, 1);
+        } else {
+          sm90::produce_kv_tiles<kBlockN, D, kStages>(p, qt.si, qt.b, qt.kvh, steps, maps.kv, sm, step);
+        }
       } else {  // the terms are read by the softmax: staged with K_t, released with V_t
         sm90::produce_bias_terms<kBlockM, kBlockN, kStages>(p, qt.si, qt.b, qt.h0, qt.m0, steps, sm.full_k,
                                                             sm.empty_v, s_bias, lane, step);
@@ -531,6 +547,7 @@ __global__ void __launch_bounds__(fwd_sm90_threads<kWG>(), kWG == 1 ? 2 : 1)
   (void)pack;
   (void)counters;
   (void)pingpong;
+  (void)next_tile_early;
   __trap();  // built without sm_90a: the host never launches this (fwd_sm90_usable)
 #endif
 }

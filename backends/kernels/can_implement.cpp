@@ -135,6 +135,13 @@ std::string pingpong_reason(const AttnParams& p, const LaunchShape& s) {
   return {};
 }
 
+std::string next_tile_reason(const LaunchShape& s) {
+  if (s.direction != Direction::forward || s.fwd_path != FwdPath::sm90 || !s.persistent)
+    return "publishing the next tile early needs the persistent Hopper forward (fwd_path auto or sm90 on an sm_90a "
+           "build with a device of compute capability 9.0, persistent auto or on, head_dim up to 128)";
+  return {};
+}
+
 std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<const InstanceKey> built) {
   if (p.dtype != ElemType::bf16 && p.dtype != ElemType::fp16)
     return std::string("dtype ") + to_string(p.dtype) + " not supported (bf16 and fp16 only)";
@@ -163,6 +170,8 @@ std::string can_implement(const AttnParams& p, const LaunchShape& s, std::span<c
     if (std::string why = persistent_reason(s, p.head_dim); !why.empty()) return why;
   if (s.pingpong)
     if (std::string why = pingpong_reason(p, s); !why.empty()) return why;
+  if (s.next_tile_early)
+    if (std::string why = next_tile_reason(s); !why.empty()) return why;
   if (s.direction == Direction::forward)
     return fwd_rows_reason(s.pack, fwd_rows_resolved(p, s), s.flex, p.bm.q_block, p.head_dim, s.fwd_path);
   return {};

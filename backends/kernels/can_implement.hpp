@@ -64,6 +64,10 @@ struct LaunchShape {
   /// warpgroups issue their GEMMs in turn (ping-pong, FlashAttention-3 section
   /// 3.1; sm90::GemmTurns in attn_fwd_sm90.cuh).
   bool pingpong = false;
+  /// The persistent Hopper forward: its K / V producer thread claims and
+  /// publishes the CTA's next tile after issuing this tile's first K / V loads
+  /// instead of after its last (attn_fwd_sm90_kernel's next_tile_early).
+  bool next_tile_early = false;
 };
 
 /// The instance a launch of `shape` on problem `p` runs: its direction, the path
@@ -110,6 +114,12 @@ std::string persistent_reason(const LaunchShape& shape, int head_dim);
 /// head dim, not at pingpong.
 std::string pingpong_reason(const AttnParams& p, const LaunchShape& shape);
 
+/// Why launch shape `shape` cannot publish its next tile early
+/// (LaunchShape::next_tile_early; empty when it can): only the persistent Hopper
+/// forward (direction forward, fwd_path sm90, persistent) has a next tile to
+/// publish. Looks at direction, fwd_path and persistent.
+std::string next_tile_reason(const LaunchShape& shape);
+
 /// Why the kernel family cannot run problem `p` with launch shape `shape`
 /// (empty when it can). Decides on: element type (fp16 / bf16), Dqk = Dv, an
 /// instance of (direction, path, head_dim, dtype) in `built`, heads (heads_q a
@@ -119,7 +129,8 @@ std::string pingpong_reason(const AttnParams& p, const LaunchShape& shape);
 /// flex BlockMask's block sizes (64 or 128 each) and the flex Hopper backward's
 /// limits (KV blocks of bwd_block_n(BwdPath::sm90)), and
 /// dq_direct where dq_direct_reason() allows it, persistent where
-/// persistent_reason() allows it, pingpong where pingpong_reason() allows it.
+/// persistent_reason() allows it, pingpong where pingpong_reason() allows it,
+/// next_tile_early where next_tile_reason() allows it.
 /// Pointers are not looked at (the launch checks its arguments separately).
 std::string can_implement(const AttnParams& p, const LaunchShape& shape,
                           std::span<const InstanceKey> built = compiled_instances());

@@ -20,9 +20,10 @@ namespace detail {
 /// steps, plus a producer warp; one CTA per query tile, or (persistent) one per
 /// resident slot walking the tiles (TileScheduler). pingpong (kWG = 2): the
 /// consumer warpgroups issue their GEMMs in turn (sm90::GemmTurns).
+/// next_tile_early (persistent): LaunchShape::next_tile_early.
 template <int D, bool Bf16, int kWG, int kBlockN, bool kFlex = false>
 void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int pack, bool persistent, bool pingpong,
-                        int* counters, const FwdTensorMaps& maps, cudaStream_t st) {
+                        bool next_tile_early, int* counters, const FwdTensorMaps& maps, cudaStream_t st) {
   constexpr auto kernel = attn_fwd_sm90_kernel<D, Bf16, kWG, kBlockN, kFlex>;
   constexpr size_t smem = fwd_sm90_smem_bytes<sm90::tile_dim(D), kWG, kBlockN, kFlex>();
   static_assert(smem <= kSm90SmemPerCta, "the forward's stages and Q buffers exceed a CTA's shared memory");
@@ -33,7 +34,8 @@ void forward_sm90_tiles(const AttnParams& p, const WorkItem* items, int n, int p
   const int64_t tiles = TileScheduler::ctas(n, p.heads_q / pack);
   if (tiles == 0) return;
   const int64_t blocks = persistent ? std::min(tiles, resident_ctas<kernel>(threads, smem)) : tiles;
-  kernel<<<static_cast<unsigned>(blocks), threads, smem, st>>>(p, items, tiles, pack, counters, pingpong, maps);
+  kernel<<<static_cast<unsigned>(blocks), threads, smem, st>>>(p, items, tiles, pack, counters, pingpong,
+                                                               persistent && next_tile_early, maps);
   ATTNBENCH_CHECK(cudaGetLastError());
 }
 
@@ -110,22 +112,22 @@ void run_forward_sm90(const AttnParams& p, const LaunchArgs& a) {
   using namespace detail;
   const int rows = fwd_rows_resolved(p, a.shape);
   const FwdTensorMaps& maps = *a.fwd_maps;
-  const bool persistent = a.shape.persistent, pingpong = a.shape.pingpong;
+  const bool persistent = a.shape.persistent, pingpong = a.shape.pingpong, early = a.shape.next_tile_early;
   if (a.shape.flex) {
     if (rows == kFwdBlockMWide)
-      forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, pingpong,
+      forward_sm90_tiles<D, Bf16, 2, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, pingpong, early,
                                                        a.tile_counters, maps, a.stream);
     else
-      forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, false,
+      forward_sm90_tiles<D, Bf16, 1, kFwdBlockN, true>(p, a.q_items, a.n_q_items, 1, persistent, false, early,
                                                        a.tile_counters, maps, a.stream);
     return;
   }
   if (rows == kFwdBlockMWide)
     forward_sm90_tiles<D, Bf16, 2, fwd_block_n(kFwdBlockMWide, FwdPath::sm90, D)>(
-        p, a.q_items, a.n_q_items, a.shape.pack, persistent, pingpong, a.tile_counters, maps, a.stream);
+        p, a.q_items, a.n_q_items, a.shape.pack, persistent, pingpong, early, a.tile_counters, maps, a.stream);
   else
     forward_sm90_tiles<D, Bf16, 1, fwd_block_n(kFwdBlockM, FwdPath::sm90, D)>(
-        p, a.q_items, a.n_q_items, a.shape.pack, persistent, false, a.tile_counters, maps, a.stream);
+        p, a.q_items, a.n_q_items, a.shape.pack, persistent, false, early, a.tile_counters, maps, a.stream);
 }
 
 /// Backward: Dsum (with direct dQ rows, LaunchShape::dq_direct: and the zeroing

@@ -9,6 +9,7 @@
 // deterministic dQ kernel (attn_dq_sm90.cuh).
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -64,6 +65,14 @@ struct TileQueue {
     if (valid) tile[i] = t;
     more[i] = valid;
     mbar_arrive(&full[i]);  // release: the slot's values before the arrival
+  }
+  /// The claiming thread: the CTA's j-th tile as it published it (no wait: its
+  /// own write; the slot is refilled only with tile j + kSlots), false when none
+  /// is left. For a claimant that publishes tile j a tile ahead (next_tile=early).
+  __device__ __forceinline__ bool published(int j, Tile& t) const {
+    const int i = j % kSlots;
+    if (more[i] != 0) t = tile[i];
+    return more[i] != 0;
   }
   /// A reader: the CTA's j-th tile into `t`; false when none is left.
   /// whole_warp: every lane of the warp reads it and lane 0 arrives for the
@@ -178,14 +187,17 @@ struct KvStageStorage
 /// on barriers of their own (Storage::kSplitKv, the forward's FwdStageStorage): K
 /// once its buffer is free (empty_k), completing full_k, then V likewise (empty_v,
 /// full_v). b: the sequence; kvh: the KV head; first_step: the pipeline step of the
-/// first key step (a persistent kernel's steps continue over its tiles).
+/// first key step (a persistent kernel's steps continue over its tiles); only the
+/// key steps from .. to - 1 (default all: the forward's next_tile=early splits a
+/// tile's loads around the next tile's claim).
 template <int kBlockN, int D, int kStages, class Steps, class Storage>
 __device__ __forceinline__ void produce_kv_tiles(const AttnParams& p, const SeqInfo& si, int b, int kvh,
                                                  const Steps& steps, const KvTensorMaps& maps, Storage& s,
-                                                 int first_step = 0) {
+                                                 int first_step = 0, int from = 0, int to = INT_MAX) {
   const int row_base = static_cast<int>(si.tok0_k);
   const int kb = p.k_batch_stride == 0 ? 0 : b, vb = p.v_batch_stride == 0 ? 0 : b;
-  for (int tile = 0; tile < steps.count; ++tile) {
+  const int end = to < steps.count ? to : steps.count;
+  for (int tile = from; tile < end; ++tile) {
     const PipelineState<kStages> ps{first_step + tile};
     const int stage = ps.stage();
     if constexpr (Storage::kSplitKv) {

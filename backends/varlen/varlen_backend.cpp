@@ -44,11 +44,12 @@ class VarlenBackend : public Backend {
     opt.dq_direct = dq_direct_;
     opt.persistent = persistent_;
     opt.pingpong = pingpong_;
+    opt.next_tile_early = next_tile_early_;
     opt.tile_order = tile_order_;
     return make_instance(p, in, opt);
   }
   bool deterministic() const override { return deterministic_; }
-  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong, tile_order, pack
+  /// fwd_path, bwd_path, fwd_rows, deterministic, dq_direct, persistent, pingpong, tile_order, next_tile, pack
   /// (fused_options.hpp).
   OptionSpecs option_specs() const override { return varlen_option_specs(); }
 
@@ -57,6 +58,7 @@ class VarlenBackend : public Backend {
     paths_ = kernel_paths(v);
     persistent_ = parse_auto_on_off(v.text("persistent"));
     pingpong_ = v.text("pingpong") == "on";
+    next_tile_early_ = v.text("next_tile") == "early";
     tile_order_ = parse_tile_order(v.text("tile_order"));
     deterministic_ = v.flag("deterministic");
     pack_ = static_cast<int>(v.integer("pack"));
@@ -72,6 +74,7 @@ class VarlenBackend : public Backend {
   KernelPaths paths_;
   std::optional<bool> persistent_;  ///< nullopt = auto (FusedOptions::persistent)
   bool pingpong_ = false;           ///< FusedOptions::pingpong
+  bool next_tile_early_ = false;    ///< FusedOptions::next_tile_early
   TileOrder tile_order_ = TileOrder::l2_groups;  ///< FusedOptions::tile_order
 };
 

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/kernels/attn_launch.hpp"
@@ -56,6 +58,18 @@ void run_case(const Problem& p) {
     check_gpu_case(*flash(false, "auto", "auto", "on"), p, false);
     check_gpu_case(*flash(false, "auto", "auto", "off", "off"), p, false);
   }
+}
+
+/// Run the forward of two instances prepared on the same problem and inputs, and
+/// check that their O and LSE are bitwise equal.
+void check_forward_same_bits(BackendInstance& x, BackendInstance& y) {
+  x.forward();
+  y.forward();
+  x.synchronize();
+  y.synchronize();
+  const AttentionOutputs a = x.read_outputs(false), b = y.read_outputs(false);
+  CHECK(same_bits(a.o.data, b.o.data));
+  CHECK(same_bits(a.lse.data, b.lse.data));
 }
 
 }  // namespace
@@ -177,13 +191,7 @@ TEST_CASE("flash: ping-pong only reorders the GEMMs' issue: O and LSE bitwise eq
     std::unique_ptr<BackendInstance> off = variant("pingpong=off")->prepare(p, in);
     CHECK(on->extra()["fwd_schedule"].get<std::string>().find("ping-pong") != std::string::npos);
     CHECK(off->extra()["fwd_schedule"].get<std::string>().find("ping-pong") == std::string::npos);
-    on->forward();
-    off->forward();
-    on->synchronize();
-    off->synchronize();
-    const AttentionOutputs a = on->read_outputs(false), b = off->read_outputs(false);
-    CHECK(same_bits(a.o.data, b.o.data));
-    CHECK(same_bits(a.lse.data, b.lse.data));
+    check_forward_same_bits(*on, *off);
     check_gpu_case(*variant("pingpong=on,deterministic=false"), p, false);
   }
   const Problem p = make_problem(1, 2, 2, 256, 256, 128, DType::bf16, Layout::bshd, 76);
@@ -194,6 +202,51 @@ TEST_CASE("flash: ping-pong only reorders the GEMMs' issue: O and LSE bitwise eq
     e = x.what();
   }
   CHECK(e.find("pingpong=on: ping-pong needs the Hopper forward") != std::string::npos);
+}
+
+TEST_CASE("flash / varlen: next_tile=early only moves when a CTA learns its next tile: O and LSE bitwise equal") {
+  // The persistent Hopper forward's K / V thread publishes a CTA's next tile after this tile's first K / V
+  // loads (early) instead of after its last (late, the default): the same tiles, steps and products per row,
+  // so the same bits. Many more tiles than resident CTAs (every CTA walks several: the queue and the two Q
+  // buffers turn over), tiles of one key step (publishing between a tile's only loads and none), 128-row
+  // dense CTAs and 64-row GQA-packed varlen ones; both against the reference. One CTA per tile is refused.
+  if (!kernels::fwd_sm90_usable()) {
+    MESSAGE("skipped: next_tile is the persistent Hopper forward's, which does not run here");
+    return;
+  }
+  auto variant = [](const std::string& name) {
+    std::unique_ptr<Backend> be = BackendRegistry::create_variant(name);
+    REQUIRE(be);
+    return be;
+  };
+  const Problem causal = with_causal(make_problem(4, 16, 4, 2048, 2048, 128, DType::bf16, Layout::bshd, 77));
+  const Problem ragged = with_padding(causal, {2048, 1000, 129, 64}, {2048, 1000, 129, 64});
+  const Problem docs = with_causal(with_documents(make_problem(2, 16, 4, 2048, 2048, 128, DType::bf16, Layout::bshd,
+                                                               79),
+                                                  {{300, 200, 548, 1000}, {100, 900, 1048}}));
+  const std::pair<const char*, const Problem*> cases[] = {
+      {"flash", &causal}, {"flash", &ragged}, {"varlen", &ragged}, {"varlen", &docs}};
+  for (const auto& [be, pp] : cases) {
+    const Problem& p = *pp;
+    CAPTURE(be);
+    CAPTURE(case_label(p));
+    const ProblemData in = make_inputs(p);
+    std::unique_ptr<BackendInstance> early = variant(std::string(be) + "[next_tile=early]")->prepare(p, in);
+    std::unique_ptr<BackendInstance> late = variant(std::string(be) + "[next_tile=late]")->prepare(p, in);
+    CHECK(early->extra()["fwd_schedule"].get<std::string>().find("next tile published") != std::string::npos);
+    CHECK(late->extra()["fwd_schedule"].get<std::string>().find("next tile published") == std::string::npos);
+    check_forward_same_bits(*early, *late);
+    check_gpu_case(*variant(std::string(be) + "[next_tile=early,deterministic=false]"), p, false);
+  }
+  const Problem p = make_problem(1, 2, 2, 256, 256, 128, DType::bf16, Layout::bshd, 78);
+  std::string e;
+  try {
+    variant("flash[next_tile=early,persistent=off]")->prepare(p, make_inputs(p));
+  } catch (const std::exception& x) {
+    e = x.what();
+  }
+  CHECK(e.find("next_tile=early: publishing the next tile early needs the persistent Hopper forward") !=
+        std::string::npos);
 }
 
 TEST_CASE("flash: the tile orders only reorder the tiles: deterministic outputs bitwise equal in each") {
